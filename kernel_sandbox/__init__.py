@@ -1,0 +1,1 @@
+"""kernel_sandbox: stateful, safe Python sandboxes for LLM agents."""

@@ -1,0 +1,117 @@
+"""The abstract container backend: what a sandbox needs from an engine, nothing more.
+
+Modelled on jupyter_client's kernel provisioners (launch, poll, kill, cleanup): the
+sandbox never talks to an engine directly, so other engines (Swarm, Kubernetes) can
+be added beside ``docker.py``.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+
+__all__ = ["Backend", "ContainerSpec", "ContainerState", "ExecResult"]
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything needed to create one sandbox container."""
+
+    image: str
+    command: list[str]
+    user: str
+    working_dir: str
+    environment: dict[str, str]
+    volumes: dict[str, dict[str, str]]
+    labels: dict[str, str]
+    memory_limit: str
+    cpu_limit: float
+    pids_limit: int
+    network_enabled: bool
+    name: str | None = None
+    #: container port -> host port on 127.0.0.1 (tcp transport with a network)
+    published_ports: dict[int, int] = field(default_factory=dict)
+    #: put the container on a network without outside access (tcp transport, no network)
+    internal_network: bool = False
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    """What the engine says about a container right now."""
+
+    running: bool
+    exit_code: int | None = None
+    oom_killed: bool = False
+    error: str = ""
+
+    def death_reason(self) -> str:
+        """A sentence for a user: why the container's main process is gone."""
+        if self.oom_killed:
+            return "the kernel ran out of memory (killed by the OOM killer; raise memory_limit)"
+        if self.exit_code is not None and self.exit_code > 128:
+            import signal
+
+            try:
+                name = signal.Signals(self.exit_code - 128).name
+            except ValueError:
+                name = f"signal {self.exit_code - 128}"
+            return f"the kernel process was killed by {name}"
+        detail = f" ({self.error})" if self.error else ""
+        return f"the kernel process exited with code {self.exit_code}{detail}"
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """The outcome of a process run beside the kernel."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+
+
+class Backend(abc.ABC):
+    """An engine that runs sandbox containers."""
+
+    @abc.abstractmethod
+    async def start(self, spec: ContainerSpec) -> str:
+        """Create and start a container; return its id."""
+
+    @abc.abstractmethod
+    async def state(self, container_id: str) -> ContainerState:
+        """Poll the container."""
+
+    @abc.abstractmethod
+    async def restart(self, container_id: str) -> None:
+        """Kill the main process (if alive) and start the same container again."""
+
+    @abc.abstractmethod
+    async def remove(self, container_id: str) -> None:
+        """Kill and delete the container; a missing container is not an error."""
+
+    @abc.abstractmethod
+    async def exec(
+        self,
+        container_id: str,
+        argv: list[str],
+        *,
+        user: str,
+        workdir: str | None = None,
+        environment: dict[str, str] | None = None,
+    ) -> ExecResult:
+        """Run a process in the container beside the kernel and wait for it."""
+
+    @abc.abstractmethod
+    async def put_archive(self, container_id: str, directory: str, tar_bytes: bytes) -> None:
+        """Extract a tar archive into an existing directory of the container."""
+
+    @abc.abstractmethod
+    async def get_archive(self, container_id: str, path: str) -> bytes:
+        """A tar archive of ``path`` in the container."""
+
+    @abc.abstractmethod
+    async def address(self, container_id: str) -> str:
+        """The container's IP address on its network (tcp transport)."""
+
+    @abc.abstractmethod
+    async def list(self, labels: dict[str, str]) -> list[dict[str, object]]:
+        """Containers carrying all these labels: id, name, status, labels, created."""

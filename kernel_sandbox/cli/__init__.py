@@ -1,0 +1,1 @@
+"""The ``kernel-sandbox`` command line: one module per command group."""

@@ -1,0 +1,84 @@
+"""The one exception tree of kernel_sandbox.
+
+Errors in the *user's* code are never exceptions: they are data in
+:class:`~kernel_sandbox.results.Execution`.  Exceptions are for mistakes of the
+caller and for failures of the machinery underneath::
+
+    SandboxError
+    ├── ConfigError(ValueError)          a setting is invalid
+    ├── EngineUnavailableError           the Docker engine cannot be reached
+    ├── ImageError                       an image is missing or cannot be built
+    │   └── ImageNotFoundError(LookupError)
+    ├── SandboxStartError                a container or kernel did not come up
+    ├── SandboxClosedError               the sandbox was closed already
+    ├── SandboxNotFoundError(KeyError)   unknown sandbox id (manager API)
+    ├── KernelError                      the kernel could not be reached or restarted
+    └── FileOperationError(OSError)      a file operation inside the sandbox failed
+        └── SandboxFileNotFoundError(FileNotFoundError)
+
+Each class also inherits the builtin it means, so ``except KeyError`` keeps working.
+Messages say what happened and what to change.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "EngineUnavailableError",
+    "FileOperationError",
+    "ImageError",
+    "ImageNotFoundError",
+    "KernelError",
+    "SandboxClosedError",
+    "SandboxError",
+    "SandboxFileNotFoundError",
+    "SandboxNotFoundError",
+    "SandboxStartError",
+]
+
+
+class SandboxError(Exception):
+    """Root of every exception raised by kernel_sandbox."""
+
+
+class ConfigError(SandboxError, ValueError):
+    """A configuration value is invalid; the message names the setting."""
+
+
+class EngineUnavailableError(SandboxError, ConnectionError):
+    """The container engine is not running or not reachable."""
+
+
+class ImageError(SandboxError):
+    """An image could not be built, derived or used."""
+
+
+class ImageNotFoundError(ImageError, LookupError):
+    """The requested image does not exist locally and cannot be pulled or built."""
+
+
+class SandboxStartError(SandboxError):
+    """The container or its kernel did not become ready."""
+
+
+class SandboxClosedError(SandboxError, RuntimeError):
+    """An operation was attempted on a sandbox that was closed."""
+
+
+class SandboxNotFoundError(SandboxError, KeyError):
+    """No sandbox with this id is known to the manager."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; we want the sentence
+        return str(self.args[0]) if self.args else "sandbox not found"
+
+
+class KernelError(SandboxError):
+    """The kernel could not be reached, interrupted or restarted."""
+
+
+class FileOperationError(SandboxError, OSError):
+    """A file operation inside the sandbox failed."""
+
+
+class SandboxFileNotFoundError(FileOperationError, FileNotFoundError):
+    """The path does not exist inside the sandbox."""

@@ -1,0 +1,180 @@
+"""One live connection to a kernel: readiness, execute, interrupt.
+
+Built on jupyter_client's ``AsyncKernelClient``.  The kernel lives in a container the
+session knows nothing about; the caller passes ``check_alive`` so that a silent kernel
+can be told apart from a dead one without this layer knowing about Docker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from queue import Empty
+from typing import Any, Literal
+
+from jupyter_client.asynchronous import AsyncKernelClient
+
+from ..errors import KernelError
+from .connection import PORT_NAMES, ConnectionInfo
+from .outputs import OutputCollector
+
+__all__ = ["KernelSession", "RawExecution"]
+
+log = logging.getLogger(__name__)
+
+Output = dict[str, Any]
+OutputCallback = Callable[[Output], Any]
+#: Returns None while the kernel lives, else a sentence saying why it died.
+AliveCheck = Callable[[], Awaitable[str | None]]
+
+#: How long the iopub stream may be silent before the kernel's liveness is checked.
+LIVENESS_POLL = 0.5
+
+
+@dataclass
+class RawExecution:
+    """What the kernel said about one request, before the sandbox adds its judgement."""
+
+    outcome: Literal["finished", "interrupted", "stuck", "died"]
+    outputs: list[Output] = field(default_factory=list)
+    reply: dict[str, Any] = field(default_factory=dict)
+    death_reason: str = ""
+
+
+class KernelSession:
+    """A jupyter_client connection to one running kernel."""
+
+    def __init__(self, info: ConnectionInfo) -> None:
+        self.info = info
+        self.client = AsyncKernelClient()
+        self.client.load_connection_info(dict(info))
+
+    async def connect(self, timeout: float, check_alive: AliveCheck) -> None:
+        """Open the channels and wait until the kernel answers on shell *and* iopub."""
+        deadline = time.monotonic() + timeout
+        if self.info["transport"] == "ipc":
+            paths = [f"{self.info['ip']}-{self.info[p]}" for p in PORT_NAMES]  # type: ignore[literal-required]
+            while not all(os.path.exists(p) for p in paths):
+                await self._wait_or_fail(deadline, check_alive, 0.01)
+        self.client.start_channels(hb=False)
+        # One probe at a time; ZMQ queues it until the kernel's socket is bound.  The
+        # reply proves shell works; a status message proves iopub is subscribed (the
+        # status of the very first probe may be published before we subscribe).
+        iopub_ready = False
+        while not iopub_ready:
+            msg_id = self.client.kernel_info()
+            while True:
+                try:
+                    reply = await self.client.shell_channel.get_msg(timeout=0.05)
+                except Empty:
+                    await self._wait_or_fail(deadline, check_alive, 0)
+                    continue
+                if reply["parent_header"].get("msg_id") == msg_id:
+                    break
+            try:
+                await self.client.iopub_channel.get_msg(timeout=0.1)
+                iopub_ready = True
+            except Empty:
+                await self._wait_or_fail(deadline, check_alive, 0)
+        while True:  # drop the remaining status messages of the probes
+            try:
+                await self.client.iopub_channel.get_msg(timeout=0.01)
+            except Empty:
+                break
+
+    @staticmethod
+    async def _wait_or_fail(deadline: float, check_alive: AliveCheck, pause: float) -> None:
+        if time.monotonic() > deadline:
+            raise KernelError("the kernel did not answer in time")
+        reason = await check_alive()
+        if reason:
+            raise KernelError(f"the kernel exited while starting: {reason}")
+        if pause:
+            await asyncio.sleep(pause)
+
+    def interrupt(self) -> None:
+        """Ask the kernel to raise KeyboardInterrupt in the running code (control channel)."""
+        msg = self.client.session.msg("interrupt_request", content={})
+        self.client.control_channel.send(msg)
+
+    async def execute(
+        self,
+        code: str,
+        *,
+        timeout: float,
+        interrupt_grace: float,
+        check_alive: AliveCheck,
+        on_output: OutputCallback | None = None,
+    ) -> RawExecution:
+        """Run ``code``; collect its outputs until the kernel goes idle for this request.
+
+        At ``timeout`` the kernel is interrupted; if it is still busy ``interrupt_grace``
+        seconds later the outcome is ``stuck`` and the caller should restart it.
+        """
+        msg_id = self.client.execute(code, store_history=True, allow_stdin=False)
+        collector = OutputCollector()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        interrupted = False
+        iopub = self.client.iopub_channel
+        while True:
+            wait = max(0.0, min(deadline - loop.time(), LIVENESS_POLL))
+            try:
+                msg = await iopub.get_msg(timeout=wait)
+            except Empty:
+                if loop.time() >= deadline:
+                    if interrupted:
+                        return RawExecution("stuck", collector.outputs)
+                    self.interrupt()
+                    interrupted = True
+                    deadline = loop.time() + interrupt_grace
+                    continue
+                reason = await check_alive()
+                if reason:
+                    return RawExecution("died", collector.outputs, death_reason=reason)
+                continue
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            msg_type = msg["header"]["msg_type"]
+            if msg_type == "status":
+                if msg["content"]["execution_state"] == "idle":
+                    break
+                continue
+            shown = collector.add(msg)
+            if shown is not None and on_output is not None:
+                await _notify(on_output, shown)
+        reply = await self._reply(msg_id)
+        return RawExecution("interrupted" if interrupted else "finished", collector.outputs, reply)
+
+    async def _reply(self, msg_id: str) -> dict[str, Any]:
+        """The execute_reply for ``msg_id`` (it may arrive just after iopub's idle)."""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                msg = await self.client.shell_channel.get_msg(timeout=1)
+            except Empty:
+                continue
+            if msg["parent_header"].get("msg_id") == msg_id:
+                return dict(msg["content"])
+        return {}
+
+    def close(self) -> None:
+        """Close the channels and the ZMQ context's sockets of this client."""
+        try:
+            self.client.stop_channels()
+        except Exception:  # closing a half-open client must never hide the real error
+            log.debug("error while closing kernel channels", exc_info=True)
+
+
+async def _notify(callback: OutputCallback, output: Output) -> None:
+    try:
+        result = callback(output)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        log.warning("on_output callback raised; the execution goes on", exc_info=True)

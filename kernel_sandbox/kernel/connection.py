@@ -1,0 +1,108 @@
+"""Connection info for a kernel in a container, seen from the host and from inside.
+
+With the ``ipc`` transport the five ZMQ sockets are unix sockets in a directory that
+is bind-mounted into the container, so the container needs no network at all.  The
+kernel and the host see the same files under different paths; ``ip`` is the socket
+path prefix (``{ip}-{port}`` is the socket file).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import socket
+from typing import Literal, TypedDict
+
+__all__ = [
+    "CONTAINER_RUN_DIR",
+    "LAUNCHER",
+    "ConnectionInfo",
+    "free_tcp_ports",
+    "launch_command",
+    "new_connection_info",
+]
+
+#: Where the per-sandbox run directory is mounted inside the container.
+CONTAINER_RUN_DIR = "/run/kernel-sandbox"
+PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+
+# Runs inside the container as the kernel's main process.  Unix sockets must be
+# connectable by whichever host user drives the sandbox, so they are bound with an
+# open umask (the run directory's parent on the host is private to that user);
+# the umask is restored before any user code runs.
+LAUNCHER = '''\
+import os
+import tempfile
+
+fd, path = tempfile.mkstemp(prefix="kernel-", suffix=".json")
+os.write(fd, os.environ.pop("KERNEL_SANDBOX_CONNECTION").encode())
+os.close(fd)
+os.umask(0)
+from ipykernel.kernelapp import IPKernelApp
+
+app = IPKernelApp.instance()
+app.initialize(["-f", path])
+os.umask(0o022)
+os.unlink(path)
+for module in os.environ.get("KERNEL_SANDBOX_PREIMPORT", "").split(","):
+    if module:
+        try:
+            app.shell.run_cell("import " + module, store_history=False, silent=True)
+        except Exception:
+            pass
+app.start()
+'''
+
+
+class ConnectionInfo(TypedDict):
+    """The fields of a Jupyter connection file that kernel_sandbox uses."""
+
+    transport: Literal["ipc", "tcp"]
+    ip: str
+    shell_port: int
+    iopub_port: int
+    stdin_port: int
+    control_port: int
+    hb_port: int
+    key: str
+    signature_scheme: str
+    kernel_name: str
+
+
+def free_tcp_ports(count: int = 5) -> list[int]:
+    """Ports that are free on this host right now (for the ``tcp`` transport)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def new_connection_info(
+    transport: Literal["ipc", "tcp"], ip: str, ports: list[int] | None = None
+) -> ConnectionInfo:
+    """A fresh connection description with a random HMAC key."""
+    ports = ports or [1, 2, 3, 4, 5]
+    info: dict[str, object] = {
+        "transport": transport,
+        "ip": ip,
+        "key": secrets.token_hex(32),
+        "signature_scheme": "hmac-sha256",
+        "kernel_name": "python3",
+    }
+    info.update(zip(PORT_NAMES, ports, strict=True))
+    return info  # type: ignore[return-value]
+
+
+def launch_command(python: str, info: ConnectionInfo) -> tuple[list[str], dict[str, str]]:
+    """The container's command and the environment that carries the connection info.
+
+    Nothing is written to disk on the host, so the same command works on a remote
+    engine (tcp transport) where no directory can be shared.
+    """
+    return [python, "-c", LAUNCHER], {"KERNEL_SANDBOX_CONNECTION": json.dumps(info)}

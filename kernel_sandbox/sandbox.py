@@ -1,0 +1,377 @@
+"""AsyncSandbox: one container, one persistent IPython kernel, shell and files beside it.
+
+The kernel is the container's main process (behind Docker's init).  It is reached
+with jupyter_client over unix sockets in a per-sandbox host directory that is
+bind-mounted into the container, so the default sandbox has no network at all.
+Shell commands and file operations go through the engine (exec / archive API), so a
+busy or dead kernel never blocks them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import posixpath
+import secrets
+import shutil
+import socket
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .backends.base import Backend, ContainerSpec
+from .config import KERNEL_PYTHON, LABEL_PREFIX, SandboxConfig
+from .errors import KernelError, SandboxClosedError, SandboxError, SandboxStartError
+from .files import AsyncFiles
+from .kernel.client import KernelSession, OutputCallback, RawExecution
+from .kernel.connection import (
+    CONTAINER_RUN_DIR,
+    ConnectionInfo,
+    free_tcp_ports,
+    launch_command,
+    new_connection_info,
+)
+from .results import CommandResult, Execution, ExecutionError, strip_ansi
+
+__all__ = ["AsyncSandbox", "runtime_root"]
+
+log = logging.getLogger(__name__)
+
+#: GNU timeout's exit status when it stopped the command.
+_TIMEOUT_EXIT = 124
+
+
+def runtime_root() -> Path:
+    """The host directory that holds every sandbox's run directory, private to this user."""
+    base = os.environ.get("KERNEL_SANDBOX_RUNTIME_DIR") or os.path.join(
+        tempfile.gettempdir(), f"kernel-sandbox-{os.getuid()}"
+    )
+    root = Path(base)
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(root, 0o700)
+    return root
+
+
+def _default_backend() -> Backend:
+    from .backends.docker import DockerBackend
+
+    return DockerBackend()
+
+
+class AsyncSandbox:
+    """A stateful Python sandbox in a container.
+
+    Create one with :meth:`create` (or ``async with await AsyncSandbox.create()``);
+    :meth:`close` removes the container and every host-side file it used.
+    """
+
+    def __init__(self, config: SandboxConfig, backend: Backend, sandbox_id: str) -> None:
+        self.config = config
+        self.id = sandbox_id
+        self.backend = backend
+        self.container_id: str | None = None
+        self.image = config.image
+        self.files = AsyncFiles(self)
+        self._run_dir: Path | None = None
+        self._host_info: ConnectionInfo | None = None
+        self._session: KernelSession | None = None
+        self._lock = asyncio.Lock()
+        self._closed = False
+        self.created_at = time.time()
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @classmethod
+    async def create(
+        cls,
+        config: SandboxConfig | None = None,
+        *,
+        backend: Backend | None = None,
+        **overrides: Any,
+    ) -> AsyncSandbox:
+        """Start a container with a ready kernel; ``overrides`` change single settings."""
+        config = (config or SandboxConfig()).with_overrides(**overrides)
+        sandbox = cls(config, backend or _default_backend(), secrets.token_hex(6))
+        try:
+            await sandbox._start()
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Labels put on the container, so orphans can always be found and removed."""
+        return {
+            LABEL_PREFIX: "true",
+            f"{LABEL_PREFIX}.id": self.id,
+            f"{LABEL_PREFIX}.owner-pid": str(os.getpid()),
+            f"{LABEL_PREFIX}.owner-host": socket.gethostname(),
+            f"{LABEL_PREFIX}.run-dir": str(self._run_dir or ""),
+            **self.config.labels,
+        }
+
+    async def _start(self) -> None:
+        from .images import resolve_kernel_image
+
+        cfg = self.config
+        self.image = await resolve_kernel_image(cfg.image, derive=cfg.derive_image)
+        volumes = dict(cfg.volumes)
+        published: dict[int, int] = {}
+        if cfg.transport == "ipc":
+            self._run_dir = runtime_root() / self.id
+            self._run_dir.mkdir(mode=0o777)
+            os.chmod(self._run_dir, 0o777)  # the container user creates the sockets here
+            volumes[str(self._run_dir)] = {"bind": CONTAINER_RUN_DIR, "mode": "rw"}
+            container_info = new_connection_info("ipc", f"{CONTAINER_RUN_DIR}/k")
+            host_info = dict(container_info, ip=str(self._run_dir / "k"))
+        else:
+            ports = free_tcp_ports()
+            container_info = new_connection_info("tcp", "0.0.0.0", ports)
+            host_info = dict(container_info, ip="127.0.0.1")
+            if cfg.network_enabled:
+                published = {p: p for p in ports}
+        command, env = launch_command(KERNEL_PYTHON, container_info)
+        spec = ContainerSpec(
+            image=self.image,
+            command=command,
+            user=cfg.user,
+            working_dir=cfg.working_dir,
+            environment={**cfg.env_vars, **env},
+            volumes=volumes,
+            labels=self.labels,
+            memory_limit=cfg.memory_limit,
+            cpu_limit=cfg.cpu_limit,
+            pids_limit=cfg.pids_limit,
+            network_enabled=cfg.network_enabled,
+            name=f"kernel-sandbox-{self.id}",
+            published_ports=published,
+            internal_network=cfg.transport == "tcp" and not cfg.network_enabled,
+        )
+        self.container_id = await self.backend.start(spec)
+        if cfg.transport == "tcp" and not cfg.network_enabled:
+            host_info["ip"] = await self.backend.address(self.container_id)
+        self._host_info = host_info  # type: ignore[assignment]
+        await self._connect()
+
+    async def _connect(self) -> None:
+        assert self._host_info is not None
+        session = KernelSession(self._host_info)
+        try:
+            await session.connect(self.config.startup_timeout, self._check_alive)
+        except KernelError as exc:
+            session.close()
+            logs = await self._logs_tail()
+            raise SandboxStartError(
+                f"the kernel in image {self.image!r} did not start: {exc}{logs}"
+            ) from exc
+        self._session = session
+
+    async def _logs_tail(self) -> str:
+        try:
+            from .backends.docker import DockerBackend
+
+            if isinstance(self.backend, DockerBackend) and self.container_id:
+                raw = await asyncio.to_thread(
+                    self.backend.api.logs, self.container_id, tail=15
+                )
+                text = raw.decode(errors="replace").strip()
+                return f"\ncontainer log (last lines):\n{text}" if text else ""
+        except Exception:
+            pass
+        return ""
+
+    async def _check_alive(self) -> str | None:
+        if self.container_id is None:
+            return "the container was not created"
+        state = await self.backend.state(self.container_id)
+        return None if state.running else state.death_reason()
+
+    async def close(self) -> None:
+        """Remove the container and the host-side run directory.  Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+        try:
+            if self.container_id is not None:
+                await self.backend.remove(self.container_id)
+        finally:
+            if self._run_dir is not None:
+                shutil.rmtree(self._run_dir, ignore_errors=True)
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxClosedError(f"sandbox {self.id} is closed; create a new one")
+
+    # -- python ------------------------------------------------------------------
+
+    async def run_python(
+        self,
+        code: str,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> Execution:
+        """Run code in the persistent kernel; variables survive between calls.
+
+        Never raises for anything the code does: exceptions, timeouts and kernel
+        crashes come back as the ``status`` of the :class:`Execution`.
+        """
+        self._check_open()
+        timeout = timeout or self.config.timeout
+        async with self._lock:  # one request at a time: outputs never interleave
+            self._check_open()
+            started = time.monotonic()
+            if self._session is None:
+                failure = await self._try_restart()
+                if failure:
+                    return Execution("kernel_died", state_lost=True, message=failure)
+            assert self._session is not None
+            raw = await self._session.execute(
+                code,
+                timeout=timeout,
+                interrupt_grace=self.config.interrupt_grace,
+                check_alive=self._check_alive,
+                on_output=on_output,
+            )
+            return await self._judge(raw, timeout, started)
+
+    async def _judge(self, raw: RawExecution, timeout: float, started: float) -> Execution:
+        error = _error_of(raw.outputs)
+        count = raw.reply.get("execution_count")
+        if raw.outcome == "finished":
+            status = "error" if error or raw.reply.get("status") == "error" else "ok"
+            if status == "error" and error is None:  # reply-only error (e.g. aborted)
+                c = raw.reply
+                error = ExecutionError(c.get("ename", "Error"), c.get("evalue", ""), [])
+            return Execution(status, raw.outputs, count, error, time.monotonic() - started)
+        if raw.outcome == "interrupted":
+            message = (
+                f"execution timed out after {timeout:g}s and was interrupted; "
+                "the kernel and its variables are kept"
+            )
+            return Execution(
+                "timeout", raw.outputs, count, error, time.monotonic() - started, message=message
+            )
+        if raw.outcome == "stuck":
+            why = f"execution timed out after {timeout:g}s and did not stop when interrupted"
+            status = "timeout"
+        else:
+            why = raw.death_reason
+            status = "kernel_died"
+        failure = await self._try_restart()
+        message = (
+            f"{why}; the kernel was restarted and all variables were lost"
+            if failure is None
+            else f"{why}; {failure}"
+        )
+        return Execution(
+            status,  # type: ignore[arg-type]
+            raw.outputs,
+            count,
+            error,
+            time.monotonic() - started,
+            state_lost=True,
+            message=message,
+        )
+
+    async def _try_restart(self) -> str | None:
+        """Restart the kernel; return None, or a sentence saying why it failed."""
+        try:
+            await self._restart_kernel()
+        except SandboxError as exc:
+            return f"restarting the kernel failed: {exc}"
+        return None
+
+    async def _restart_kernel(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+        assert self.container_id is not None
+        try:
+            await self.backend.restart(self.container_id)
+        except Exception as exc:
+            raise KernelError(f"the container could not be restarted: {exc}") from exc
+        if self._run_dir is not None:  # stale sockets of the dead kernel
+            for stale in self._run_dir.glob("k-*"):
+                stale.unlink(missing_ok=True)
+        await self._connect()
+
+    async def restart(self) -> None:
+        """Restart the kernel: every variable is lost, files in the sandbox are kept."""
+        self._check_open()
+        async with self._lock:
+            await self._restart_kernel()
+
+    # -- shell -------------------------------------------------------------------
+
+    async def run_shell(
+        self,
+        command: str,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> CommandResult:
+        """Run a shell command beside the kernel as the sandbox user.
+
+        On timeout the whole process group of the command is killed.
+        """
+        self._check_open()
+        assert self.container_id is not None
+        timeout = timeout or self.config.timeout
+        argv = ["timeout", "-k", "2", f"{timeout:g}", "sh", "-c", command]
+        started = time.monotonic()
+        try:
+            result = await asyncio.wait_for(
+                self.backend.exec(
+                    self.container_id,
+                    argv,
+                    user=self.config.user,
+                    workdir=self.resolve_path(cwd or "."),
+                    environment=env,
+                ),
+                timeout + 15,
+            )
+        except asyncio.TimeoutError:
+            return CommandResult(-1, "", "the command did not end", True, time.monotonic() - started)
+        duration = time.monotonic() - started
+        timed_out = result.exit_code == _TIMEOUT_EXIT or (
+            result.exit_code == 137 and duration >= timeout
+        )
+        stderr = result.stderr.decode(errors="replace")
+        if timed_out:
+            stderr += f"\n[command timed out after {timeout:g}s; its process group was killed]"
+        return CommandResult(
+            result.exit_code, result.stdout.decode(errors="replace"), stderr, timed_out, duration
+        )
+
+    def resolve_path(self, path: str) -> str:
+        """An absolute path in the sandbox; relative paths start at the working directory."""
+        return posixpath.normpath(posixpath.join(self.config.working_dir, path))
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<AsyncSandbox {self.id} image={self.image!r} {state}>"
+
+
+def _error_of(outputs: list[dict[str, Any]]) -> ExecutionError | None:
+    for out in reversed(outputs):
+        if out["output_type"] == "error":
+            tb = [strip_ansi(line) for line in out.get("traceback", [])]
+            return ExecutionError(out["ename"], out["evalue"], tb)
+    return None

@@ -1,0 +1,182 @@
+"""Blocking twins of the async API: ``Sandbox`` and ``Files``.
+
+Every call is handed to one background event loop (a "portal" thread) that owns all
+async sandboxes of the process, so the blocking API works the same inside Jupyter,
+inside another running event loop, or in plain scripts.  Each method is a one-line
+wrapper; a test keeps the names and signatures identical to the async classes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from .backends.base import Backend
+from .config import SandboxConfig
+from .files import AsyncFiles
+from .kernel.client import OutputCallback
+from .results import CommandResult, Execution, FileInfo
+from .sandbox import AsyncSandbox
+
+__all__ = ["Files", "Sandbox", "run_sync"]
+
+T = TypeVar("T")
+
+_portal_lock = threading.Lock()
+_portal_loop: asyncio.AbstractEventLoop | None = None
+
+
+def _portal() -> asyncio.AbstractEventLoop:
+    global _portal_loop
+    with _portal_lock:
+        if _portal_loop is None or _portal_loop.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(
+                target=loop.run_forever, name="kernel-sandbox-portal", daemon=True
+            ).start()
+            _portal_loop = loop
+        return _portal_loop
+
+
+def run_sync(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine on the portal loop and wait for its result."""
+    return asyncio.run_coroutine_threadsafe(coro, _portal()).result()
+
+
+class Files:
+    """Blocking ``sandbox.files``; see :class:`~kernel_sandbox.files.AsyncFiles`."""
+
+    def __init__(self, files: AsyncFiles) -> None:
+        self._files = files
+
+    def read(self, path: str) -> bytes:
+        """The bytes of a file."""
+        return run_sync(self._files.read(path))
+
+    def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """A file decoded as text."""
+        return run_sync(self._files.read_text(path, encoding))
+
+    def write(self, path: str, data: bytes | str, encoding: str = "utf-8") -> None:
+        """Create or replace a file (parent directories are created)."""
+        return run_sync(self._files.write(path, data, encoding))
+
+    def append(self, path: str, data: bytes | str, encoding: str = "utf-8") -> None:
+        """Add to the end of a file, creating it if needed."""
+        return run_sync(self._files.append(path, data, encoding))
+
+    def list(self, path: str = ".") -> list[FileInfo]:
+        """Entries of a directory, sorted by name."""
+        return run_sync(self._files.list(path))
+
+    def exists(self, path: str) -> bool:
+        """True when the path exists."""
+        return run_sync(self._files.exists(path))
+
+    def remove(self, path: str) -> None:
+        """Delete a file, or a directory with everything in it."""
+        return run_sync(self._files.remove(path))
+
+    def mkdir(self, path: str) -> None:
+        """Create a directory and its parents."""
+        return run_sync(self._files.mkdir(path))
+
+    def upload(self, local: str | Path, remote: str) -> None:
+        """Copy a host file into the sandbox."""
+        return run_sync(self._files.upload(local, remote))
+
+    def download(self, remote: str, local: str | Path) -> None:
+        """Copy a sandbox file to the host."""
+        return run_sync(self._files.download(remote, local))
+
+
+class Sandbox:
+    """Blocking twin of :class:`~kernel_sandbox.sandbox.AsyncSandbox`.
+
+    ``with Sandbox.create() as sb: sb.run_python("x = 1")``
+    """
+
+    def __init__(self, inner: AsyncSandbox) -> None:
+        self._inner = inner
+        self.files = Files(inner.files)
+
+    @classmethod
+    def create(
+        cls,
+        config: SandboxConfig | None = None,
+        *,
+        backend: Backend | None = None,
+        **overrides: Any,
+    ) -> Sandbox:
+        """Start a container with a ready kernel; ``overrides`` change single settings."""
+        return cls(run_sync(AsyncSandbox.create(config, backend=backend, **overrides)))
+
+    @property
+    def id(self) -> str:
+        """Short random id, also in the container's name and labels."""
+        return self._inner.id
+
+    @property
+    def config(self) -> SandboxConfig:
+        """The settings this sandbox was started with."""
+        return self._inner.config
+
+    @property
+    def image(self) -> str:
+        """The image the container runs (after any derivation)."""
+        return self._inner.image
+
+    @property
+    def container_id(self) -> str | None:
+        """The engine's id of the container."""
+        return self._inner.container_id
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._inner.closed
+
+    @property
+    def async_sandbox(self) -> AsyncSandbox:
+        """The async sandbox this facade drives."""
+        return self._inner
+
+    def run_python(
+        self, code: str, timeout: float | None = None, on_output: OutputCallback | None = None
+    ) -> Execution:
+        """Run code in the persistent kernel; see ``AsyncSandbox.run_python``."""
+        return run_sync(self._inner.run_python(code, timeout, on_output))
+
+    def run_shell(
+        self,
+        command: str,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> CommandResult:
+        """Run a shell command beside the kernel; see ``AsyncSandbox.run_shell``."""
+        return run_sync(self._inner.run_shell(command, timeout, cwd, env))
+
+    def restart(self) -> None:
+        """Restart the kernel: variables are lost, files are kept."""
+        return run_sync(self._inner.restart())
+
+    def resolve_path(self, path: str) -> str:
+        """An absolute path in the sandbox."""
+        return self._inner.resolve_path(path)
+
+    def close(self) -> None:
+        """Remove the container and every host-side file it used."""
+        return run_sync(self._inner.close())
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return repr(self._inner).replace("AsyncSandbox", "Sandbox", 1)

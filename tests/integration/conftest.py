@@ -1,0 +1,78 @@
+"""Fixtures for the integration tier: a real Docker engine, real images, real kernels.
+
+Every container a test makes carries the test label and is removed by the fixture
+that made it; a session-end check removes (and reports) anything left behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from kernel_sandbox.sandbox import AsyncSandbox
+from tests.conftest import TEST_LABEL, require
+
+PYTHON_IMAGE = "kernel-sandbox:python"
+DATASCIENCE_IMAGE = "kernel-sandbox:datascience"
+
+
+def _engine():  # type: ignore[no-untyped-def]
+    try:
+        from kernel_sandbox.backends.docker import docker_client
+
+        return docker_client()
+    except Exception as exc:  # noqa: BLE001 - reported to the user as the skip/fail reason
+        return exc
+
+
+@pytest.fixture(scope="session")
+def docker_engine():  # type: ignore[no-untyped-def]
+    client = _engine()
+    require(not isinstance(client, Exception), f"no Docker engine: {client}")
+    for image in (PYTHON_IMAGE, DATASCIENCE_IMAGE):
+        try:
+            client.images.get(image)
+        except Exception:  # noqa: BLE001
+            require(False, f"image {image} missing: run `kernel-sandbox images build`")
+    return client
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leftover_containers() -> Iterator[None]:
+    yield
+    client = _engine()
+    if isinstance(client, Exception):
+        return
+    left = client.containers.list(all=True, filters={"label": "kernel-sandbox.test=1"})
+    for container in left:
+        container.remove(force=True)
+    assert not left, f"tests left containers behind: {[c.name for c in left]}"
+
+
+@pytest.fixture
+async def make_sandbox(docker_engine):  # type: ignore[no-untyped-def]
+    """Factory: ``await make_sandbox(**overrides)``; all are closed after the test."""
+    made: list[AsyncSandbox] = []
+
+    async def _make(**overrides: object) -> AsyncSandbox:
+        labels = {**TEST_LABEL, **overrides.pop("labels", {})}  # type: ignore[dict-item]
+        sandbox = await AsyncSandbox.create(labels=labels, **overrides)
+        made.append(sandbox)
+        return sandbox
+
+    yield _make
+    for sandbox in made:
+        await sandbox.close()
+
+
+@pytest.fixture
+async def sandbox(make_sandbox) -> AsyncIterator[AsyncSandbox]:  # type: ignore[no-untyped-def]
+    """A default sandbox (datascience image, no network)."""
+    yield await make_sandbox()
+
+
+@pytest.fixture
+async def py_sandbox(make_sandbox) -> AsyncIterator[AsyncSandbox]:  # type: ignore[no-untyped-def]
+    """A sandbox on the small python image."""
+    yield await make_sandbox(image=PYTHON_IMAGE)
