@@ -48,8 +48,10 @@ class AsyncFiles:
         result = await sb.backend.exec(
             sb.container_id, ["sh", "-c", script, "sh", path], user=sb.config.user
         )
-        return result.exit_code, result.stdout.decode(errors="replace"), result.stderr.decode(
-            errors="replace"
+        return (
+            result.exit_code,
+            result.stdout.decode(errors="replace"),
+            result.stderr.decode(errors="replace"),
         )
 
     def _fail(self, code: int, path: str, stderr: str, action: str) -> FileOperationError:

@@ -106,7 +106,9 @@ class Execution:
 
 
 def _size(n: int) -> str:
-    return f"{n} B" if n < 1024 else f"{n / 1024:.1f} KB" if n < 1024**2 else f"{n / 1024**2:.1f} MB"
+    return (
+        f"{n} B" if n < 1024 else f"{n / 1024:.1f} KB" if n < 1024**2 else f"{n / 1024**2:.1f} MB"
+    )
 
 
 def _describe_binary(mime: str, payload: str | Any) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 from .backends.base import Backend, ContainerSpec
 from .config import KERNEL_PYTHON, LABEL_PREFIX, SandboxConfig
 from .errors import KernelError, SandboxClosedError, SandboxError, SandboxStartError
+from .events import Listener, PythonExecuted, ShellExecuted, emit
 from .files import AsyncFiles
 from .kernel.client import KernelSession, OutputCallback, RawExecution
 from .kernel.connection import (
@@ -80,6 +81,8 @@ class AsyncSandbox:
         self._lock = asyncio.Lock()
         self._closed = False
         self.created_at = time.time()
+        #: Called with every :mod:`~kernel_sandbox.events` event of this sandbox.
+        self.listeners: list[Listener] = []
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -174,9 +177,7 @@ class AsyncSandbox:
             from .backends.docker import DockerBackend
 
             if isinstance(self.backend, DockerBackend) and self.container_id:
-                raw = await asyncio.to_thread(
-                    self.backend.api.logs, self.container_id, tail=15
-                )
+                raw = await asyncio.to_thread(self.backend.api.logs, self.container_id, tail=15)
                 text = raw.decode(errors="replace").strip()
                 return f"\ncontainer log (last lines):\n{text}" if text else ""
         except Exception:
@@ -236,20 +237,25 @@ class AsyncSandbox:
         timeout = timeout or self.config.timeout
         async with self._lock:  # one request at a time: outputs never interleave
             self._check_open()
-            started = time.monotonic()
+            wall, started = time.time(), time.monotonic()
+            execution = None
             if self._session is None:
                 failure = await self._try_restart()
                 if failure:
-                    return Execution("kernel_died", state_lost=True, message=failure)
-            assert self._session is not None
-            raw = await self._session.execute(
-                code,
-                timeout=timeout,
-                interrupt_grace=self.config.interrupt_grace,
-                check_alive=self._check_alive,
-                on_output=on_output,
-            )
-            return await self._judge(raw, timeout, started)
+                    execution = Execution("kernel_died", state_lost=True, message=failure)
+            if execution is None:
+                assert self._session is not None
+                raw = await self._session.execute(
+                    code,
+                    timeout=timeout,
+                    interrupt_grace=self.config.interrupt_grace,
+                    check_alive=self._check_alive,
+                    on_output=on_output,
+                )
+                execution = await self._judge(raw, timeout, started)
+        if self.listeners:
+            await emit(self.listeners, PythonExecuted(self.id, code, execution, wall))
+        return execution
 
     async def _judge(self, raw: RawExecution, timeout: float, started: float) -> Execution:
         error = _error_of(raw.outputs)
@@ -335,7 +341,7 @@ class AsyncSandbox:
         assert self.container_id is not None
         timeout = timeout or self.config.timeout
         argv = ["timeout", "-k", "2", f"{timeout:g}", "sh", "-c", command]
-        started = time.monotonic()
+        wall, started = time.time(), time.monotonic()
         try:
             result = await asyncio.wait_for(
                 self.backend.exec(
@@ -347,18 +353,27 @@ class AsyncSandbox:
                 ),
                 timeout + 15,
             )
-        except asyncio.TimeoutError:
-            return CommandResult(-1, "", "the command did not end", True, time.monotonic() - started)
-        duration = time.monotonic() - started
-        timed_out = result.exit_code == _TIMEOUT_EXIT or (
-            result.exit_code == 137 and duration >= timeout
-        )
-        stderr = result.stderr.decode(errors="replace")
-        if timed_out:
-            stderr += f"\n[command timed out after {timeout:g}s; its process group was killed]"
-        return CommandResult(
-            result.exit_code, result.stdout.decode(errors="replace"), stderr, timed_out, duration
-        )
+            duration = time.monotonic() - started
+            timed_out = result.exit_code == _TIMEOUT_EXIT or (
+                result.exit_code == 137 and duration >= timeout
+            )
+            stderr = result.stderr.decode(errors="replace")
+            if timed_out:
+                stderr += f"\n[command timed out after {timeout:g}s; its process group was killed]"
+            outcome = CommandResult(
+                result.exit_code,
+                result.stdout.decode(errors="replace"),
+                stderr,
+                timed_out,
+                duration,
+            )
+        except TimeoutError:
+            outcome = CommandResult(
+                -1, "", "the command did not end", True, time.monotonic() - started
+            )
+        if self.listeners:
+            await emit(self.listeners, ShellExecuted(self.id, command, outcome, wall, cwd))
+        return outcome
 
     def resolve_path(self, path: str) -> str:
         """An absolute path in the sandbox; relative paths start at the working directory."""

@@ -8,6 +8,7 @@ SDK call runs in a worker thread so the event loop never waits on the engine.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 from typing import Any, TypeVar
@@ -149,10 +150,8 @@ class DockerBackend(Backend):
 
     async def restart(self, container_id: str) -> None:
         def _restart() -> None:
-            try:
+            with contextlib.suppress(docker.errors.APIError):  # already stopped
                 self.api.kill(container_id)
-            except docker.errors.APIError:
-                pass  # already stopped
             self.api.wait(container_id, timeout=30)
             self.api.start(container_id)
 
@@ -196,9 +195,13 @@ class DockerBackend(Backend):
         try:
             ok = await _run(self.api.put_archive, container_id, directory, tar_bytes)
         except docker.errors.NotFound as exc:
-            raise SandboxFileNotFoundError(f"no such directory in the sandbox: {directory}") from exc
+            raise SandboxFileNotFoundError(
+                f"no such directory in the sandbox: {directory}"
+            ) from exc
         except docker.errors.APIError as exc:
-            raise FileOperationError(f"could not write into {directory}: {exc.explanation}") from exc
+            raise FileOperationError(
+                f"could not write into {directory}: {exc.explanation}"
+            ) from exc
         if not ok:
             raise FileOperationError(f"the engine refused to write into {directory}")
 

@@ -30,7 +30,7 @@ PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port
 # connectable by whichever host user drives the sandbox, so they are bound with an
 # open umask (the run directory's parent on the host is private to that user);
 # the umask is restored before any user code runs.
-LAUNCHER = '''\
+LAUNCHER = """\
 import os
 import tempfile
 
@@ -51,7 +51,7 @@ for module in os.environ.get("KERNEL_SANDBOX_PREIMPORT", "").split(","):
         except Exception:
             pass
 app.start()
-'''
+"""
 
 
 class ConnectionInfo(TypedDict):

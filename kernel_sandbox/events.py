@@ -1,0 +1,81 @@
+"""Events: how a sandbox (and later the agent loop) tells listeners what happened.
+
+Listeners are plain callables (sync or async) that receive one event object; the
+notebook recorder is one of them.  Nothing here knows who listens.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .results import CommandResult, Execution
+
+__all__ = [
+    "Event",
+    "FileOperated",
+    "Listener",
+    "PythonExecuted",
+    "ShellExecuted",
+    "emit",
+]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of every event; ``sandbox_id`` says where it happened."""
+
+    sandbox_id: str
+
+
+@dataclass(frozen=True)
+class PythonExecuted(Event):
+    """``run_python`` finished (in any status)."""
+
+    code: str
+    execution: Execution
+    started_at: float
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ShellExecuted(Event):
+    """``run_shell`` finished."""
+
+    command: str
+    result: CommandResult
+    started_at: float
+    cwd: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FileOperated(Event):
+    """A file operation finished; ``error`` is empty when it succeeded."""
+
+    operation: str
+    path: str
+    started_at: float
+    size: int | None = None
+    error: str = ""
+    detail: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+Listener = Callable[[Event], Any]
+
+
+async def emit(listeners: list[Listener], event: Event) -> None:
+    """Deliver ``event`` to every listener; a failing listener is logged, never raised."""
+    for listener in list(listeners):
+        try:
+            result = listener(event)
+            if inspect.isawaitable(result):
+                await result
+        except Exception:
+            log.warning("event listener %r failed", listener, exc_info=True)
