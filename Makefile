@@ -1,0 +1,34 @@
+# One task runner; the README names these targets.
+PYTHON ?= python3
+PIP ?= $(PYTHON) -m pip
+
+.PHONY: install images run demo test test-unit test-integration lint bench
+
+install:            ## install kernel_sandbox with its dev tools
+	$(PIP) install -q -e ".[dev]"
+
+images: install     ## build the sandbox images that are missing
+	kernel-sandbox images build
+
+run: images         ## the main job: install, build what is missing, run the demo
+	kernel-sandbox demo
+
+demo:
+	kernel-sandbox demo
+
+test:               ## both tiers; the integration tier needs a Docker engine
+	$(PYTHON) -m pytest -q -rfEs
+
+test-unit:
+	$(PYTHON) -m pytest -q tests/unit
+
+test-integration:
+	$(PYTHON) -m pytest -q -rfEs tests/integration
+
+lint:
+	ruff check kernel_sandbox tests bench
+	ruff format --check kernel_sandbox tests bench
+	mypy
+
+bench:              ## performance figures against baselines, printed and written to JSON
+	$(PYTHON) bench/run.py
