@@ -13,6 +13,7 @@ caller and for failures of the machinery underneath::
     ├── SandboxClosedError               the sandbox was closed already
     ├── SandboxNotFoundError(KeyError)   unknown sandbox id (manager API)
     ├── KernelError                      the kernel could not be reached or restarted
+    ├── NotebookError(ValueError)        a notebook file cannot be read or is not valid
     └── FileOperationError(OSError)      a file operation inside the sandbox failed
         └── SandboxFileNotFoundError(FileNotFoundError)
 
@@ -29,6 +30,7 @@ __all__ = [
     "ImageError",
     "ImageNotFoundError",
     "KernelError",
+    "NotebookError",
     "SandboxClosedError",
     "SandboxError",
     "SandboxFileNotFoundError",
@@ -74,6 +76,10 @@ class SandboxNotFoundError(SandboxError, KeyError):
 
 class KernelError(SandboxError):
     """The kernel could not be reached, interrupted or restarted."""
+
+
+class NotebookError(SandboxError, ValueError):
+    """A notebook file cannot be read, is not nbformat v4, or cannot be exported."""
 
 
 class FileOperationError(SandboxError, OSError):
