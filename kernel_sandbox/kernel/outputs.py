@@ -79,13 +79,17 @@ class OutputCollector:
 
 
 def _carriage_return(text: str) -> str:
-    """Apply ``\\r`` the way a terminal would (progress bars overwrite their line)."""
+    """Apply ``\\r`` the way a terminal would (progress bars overwrite their line).
+
+    A trailing ``\\r`` is kept, so the next chunk still overwrites that line.
+    """
     if "\r" not in text:
         return text
     lines = []
     for line in text.split("\n"):
         if "\r" in line:
             pieces = [p for p in line.split("\r") if p]
-            line = pieces[-1] if pieces else ""
+            tail = "\r" if line.endswith("\r") else ""
+            line = (pieces[-1] if pieces else "") + tail
         lines.append(line)
     return "\n".join(lines)

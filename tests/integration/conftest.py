@@ -22,7 +22,7 @@ def _engine():  # type: ignore[no-untyped-def]
         from kernel_sandbox.backends.docker import docker_client
 
         return docker_client()
-    except Exception as exc:  # noqa: BLE001 - reported to the user as the skip/fail reason
+    except Exception as exc:
         return exc
 
 
@@ -33,7 +33,7 @@ def docker_engine():  # type: ignore[no-untyped-def]
     for image in (PYTHON_IMAGE, DATASCIENCE_IMAGE):
         try:
             client.images.get(image)
-        except Exception:  # noqa: BLE001
+        except Exception:
             require(False, f"image {image} missing: run `kernel-sandbox images build`")
     return client
 

@@ -1,0 +1,255 @@
+"""The core sandbox against a real engine and real kernels."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from kernel_sandbox.results import Execution
+from kernel_sandbox.sandbox import AsyncSandbox, runtime_root
+
+pytestmark = pytest.mark.integration
+
+
+async def test_state_persists_between_calls(py_sandbox: AsyncSandbox) -> None:
+    first = await py_sandbox.run_python("x = 41\nprint('set')")
+    second = await py_sandbox.run_python("x + 1")
+    assert first.status == "ok" and first.stdout == "set\n"
+    assert second.status == "ok" and second.result is not None
+    assert second.result["data"]["text/plain"] == "42"
+    assert second.execution_count == (first.execution_count or 0) + 1
+
+
+async def test_matplotlib_plot_comes_back_as_png(sandbox: AsyncSandbox) -> None:
+    ex = await sandbox.run_python(
+        "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('t')\nplt.show()"
+    )
+    assert ex.status == "ok", ex.text
+    images = ex.images("image/png")
+    assert len(images) == 1 and images[0].startswith(b"\x89PNG\r\n\x1a\n")
+    assert "<image/png" in ex.text and "iVBOR" not in ex.text
+
+
+async def test_dataframe_result_has_html_and_plain_text(sandbox: AsyncSandbox) -> None:
+    ex = await sandbox.run_python("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': [3, 4]})")
+    assert ex.status == "ok", ex.text
+    assert ex.result is not None
+    assert "<table" in ex.result["data"]["text/html"]
+    assert "a  b" in ex.result["data"]["text/plain"]
+
+
+async def test_user_error_is_data_with_a_clean_traceback(py_sandbox: AsyncSandbox) -> None:
+    ex = await py_sandbox.run_python("def f():\n    return 1 / 0\nf()")
+    assert ex.status == "error" and not ex.ok
+    assert ex.error is not None and ex.error.ename == "ZeroDivisionError"
+    assert any("return 1 / 0" in line for line in ex.error.traceback)
+    assert "\x1b[" not in "".join(ex.error.traceback)
+    assert "ZeroDivisionError: division by zero" in ex.text
+    assert (await py_sandbox.run_python("1 + 1")).status == "ok"
+
+
+async def test_outputs_keep_order_and_display_updates(py_sandbox: AsyncSandbox) -> None:
+    ex = await py_sandbox.run_python(
+        "import sys\nfrom IPython.display import display, clear_output\n"
+        "print('a', flush=True); print('b', file=sys.stderr, flush=True); print('c', flush=True)\n"
+        "h = display('v1', display_id=True)\nh.update('v2')\n"
+        "'last'"
+    )
+    kinds = [(o["output_type"], o.get("name")) for o in ex.outputs]
+    assert kinds == [
+        ("stream", "stdout"),
+        ("stream", "stderr"),
+        ("stream", "stdout"),
+        ("display_data", None),
+        ("execute_result", None),
+    ]
+    assert ex.outputs[3]["data"]["text/plain"] == "'v2'"
+    cleared = await py_sandbox.run_python(
+        "from IPython.display import clear_output\nprint('gone')\nclear_output()\nprint('kept')"
+    )
+    assert cleared.stdout == "kept\n"
+
+
+async def test_on_output_sees_outputs_as_they_arrive(py_sandbox: AsyncSandbox) -> None:
+    seen_sync: list[str] = []
+    seen_async: list[str] = []
+
+    async def on_async(out: dict) -> None:  # type: ignore[type-arg]
+        seen_async.append(out.get("text", ""))
+
+    code = "import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.05)"
+    await py_sandbox.run_python(code, on_output=lambda o: seen_sync.append(o.get("text", "")))
+    await py_sandbox.run_python(code, on_output=on_async)
+    assert "".join(seen_sync) == "0\n1\n2\n" and len(seen_sync) == 3
+    assert "".join(seen_async) == "0\n1\n2\n"
+
+
+async def test_timeout_interrupts_and_keeps_state(py_sandbox: AsyncSandbox) -> None:
+    await py_sandbox.run_python("kept = 'yes'")
+    ex = await py_sandbox.run_python("import time\nprint('start')\ntime.sleep(60)", timeout=1)
+    assert ex.status == "timeout" and not ex.state_lost
+    assert ex.stdout == "start\n"
+    assert "interrupted" in ex.message and "kept" in ex.message
+    assert (await py_sandbox.run_python("kept")).text == "'yes'"
+
+
+async def test_uninterruptible_code_restarts_the_kernel_and_says_so(
+    make_sandbox,  # type: ignore[no-untyped-def]
+) -> None:
+    sb = await make_sandbox(image="kernel-sandbox:python", interrupt_grace=0.5)
+    await sb.run_python("lost = 1")
+    ex = await sb.run_python(
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)",
+        timeout=1,
+    )
+    assert ex.status == "timeout" and ex.state_lost
+    assert "restarted" in ex.message and "lost" in ex.message
+    after = await sb.run_python("'lost' in dir()")
+    assert after.status == "ok" and after.text == "False"
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        ("import os; os._exit(3)", "exited with code 3"),
+        ("import ctypes; ctypes.string_at(0)", "SIGSEGV"),
+    ],
+)
+async def test_kernel_crash_is_reported_and_recovered(
+    py_sandbox: AsyncSandbox, code: str, reason: str
+) -> None:
+    await py_sandbox.run_python("before = 1")
+    await py_sandbox.files.write("survives.txt", "file")
+    ex = await py_sandbox.run_python(code)
+    assert ex.status == "kernel_died" and ex.state_lost
+    assert reason in ex.message and "restarted" in ex.message
+    after = await py_sandbox.run_python("print('alive')\n'before' in dir()")
+    assert after.stdout == "alive\n" and after.text.endswith("False")
+    assert await py_sandbox.files.read_text("survives.txt") == "file"
+
+
+async def test_out_of_memory_is_named_and_recovered(make_sandbox) -> None:  # type: ignore[no-untyped-def]
+    sb = await make_sandbox(image="kernel-sandbox:python", memory_limit="200m")
+    ex = await sb.run_python("blocks = []\nwhile True:\n    blocks.append(b'x' * 50_000_000)")
+    assert ex.status == "kernel_died"
+    assert "out of memory" in ex.message
+    assert (await sb.run_python("2 * 21")).text == "42"
+
+
+async def test_input_is_a_clear_error_not_a_hang(py_sandbox: AsyncSandbox) -> None:
+    ex = await py_sandbox.run_python("input('name? ')", timeout=10)
+    assert ex.status == "error"
+    assert ex.error is not None and ex.error.ename == "StdinNotImplementedError"
+
+
+async def test_concurrent_calls_are_serialised(py_sandbox: AsyncSandbox) -> None:
+    code = (
+        "import time\nfor i in range(5):\n    print('{tag}', i, flush=True)\n    time.sleep(0.02)"
+    )
+    results: list[Execution] = await asyncio.gather(
+        *(py_sandbox.run_python(code.format(tag=t)) for t in ("A", "B", "C"))
+    )
+    for tag, ex in zip("ABC", results, strict=True):
+        assert ex.stdout == "".join(f"{tag} {i}\n" for i in range(5))
+
+
+async def test_no_network_by_default_and_network_when_enabled(make_sandbox) -> None:  # type: ignore[no-untyped-def]
+    probe = (
+        "import os, socket\n"
+        "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=2); out = 'connected'\n"
+        "except OSError as e:\n    out = type(e).__name__\n"
+        "print(sorted(os.listdir('/sys/class/net')), out)"
+    )
+    closed = await make_sandbox(image="kernel-sandbox:python")
+    ex = await closed.run_python(probe)
+    assert ex.stdout.startswith("['lo']") and "connected" not in ex.stdout
+    opened = await make_sandbox(image="kernel-sandbox:python", network_enabled=True)
+    routes = await opened.run_python("print(open('/proc/net/route').read())")
+    assert "eth0" in routes.stdout and "00000000" in routes.stdout  # a default route exists
+
+
+async def test_runs_as_non_root_without_capabilities(py_sandbox: AsyncSandbox) -> None:
+    ex = await py_sandbox.run_python(
+        "import os, pwd\nst = open('/proc/self/status').read()\n"
+        "cap = [l.split()[1] for l in st.splitlines() if l.startswith('CapEff')][0]\n"
+        "nnp = [l.split()[1] for l in st.splitlines() if l.startswith('NoNewPrivs')][0]\n"
+        "print(pwd.getpwuid(os.getuid()).pw_name, os.getcwd(), cap, nnp)"
+    )
+    assert ex.stdout.split() == ["sandbox", "/sandbox", "0000000000000000", "1"]
+    shell = await py_sandbox.run_shell("id -un")
+    assert shell.stdout.strip() == "sandbox"
+
+
+async def test_shell_exit_codes_streams_cwd_and_env(py_sandbox: AsyncSandbox) -> None:
+    r = await py_sandbox.run_shell("echo out; echo err >&2; exit 7")
+    assert (r.exit_code, r.stdout, r.stderr, r.timed_out) == (7, "out\n", "err\n", False)
+    await py_sandbox.files.mkdir("sub/dir")
+    r = await py_sandbox.run_shell('pwd; echo "$GREETING"', cwd="sub/dir", env={"GREETING": "hi"})
+    assert r.ok and r.stdout == "/sandbox/sub/dir\nhi\n"
+
+
+async def test_shell_timeout_kills_the_whole_process_group(py_sandbox: AsyncSandbox) -> None:
+    r = await py_sandbox.run_shell("sleep 300 & sleep 301 & echo started; wait", timeout=1)
+    assert r.timed_out and not r.ok and r.stdout == "started\n"
+    left = await py_sandbox.run_shell("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '")
+    assert "sleep 30" not in left.stdout
+
+
+async def test_shell_runs_while_the_kernel_is_busy(py_sandbox: AsyncSandbox) -> None:
+    busy = asyncio.create_task(py_sandbox.run_python("import time; time.sleep(3)"))
+    await asyncio.sleep(0.3)
+    r = await py_sandbox.run_shell("echo beside")
+    assert r.stdout == "beside\n" and not busy.done()
+    assert (await busy).status == "ok"
+
+
+async def test_restart_loses_variables_keeps_files(py_sandbox: AsyncSandbox) -> None:
+    await py_sandbox.run_python("v = 1\nopen('f.txt', 'w').write('x')")
+    await py_sandbox.restart()
+    ex = await py_sandbox.run_python("import os\nprint('v' in dir(), os.path.exists('f.txt'))")
+    assert ex.stdout == "False True\n"
+
+
+async def test_close_leaves_no_container_and_no_host_directory(docker_engine) -> None:  # type: ignore[no-untyped-def]
+    sb = await AsyncSandbox.create(
+        image="kernel-sandbox:python", labels={"kernel-sandbox.test": "1"}
+    )
+    container_id, run_dir = sb.container_id, runtime_root() / sb.id
+    assert run_dir.exists()
+    await sb.run_python("1")
+    await sb.close()
+    await sb.close()  # twice is fine
+    assert not run_dir.exists()
+    assert not docker_engine.containers.list(all=True, filters={"id": container_id})
+    with pytest.raises(Exception, match="closed"):
+        await sb.run_python("1")
+
+
+async def test_volumes_and_env_vars_reach_the_sandbox(make_sandbox, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "in.txt").write_text("from host")
+    os.chmod(tmp_path, 0o777)
+    sb = await make_sandbox(
+        image="kernel-sandbox:python",
+        env_vars={"MY_SETTING": "on"},
+        volumes={str(tmp_path): {"bind": "/sandbox/data", "mode": "rw"}},
+    )
+    ex = await sb.run_python(
+        "import os\nprint(open('data/in.txt').read(), os.environ['MY_SETTING'])\n"
+        "open('data/out.txt', 'w').write('from sandbox')"
+    )
+    assert ex.stdout == "from host on\n"
+    assert (tmp_path / "out.txt").read_text() == "from sandbox"
+
+
+async def test_tcp_transport_without_network(make_sandbox) -> None:  # type: ignore[no-untyped-def]
+    sb = await make_sandbox(image="kernel-sandbox:python", transport="tcp")
+    await sb.run_python("y = 2")
+    ex = await sb.run_python("import os\nprint(y * 21, sorted(os.listdir('/sys/class/net')))")
+    assert ex.stdout.startswith("42 ")
+    probe = await sb.run_python(
+        "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 53), timeout=2)\n"
+        "    print('connected')\nexcept OSError:\n    print('blocked')"
+    )
+    assert probe.stdout == "blocked\n"

@@ -1,0 +1,45 @@
+"""SandboxConfig: safe defaults, and bad settings rejected with the setting named."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernel_sandbox.config import SandboxConfig
+from kernel_sandbox.errors import ConfigError, SandboxError
+
+
+def test_defaults_are_the_safe_ones() -> None:
+    c = SandboxConfig()
+    assert (c.image, c.network_enabled, c.memory_limit, c.cpu_limit, c.pids_limit) == (
+        "kernel-sandbox:datascience",
+        False,
+        "1g",
+        1.0,
+        256,
+    )
+    assert (c.user, c.working_dir, c.transport) == ("sandbox", "/sandbox", "ipc")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "needle"),
+    [
+        ("memory_limit", "lots", "memory_limit"),
+        ("working_dir", "rel/path", "working_dir"),
+        ("volumes", {"/x": {"mode": "rw"}}, "bind"),
+        ("cpu_limit", 0, "cpu_limit"),
+    ],
+)
+def test_invalid_settings_name_the_setting(field: str, value: object, needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        SandboxConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def test_overrides_are_validated_and_unknown_fields_refused() -> None:
+    c = SandboxConfig().with_overrides(memory_limit="512M", timeout=5)
+    assert (c.memory_limit, c.timeout) == ("512m", 5)
+    with pytest.raises(ValueError, match="imagee"):
+        SandboxConfig().with_overrides(imagee="x")
+
+
+def test_config_error_is_a_sandbox_error_and_a_value_error() -> None:
+    assert issubclass(ConfigError, SandboxError) and issubclass(ConfigError, ValueError)
