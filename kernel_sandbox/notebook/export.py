@@ -1,0 +1,44 @@
+"""Export a session notebook with nbconvert: HTML to read in a browser, or a Python script.
+
+The HTML is self-contained for outputs: PNG plots are embedded as ``data:`` URIs, so
+the file can be mailed or archived and still shows every plot.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from ..errors import NotebookError
+from .storage import read_notebook
+
+__all__ = ["ExportFormat", "export_notebook"]
+
+ExportFormat = Literal["html", "py"]
+_SUFFIX = {"html": ".html", "py": ".py"}
+
+
+def export_notebook(
+    path: str | os.PathLike[str],
+    to: ExportFormat = "html",
+    output: str | os.PathLike[str] | None = None,
+) -> Path:
+    """Write ``path`` as HTML or Python next to it (or to ``output``); return the new file."""
+    if to not in _SUFFIX:
+        raise NotebookError(f"cannot export to {to!r}; choose 'html' or 'py'")
+    source = Path(path)
+    nb = read_notebook(source)
+    from nbconvert import HTMLExporter, PythonExporter
+
+    exporter = HTMLExporter(embed_images=True) if to == "html" else PythonExporter()
+    try:
+        body, _resources = exporter.from_notebook_node(
+            nb, resources={"metadata": {"name": source.stem}}
+        )
+    except Exception as exc:  # nbconvert raises many unrelated types
+        raise NotebookError(f"nbconvert could not export {source} to {to}: {exc}") from exc
+    target = Path(output) if output is not None else source.with_suffix(_SUFFIX[to])
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(body, encoding="utf-8")
+    return target

@@ -1,0 +1,320 @@
+"""NotebookRecorder: a session, step by step, as a ``.ipynb`` a person can open and re-run.
+
+The recorder only listens: attach it to a sandbox (``sandbox.listeners.append(rec)`` or
+:meth:`NotebookRecorder.attach`) and every ``run_python`` / ``run_shell`` / file
+operation becomes a cell; an agent loop also calls the ``add_*`` methods for messages
+and to attach tool-call ids.  After every step the whole notebook is validated and
+atomically rewritten, so a crash or ``kill -9`` leaves a valid notebook of everything
+up to the last step.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbformat import NotebookNode
+from nbformat.v4 import new_markdown_cell, new_notebook, new_output
+
+from ..errors import NotebookError
+from ..events import Event, FileOperated, PythonExecuted, ShellExecuted
+from ..results import CommandResult, Execution
+from .cells import (
+    META_KEY,
+    file_cell,
+    iso_time,
+    jsonable,
+    message_cell,
+    note_cell,
+    python_cell,
+    shell_cell,
+)
+from .storage import validate_notebook, write_notebook_atomic
+
+__all__ = ["DEFAULT_SESSION_DIR", "FORMAT_VERSION", "NotebookRecorder", "new_session_path"]
+
+#: Where agent sessions are recorded unless told otherwise (relative to the cwd).
+DEFAULT_SESSION_DIR = Path("notebooks") / "sessions"
+#: Version of the ``kernel_sandbox`` metadata layout written into notebooks.
+FORMAT_VERSION = 1
+
+KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+LANGUAGE_INFO = {
+    "name": "python",
+    "file_extension": ".py",
+    "mimetype": "text/x-python",
+    "pygments_lexer": "ipython3",
+    "codemirror_mode": {"name": "ipython", "version": 3},
+    "nbconvert_exporter": "python",
+}
+# Settings worth knowing when reading or replaying a session; never env vars or
+# volumes (they may hold secrets or host paths).
+_RECORDED_SETTINGS = ("image", "working_dir", "user", "network_enabled", "memory_limit", "timeout")
+
+
+def new_session_path(
+    directory: str | os.PathLike[str] = DEFAULT_SESSION_DIR, prefix: str = "session"
+) -> Path:
+    """A fresh, sortable file name for a session: ``DIR/session-20250101-120000-ab12cd.ipynb``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(directory) / f"{prefix}-{stamp}-{secrets.token_hex(3)}.ipynb"
+
+
+class NotebookRecorder:
+    """Records one session into one notebook file, rewritten after every step.
+
+    It is a listener: calling it with a :mod:`~kernel_sandbox.events` event records the
+    step.  The explicit ``add_*`` methods do the same for callers that hold results
+    (the agent loop).  Recording the same ``Execution`` / ``CommandResult`` object
+    twice (once from the sandbox event, once from the agent loop with its tool-call
+    id) gives one cell whose metadata merges both.  Thread-safe.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.path = Path(path) if path is not None else new_session_path()
+        self._lock = threading.RLock()
+        self._recorded: dict[int, tuple[object, NotebookNode]] = {}
+        self._steps = 0
+        now = iso_time()
+        session: dict[str, Any] = {
+            "format_version": FORMAT_VERSION,
+            "session_id": secrets.token_hex(8),
+            "status": "running",
+            "started_at": now,
+            "updated_at": now,
+        }
+        session.update(jsonable(dict(metadata or {})))
+        self._nb: NotebookNode = new_notebook(
+            metadata={
+                "kernelspec": dict(KERNELSPEC),
+                "language_info": dict(LANGUAGE_INFO),
+                META_KEY: session,
+            }
+        )
+        if title:
+            self._nb.cells.append(
+                new_markdown_cell(f"# {title}", metadata={META_KEY: {"kind": "note"}})
+            )
+        self._save()
+
+    # -- wiring -----------------------------------------------------------------------
+
+    @classmethod
+    def attach(
+        cls,
+        sandbox: Any,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        title: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> NotebookRecorder:
+        """Record everything ``sandbox`` (async or blocking) does from now on into ``path``."""
+        inner = getattr(sandbox, "async_sandbox", sandbox)
+        recorder = cls(path, title=title, metadata=metadata)
+        recorder.describe_sandbox(inner)
+        inner.listeners.append(recorder)
+        return recorder
+
+    def detach(self, sandbox: Any) -> None:
+        """Stop recording ``sandbox``; the notebook stays as it is."""
+        inner = getattr(sandbox, "async_sandbox", sandbox)
+        if self in inner.listeners:
+            inner.listeners.remove(self)
+
+    def describe_sandbox(self, sandbox: Any) -> None:
+        """Store the sandbox's id, image and main settings in the notebook metadata."""
+        inner = getattr(sandbox, "async_sandbox", sandbox)
+        config = inner.config
+        settings = {name: getattr(config, name) for name in _RECORDED_SETTINGS}
+        self.set_metadata(
+            image=config.image,
+            kernel_image=inner.image,
+            sandbox_id=inner.id,
+            sandbox=settings,
+        )
+
+    def __call__(self, event: Event) -> None:
+        """Listener entry point: record a sandbox event; other events are ignored."""
+        meta = {"sandbox_id": event.sandbox_id, **getattr(event, "metadata", {})}
+        if isinstance(event, PythonExecuted):
+            self.add_python(event.code, event.execution, meta, started_at=event.started_at)
+        elif isinstance(event, ShellExecuted):
+            self.add_shell(
+                event.command, event.result, meta, cwd=event.cwd, started_at=event.started_at
+            )
+        elif isinstance(event, FileOperated):
+            self.add_file_operation(
+                event.operation,
+                event.path,
+                content=getattr(event, "content", None),
+                size=event.size,
+                error=event.error,
+                detail=event.detail,
+                metadata=meta,
+                started_at=event.started_at,
+            )
+
+    # -- steps ------------------------------------------------------------------------
+
+    def add_user_message(self, text: str, metadata: Mapping[str, Any] | None = None) -> None:
+        """Record what the user asked, as a markdown cell."""
+        self._append(message_cell("user", text, metadata))
+
+    def add_assistant_message(self, text: str, metadata: Mapping[str, Any] | None = None) -> None:
+        """Record what the model said (its answer or its words between tool calls)."""
+        self._append(message_cell("assistant", text, metadata))
+
+    def add_message(self, role: str, text: str, metadata: Mapping[str, Any] | None = None) -> None:
+        """Record a message of any role (e.g. ``system``)."""
+        self._append(message_cell(role, text, metadata))
+
+    def add_note(self, text: str, metadata: Mapping[str, Any] | None = None) -> None:
+        """Record a markdown remark (not a message, never replayed)."""
+        self._append(note_cell(text, metadata))
+
+    def add_python(
+        self,
+        code: str,
+        execution: Execution,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        started_at: float | None = None,
+    ) -> None:
+        """Record one Python execution with its real outputs (see ``cells.python_cell``)."""
+        with self._lock:
+            if self._merge(execution, metadata):
+                return
+            cell = python_cell(code, execution, metadata, started_at)
+            self._remember(execution, cell)
+            self._nb.cells.append(cell)
+            if execution.status in ("timeout", "kernel_died") and execution.message:
+                self._nb.cells.append(
+                    note_cell(f"**{execution.status.replace('_', ' ')}:** {execution.message}")
+                )
+            self._step()
+
+    def add_shell(
+        self,
+        command: str,
+        result: CommandResult,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        cwd: str | None = None,
+        started_at: float | None = None,
+    ) -> None:
+        """Record one shell command as a re-runnable ``%%sh`` cell."""
+        with self._lock:
+            if self._merge(result, metadata):
+                return
+            cell = shell_cell(command, result, cwd, metadata, started_at)
+            self._remember(result, cell)
+            self._nb.cells.append(cell)
+            self._step()
+
+    def add_file_operation(
+        self,
+        operation: str,
+        path: str,
+        *,
+        content: bytes | str | None = None,
+        size: int | None = None,
+        error: str = "",
+        detail: str = "",
+        metadata: Mapping[str, Any] | None = None,
+        started_at: float | None = None,
+    ) -> None:
+        """Record a file operation; pass ``content`` for writes so replay can redo them."""
+        self._append(
+            file_cell(
+                operation,
+                path,
+                content=content,
+                size=size,
+                error=error,
+                detail=detail,
+                metadata=metadata,
+                started_at=started_at,
+            )
+        )
+
+    def set_metadata(self, mapping: Mapping[str, Any] | None = None, **fields: Any) -> None:
+        """Add or change session metadata (model name, image, budgets...) and save."""
+        with self._lock:
+            session = self._nb.metadata[META_KEY]
+            session.update(jsonable({**dict(mapping or {}), **fields}))
+            self._save()
+
+    def finish(self, status: str = "completed", reason: str = "") -> Path:
+        """Mark the session as ended (``completed``, ``budget_exhausted``, ``failed``...)."""
+        self.set_metadata(status=status, reason=reason or None, finished_at=iso_time())
+        return self.path
+
+    # -- reading ----------------------------------------------------------------------
+
+    @property
+    def notebook(self) -> NotebookNode:
+        """A copy of the notebook as recorded so far."""
+        with self._lock:
+            return nbformat.from_dict(jsonable(self._nb))
+
+    @property
+    def steps(self) -> int:
+        """Number of recorded steps (cells added)."""
+        return self._steps
+
+    def __repr__(self) -> str:
+        return f"<NotebookRecorder {str(self.path)!r} steps={self._steps}>"
+
+    # -- internals --------------------------------------------------------------------
+
+    def _append(self, cell: NotebookNode) -> None:
+        with self._lock:
+            self._nb.cells.append(cell)
+            self._step()
+
+    def _remember(self, result: object, cell: NotebookNode) -> None:
+        # Keep the object alive so its id() cannot be reused by a later result.
+        self._recorded[id(result)] = (result, cell)
+
+    def _merge(self, result: object, metadata: Mapping[str, Any] | None) -> bool:
+        known = self._recorded.get(id(result))
+        if known is None or known[0] is not result:
+            return False
+        if metadata:
+            known[1].metadata[META_KEY].update(jsonable(dict(metadata)))
+            self._save()
+        return True
+
+    def _step(self) -> None:
+        self._steps += 1
+        self._nb.metadata[META_KEY]["steps"] = self._steps
+        self._save()
+
+    def _save(self) -> None:
+        self._nb.metadata[META_KEY]["updated_at"] = iso_time()
+        try:
+            validate_notebook(self._nb)
+        except NotebookError as exc:
+            self._repair_last_cell(str(exc))
+        write_notebook_atomic(self._nb, self.path)
+
+    def _repair_last_cell(self, problem: str) -> None:
+        """Keep the notebook valid when a step brought outputs nbformat rejects."""
+        cell = self._nb.cells[-1] if self._nb.cells else None
+        if cell is None or cell.get("cell_type") != "code":
+            raise NotebookError(f"recorder produced an invalid notebook: {problem}")
+        cell.outputs = [
+            new_output("stream", name="stderr", text=f"[outputs not recordable: {problem}]\n")
+        ]
