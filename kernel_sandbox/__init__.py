@@ -20,9 +20,20 @@ from .errors import (
 )
 from .events import Event, FileOperated, PythonExecuted, ShellExecuted
 from .files import AsyncFiles
+from .manager import (
+    DockerSandboxConfig,
+    LocalSandboxManager,
+    SandboxInfo,
+    SandboxManager,
+    SandboxManagerConfig,
+    SandboxManagerFactory,
+    SandboxStatus,
+    SandboxType,
+)
 from .results import CommandResult, Execution, ExecutionError, FileInfo
 from .sandbox import AsyncSandbox
 from .sync import Files, Sandbox
+from .tools import ToolResult, ToolSet
 
 __version__ = "0.1.0"
 
@@ -32,6 +43,7 @@ __all__ = [
     "AsyncSandbox",
     "CommandResult",
     "ConfigError",
+    "DockerSandboxConfig",
     "EngineUnavailableError",
     "Event",
     "Execution",
@@ -43,14 +55,23 @@ __all__ = [
     "ImageError",
     "ImageNotFoundError",
     "KernelError",
+    "LocalSandboxManager",
     "PythonExecuted",
     "Sandbox",
     "SandboxClosedError",
     "SandboxConfig",
     "SandboxError",
     "SandboxFileNotFoundError",
+    "SandboxInfo",
+    "SandboxManager",
+    "SandboxManagerConfig",
+    "SandboxManagerFactory",
     "SandboxNotFoundError",
     "SandboxStartError",
+    "SandboxStatus",
+    "SandboxType",
     "ShellExecuted",
+    "ToolResult",
+    "ToolSet",
     "__version__",
 ]

@@ -1,0 +1,428 @@
+"""The manager API users know from ms-enclave: sandboxes by id, tools by name.
+
+::
+
+    async with SandboxManagerFactory.create_manager() as manager:
+        sandbox_id = await manager.create_sandbox(SandboxType.DOCKER, DockerSandboxConfig(
+            tools_config={"python_executor": {}, "shell_executor": {}, "file_operation": {}},
+        ))
+        tools = await manager.get_sandbox_tools(sandbox_id)        # {name: OpenAI schema}
+        result = await manager.execute_tool(sandbox_id, "python_executor", {"code": "1+1"})
+
+A manager owns the sandboxes it created and removes all of them when the ``async with``
+block ends.  Tool calls never raise (see :mod:`kernel_sandbox.tools`); only mistakes of
+the caller do, such as an unknown sandbox id (``SandboxNotFoundError``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from .backends.base import Backend
+from .config import SandboxConfig
+from .errors import ConfigError, SandboxNotFoundError
+from .sandbox import AsyncSandbox
+from .tools.base import ToolSet, down_reason, make_tools
+from .tools.results import ToolResult
+from .tools.schema import SchemaFormat
+
+__all__ = [
+    "DockerSandboxConfig",
+    "LocalSandboxManager",
+    "SandboxInfo",
+    "SandboxManager",
+    "SandboxManagerConfig",
+    "SandboxManagerFactory",
+    "SandboxManagerType",
+    "SandboxStatus",
+    "SandboxType",
+    "register_manager",
+]
+
+log = logging.getLogger(__name__)
+
+
+class SandboxType(StrEnum):
+    """Kinds of sandbox a manager can create."""
+
+    DOCKER = "docker"
+
+
+class SandboxStatus(StrEnum):
+    """Where a sandbox is in its life."""
+
+    INITIALIZING = "initializing"
+    RUNNING = "running"
+    STOPPED = "stopped"
+    ERROR = "error"
+
+
+class SandboxManagerType(StrEnum):
+    """Kinds of manager; sandboxes always run on the local (or ``DOCKER_HOST``) engine."""
+
+    LOCAL = "local"
+
+
+class DockerSandboxConfig(SandboxConfig):
+    """A sandbox configuration plus the tools the model may use in it.
+
+    ``tools_config`` maps tool names to options, e.g. ``{"python_executor": {"timeout":
+    60}}``; only the named tools are enabled.  ``volumes`` also accepts ms-enclave's short
+    form ``{host_path: "/container/path"}`` (or ``"/container/path:ro"``).
+    """
+
+    tools_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    privileged: bool = Field(default=False, description="Accepted for compatibility; never True.")
+
+    @field_validator("volumes", mode="before")
+    @classmethod
+    def _short_volumes(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        out = {}
+        for host, spec in value.items():
+            if isinstance(spec, str):
+                bind, _, mode = spec.partition(":")
+                spec = {"bind": bind, "mode": mode or "rw"}
+            out[host] = spec
+        return out
+
+    @field_validator("tools_config", mode="before")
+    @classmethod
+    def _null_options(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {name: ({} if opts is None else opts) for name, opts in value.items()}
+        return value
+
+    @field_validator("tools_config")
+    @classmethod
+    def _known_tools(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        try:
+            make_tools(value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("privileged")
+    @classmethod
+    def _never_privileged(cls, value: bool) -> bool:
+        if value:
+            raise ValueError(
+                "privileged containers are not supported: a sandbox must not own its host; "
+                "use network_enabled or volumes for what the code needs"
+            )
+        return value
+
+
+class SandboxManagerConfig(BaseModel):
+    """Settings of a manager."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    labels: dict[str, str] = Field(
+        default_factory=dict, description="Labels added to every sandbox this manager creates."
+    )
+    max_sandboxes: int | None = Field(
+        default=None, ge=1, description="Refuse to create more live sandboxes than this."
+    )
+
+
+class SandboxInfo(BaseModel):
+    """What the manager knows about one sandbox."""
+
+    id: str
+    status: SandboxStatus
+    type: SandboxType
+    image: str
+    container_id: str | None = None
+    config: dict[str, Any] = Field(default_factory=dict)
+    created_at: datetime
+    updated_at: datetime
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    available_tools: dict[str, Any] = Field(default_factory=dict)
+
+
+@dataclass
+class _Entry:
+    id: str
+    type: SandboxType
+    config: DockerSandboxConfig
+    sandbox: AsyncSandbox
+    tools: ToolSet
+    status: SandboxStatus = SandboxStatus.RUNNING
+    created_at: datetime = field(default_factory=datetime.now)
+    updated_at: datetime = field(default_factory=datetime.now)
+
+    def set_status(self, status: SandboxStatus) -> None:
+        self.status = status
+        self.updated_at = datetime.now()
+
+
+def _as_config(config: SandboxConfig | dict[str, Any] | None) -> DockerSandboxConfig:
+    if config is None:
+        return DockerSandboxConfig()
+    if isinstance(config, DockerSandboxConfig):
+        return config
+    data = config.model_dump() if isinstance(config, SandboxConfig) else dict(config)
+    try:
+        return DockerSandboxConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"invalid sandbox configuration: {exc}") from exc
+
+
+class SandboxManager:
+    """Creates sandboxes, hands out their tools, runs tool calls; cleans up on exit."""
+
+    def __init__(
+        self,
+        config: SandboxManagerConfig | None = None,
+        *,
+        backend: Backend | None = None,
+        **settings: Any,
+    ) -> None:
+        try:
+            self.config = config or SandboxManagerConfig(**settings)
+        except ValidationError as exc:
+            raise ConfigError(f"invalid manager settings: {exc}") from exc
+        self._backend = backend
+        self._entries: dict[str, _Entry] = {}
+        self._running = False
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Start the manager (``async with`` does this)."""
+        self._running = True
+
+    async def stop(self) -> None:
+        """Remove every sandbox this manager created (``async with`` does this)."""
+        await self.cleanup_all_sandboxes()
+        self._running = False
+
+    async def __aenter__(self) -> SandboxManager:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    # -- sandboxes ---------------------------------------------------------------
+
+    async def create_sandbox(
+        self,
+        sandbox_type: SandboxType | str = SandboxType.DOCKER,
+        config: SandboxConfig | dict[str, Any] | None = None,
+        sandbox_id: str | None = None,
+    ) -> str:
+        """Start a sandbox with its tools; returns its id.
+
+        Raises ``ConfigError`` for a bad configuration and the ``SandboxError`` of the
+        failure when the container or kernel does not come up.
+        """
+        try:
+            kind = SandboxType(sandbox_type)
+        except ValueError:
+            known = ", ".join(t.value for t in SandboxType)
+            raise ConfigError(
+                f"unknown sandbox type {sandbox_type!r}; use one of: {known}"
+            ) from None
+        cfg = _as_config(config)
+        if sandbox_id is not None and sandbox_id in self._entries:
+            raise ConfigError(f"a sandbox with id {sandbox_id!r} exists already; pick another id")
+        live = sum(e.status == SandboxStatus.RUNNING for e in self._entries.values())
+        if self.config.max_sandboxes is not None and live >= self.config.max_sandboxes:
+            raise ConfigError(
+                f"this manager already runs {live} sandboxes (max_sandboxes="
+                f"{self.config.max_sandboxes}); delete one or raise the limit"
+            )
+        if self.config.labels:
+            cfg = cfg.with_overrides(labels={**self.config.labels, **cfg.labels})  # type: ignore[assignment]
+        self._running = True
+        sandbox = await AsyncSandbox.create(cfg, backend=self._backend)
+        sid = sandbox_id or sandbox.id
+        self._entries[sid] = _Entry(sid, kind, cfg, sandbox, ToolSet(sandbox, cfg.tools_config))
+        log.info("created sandbox %s (image %s)", sid, sandbox.image)
+        return sid
+
+    def _entry(self, sandbox_id: str) -> _Entry:
+        entry = self._entries.get(sandbox_id)
+        if entry is None:
+            known = ", ".join(self._entries) or "none"
+            raise SandboxNotFoundError(
+                f"no sandbox with id {sandbox_id!r} in this manager (known: {known}); "
+                "use the id create_sandbox returned"
+            )
+        return entry
+
+    async def get_sandbox(self, sandbox_id: str) -> AsyncSandbox:
+        """The :class:`AsyncSandbox` behind an id, for direct use."""
+        return self._entry(sandbox_id).sandbox
+
+    def get_toolset(self, sandbox_id: str) -> ToolSet:
+        """The :class:`ToolSet` of a sandbox."""
+        return self._entry(sandbox_id).tools
+
+    async def _info(self, entry: _Entry) -> SandboxInfo:
+        metadata: dict[str, Any] = {"owner": "local"}
+        if entry.status == SandboxStatus.RUNNING:
+            problem = await down_reason(entry.sandbox)
+            if problem:
+                entry.set_status(SandboxStatus.ERROR)
+                metadata["error"] = problem
+        return SandboxInfo(
+            id=entry.id,
+            status=entry.status,
+            type=entry.type,
+            image=entry.sandbox.image,
+            container_id=entry.sandbox.container_id,
+            config=entry.config.model_dump(exclude_none=True),
+            created_at=entry.created_at,
+            updated_at=entry.updated_at,
+            metadata=metadata,
+            available_tools=entry.tools.schema_map(),
+        )
+
+    async def get_sandbox_info(self, sandbox_id: str) -> SandboxInfo:
+        """Status, image, container and tools of one sandbox (the engine is asked)."""
+        return await self._info(self._entry(sandbox_id))
+
+    async def list_sandboxes(self, status_filter: SandboxStatus | None = None) -> list[SandboxInfo]:
+        """Every sandbox of this manager, optionally only those in one status."""
+        infos = [await self._info(e) for e in list(self._entries.values())]
+        return [i for i in infos if status_filter is None or i.status == status_filter]
+
+    async def stop_sandbox(self, sandbox_id: str) -> bool:
+        """Stop a sandbox: its container is removed, its record stays (status ``stopped``).
+
+        Tool calls on a stopped sandbox return an error result.  Returns True.
+        """
+        entry = self._entry(sandbox_id)
+        if entry.status != SandboxStatus.STOPPED:
+            try:
+                await entry.sandbox.close()
+            finally:
+                entry.set_status(SandboxStatus.STOPPED)
+        return True
+
+    async def delete_sandbox(self, sandbox_id: str) -> bool:
+        """Stop a sandbox and forget it.  Returns True."""
+        entry = self._entry(sandbox_id)
+        try:
+            await entry.sandbox.close()
+        finally:
+            self._entries.pop(sandbox_id, None)
+        return True
+
+    async def cleanup_all_sandboxes(self) -> None:
+        """Delete every sandbox of this manager; failures are logged, not raised."""
+        ids = list(self._entries)
+        results = await asyncio.gather(
+            *(self.delete_sandbox(i) for i in ids), return_exceptions=True
+        )
+        for sid, outcome in zip(ids, results, strict=True):
+            if isinstance(outcome, BaseException):
+                log.warning("could not remove sandbox %s: %s", sid, outcome)
+
+    # -- tools -------------------------------------------------------------------
+
+    async def get_sandbox_tools(
+        self, sandbox_id: str, format: SchemaFormat = "chat", *, strict: bool = True
+    ) -> dict[str, Any]:
+        """``{name: schema}`` of the enabled tools; ``list(tools.values())`` is ``tools=``.
+
+        ``format="responses"`` gives the Responses API function format instead.
+        """
+        return self._entry(sandbox_id).tools.schema_map(format, strict=strict)
+
+    async def execute_tool(
+        self, sandbox_id: str, tool_name: str, parameters: dict[str, Any] | str | None
+    ) -> ToolResult:
+        """Run one tool call; ``parameters`` may be a dict or the model's JSON string.
+
+        Every failure of the call is a ``ToolResult`` with ``status="error"``; only an
+        unknown ``sandbox_id`` raises (``SandboxNotFoundError``).
+        """
+        entry = self._entry(sandbox_id)
+        if entry.status == SandboxStatus.STOPPED:
+            return ToolResult.failure(
+                tool_name,
+                f"sandbox {sandbox_id} is stopped; nothing was executed (its files and "
+                "variables are gone, a new sandbox is needed)",
+            )
+        return await entry.tools.execute(tool_name, parameters)
+
+    async def get_stats(self) -> dict[str, Any]:
+        """Counts by status and type."""
+        return {
+            "manager_type": SandboxManagerType.LOCAL.value,
+            "total_sandboxes": len(self._entries),
+            "status_counts": dict(Counter(e.status.value for e in self._entries.values())),
+            "sandbox_types": dict(Counter(e.type.value for e in self._entries.values())),
+            "running": self._running,
+        }
+
+    def __repr__(self) -> str:
+        return f"<SandboxManager {len(self._entries)} sandboxes>"
+
+
+#: ms-enclave's name for the in-process manager.
+LocalSandboxManager = SandboxManager
+
+
+class SandboxManagerFactory:
+    """Creates managers by type, as in ms-enclave; ``create_manager()`` gives a local one."""
+
+    _registry: dict[SandboxManagerType, type[SandboxManager]] = {
+        SandboxManagerType.LOCAL: SandboxManager
+    }
+
+    @classmethod
+    def register(cls, manager_type: SandboxManagerType, manager_class: type) -> None:
+        """Make a manager class available under a type."""
+        cls._registry[manager_type] = manager_class
+
+    @classmethod
+    def create_manager(
+        cls,
+        manager_type: SandboxManagerType | str | None = None,
+        config: SandboxManagerConfig | None = None,
+        **kwargs: Any,
+    ) -> SandboxManager:
+        """A new manager; use it with ``async with`` so its sandboxes are removed."""
+        if kwargs.get("base_url"):
+            raise ConfigError(
+                "kernel_sandbox has no HTTP manager: sandboxes run on the local Docker engine "
+                "(point DOCKER_HOST at a remote engine instead of passing base_url)"
+            )
+        kwargs.pop("base_url", None)
+        try:
+            kind = SandboxManagerType(manager_type or SandboxManagerType.LOCAL)
+        except ValueError:
+            known = ", ".join(t.value for t in cls._registry)
+            raise ConfigError(
+                f"unknown manager type {manager_type!r}; use one of: {known}"
+            ) from None
+        return cls._registry[kind](config, **kwargs)
+
+    @classmethod
+    def get_registered_types(cls) -> list[SandboxManagerType]:
+        """Manager types that can be created."""
+        return list(cls._registry)
+
+
+def register_manager(manager_type: SandboxManagerType) -> Any:
+    """Class decorator registering a manager type with the factory."""
+
+    def decorator(manager_class: type) -> type:
+        SandboxManagerFactory.register(manager_type, manager_class)
+        return manager_class
+
+    return decorator

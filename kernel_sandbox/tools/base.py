@@ -1,0 +1,348 @@
+"""Tools for language models: the Tool base, options, the registry and ToolSet.
+
+A :class:`Tool` is a parameter model (pydantic; it validates arguments *and* produces
+the JSON schema) plus an async ``run`` against an :class:`~kernel_sandbox.AsyncSandbox`.
+A :class:`ToolSet` binds the enabled tools to one sandbox: it hands out schemas in the
+Chat Completions or Responses format and executes calls.  Whatever goes wrong inside a
+call (unknown tool, unparsable JSON, a wrong argument, a dead sandbox, a bug) comes back
+as a :class:`ToolResult` with ``status="error"`` and a message the model can act on.
+Only mistakes of the *caller* (a bad ``tools_config``) raise, as ``ConfigError``.
+
+Tools know the sandbox API and nothing of agents or notebooks.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import ConfigError, SandboxClosedError, SandboxError
+from .results import ToolResult, truncate_middle
+from .schema import SchemaFormat, chat_tool, parameters_schema, responses_tool
+
+if TYPE_CHECKING:
+    from ..sandbox import AsyncSandbox
+
+__all__ = [
+    "Tool",
+    "ToolOptions",
+    "ToolSet",
+    "available_tools",
+    "down_reason",
+    "make_tools",
+    "register_tool",
+]
+
+log = logging.getLogger(__name__)
+
+ToolsConfig = Mapping[str, "Mapping[str, Any] | ToolOptions"]
+
+
+class ToolOptions(BaseModel):
+    """Options every tool accepts in ``tools_config``; tools add their own."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = True
+    description: str | None = Field(
+        default=None, description="Replace the description the model sees."
+    )
+    max_output_chars: int = Field(
+        default=8000,
+        ge=200,
+        description="Longer output is cut head + tail, with a marker saying how much is missing.",
+    )
+
+
+class Tool(abc.ABC):
+    """One function a model can call, run against a sandbox."""
+
+    #: The name the model calls.
+    name: ClassVar[str]
+    #: Arguments: validates calls and produces the JSON schema.
+    Params: ClassVar[type[BaseModel]]
+    #: Options accepted in ``tools_config[name]``.
+    Options: ClassVar[type[ToolOptions]] = ToolOptions
+
+    def __init__(self, options: ToolOptions | Mapping[str, Any] | None = None) -> None:
+        if isinstance(options, ToolOptions):
+            if not isinstance(options, self.Options):
+                options = self.Options.model_validate(options.model_dump())
+            self.options = options
+        else:
+            self.options = self.Options.model_validate(dict(options or {}))
+
+    @abc.abstractmethod
+    def describe(self, sandbox: AsyncSandbox) -> str:
+        """What the model reads about this tool, for this sandbox."""
+
+    def parameter_descriptions(self, sandbox: AsyncSandbox) -> dict[str, str]:
+        """Property descriptions that depend on options or the sandbox."""
+        return {}
+
+    @abc.abstractmethod
+    async def run(self, sandbox: AsyncSandbox, params: Any) -> ToolResult:
+        """Execute validated arguments; may raise, the ToolSet turns that into a result."""
+
+    def description(self, sandbox: AsyncSandbox) -> str:
+        """The configured description, or the built-in one."""
+        return self.options.description or self.describe(sandbox)
+
+    def schema(
+        self, sandbox: AsyncSandbox, format: SchemaFormat = "chat", *, strict: bool = True
+    ) -> dict[str, Any]:
+        """The tool in OpenAI's Chat Completions or Responses function format."""
+        params = parameters_schema(
+            self.Params, strict=strict, descriptions=self.parameter_descriptions(sandbox)
+        )
+        build = chat_tool if format == "chat" else responses_tool
+        return build(self.name, self.description(sandbox), params, strict=strict)
+
+    def validate(self, arguments: Mapping[str, Any]) -> BaseModel:
+        """Validated arguments; raises ``ValidationError``."""
+        return self.Params.model_validate(dict(arguments))
+
+
+_REGISTRY: dict[str, type[Tool]] = {}
+
+
+def register_tool(cls: type[Tool]) -> type[Tool]:
+    """Class decorator: make a tool available by name in ``tools_config``."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def available_tools() -> dict[str, type[Tool]]:
+    """Every registered tool class by name (the built-in ones included)."""
+    from . import files, python, shell  # noqa: F401 - registration happens on import
+
+    return dict(_REGISTRY)
+
+
+def _option_problem(name: str, exc: ValidationError, cls: type[Tool]) -> str:
+    known = ", ".join(cls.Options.model_fields)
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(options)"
+        if err["type"] == "extra_forbidden":
+            problems.append(f"unknown option {where!r} (known: {known})")
+        else:
+            problems.append(f"{where}: {err['msg']}")
+    return f"tools_config[{name!r}]: " + "; ".join(problems)
+
+
+def make_tools(tools_config: ToolsConfig | None = None) -> list[Tool]:
+    """Tool instances for a ``tools_config``; ``None`` means every built-in tool.
+
+    Raises ``ConfigError`` naming the tool or option that is wrong.
+    """
+    registry = available_tools()
+    if tools_config is None:
+        tools_config = {
+            name: {} for name in ("python_executor", "shell_executor", "file_operation")
+        }
+    tools = []
+    for name, options in tools_config.items():
+        cls = registry.get(name)
+        if cls is None:
+            raise ConfigError(
+                f"tools_config names an unknown tool {name!r}; available: {', '.join(registry)}"
+            )
+        if options is None:
+            options = {}
+        if not isinstance(options, Mapping | ToolOptions):
+            raise ConfigError(
+                f"tools_config[{name!r}] must be a dict of options, e.g. {{}}; got {options!r}"
+            )
+        try:
+            tool = cls(options)
+        except ValidationError as exc:
+            raise ConfigError(_option_problem(name, exc, cls)) from exc
+        if tool.options.enabled:
+            tools.append(tool)
+    return tools
+
+
+def _describe_value(value: Any) -> str:
+    text = repr(value)
+    kind = type(value).__name__
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{kind} {text}"
+
+
+def _expected(params: type[BaseModel]) -> str:
+    parts = []
+    for name, field in params.model_fields.items():
+        parts.append(f"{name}{'' if field.is_required() else ' (optional)'}")
+    return ", ".join(parts)
+
+
+def argument_problems(exc: ValidationError) -> list[str]:
+    """Pydantic errors as sentences that name the argument a model got wrong."""
+    problems = []
+    for err in exc.errors():
+        arg = ".".join(str(p) for p in err["loc"])
+        kind = err["type"]
+        got = err.get("input")
+        if kind == "missing":
+            problems.append(f"missing required argument {arg!r}")
+        elif kind == "extra_forbidden":
+            problems.append(f"unexpected argument {arg!r}")
+        elif kind == "literal_error":
+            expected = err.get("ctx", {}).get("expected", "")
+            problems.append(f"argument {arg!r} must be one of {expected}; got {got!r}")
+        elif kind in ("string_type", "float_type", "float_parsing", "int_type", "int_parsing"):
+            want = "a string" if kind == "string_type" else "a number"
+            problems.append(f"argument {arg!r} must be {want}; got {_describe_value(got)}")
+        else:
+            problems.append(f"argument {arg!r}: {err['msg']}; got {_describe_value(got)}")
+    return problems
+
+
+def parse_arguments(arguments: str | Mapping[str, Any] | None) -> dict[str, Any]:
+    """Arguments as a dict; raises ValueError with a sentence for the model."""
+    if arguments is None:
+        return {}
+    if isinstance(arguments, Mapping):
+        return dict(arguments)
+    if not isinstance(arguments, str):
+        raise ValueError(f"arguments must be a JSON object; got {_describe_value(arguments)}")
+    if not arguments.strip():
+        return {}
+    try:
+        parsed = json.loads(arguments)
+    except json.JSONDecodeError as exc:
+        snippet = arguments if len(arguments) <= 80 else arguments[:77] + "..."
+        raise ValueError(
+            f"the arguments are not valid JSON ({exc.msg} at line {exc.lineno} column "
+            f"{exc.colno}): {snippet!r}; send one JSON object with string values escaped"
+        ) from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"the arguments must be a JSON object; got {_describe_value(parsed)}")
+    return parsed
+
+
+class ToolSet:
+    """The enabled tools of one sandbox: schemas for the model, execution of its calls.
+
+    ``tools_config`` maps tool names to their options (``{"python_executor": {}}``);
+    only named tools are enabled.  Without it, every built-in tool is.
+    """
+
+    def __init__(self, sandbox: AsyncSandbox, tools_config: ToolsConfig | None = None) -> None:
+        self.sandbox = sandbox
+        self._tools = {tool.name: tool for tool in make_tools(tools_config)}
+
+    @classmethod
+    def from_tools(cls, sandbox: AsyncSandbox, tools: list[Tool]) -> ToolSet:
+        """A ToolSet of ready-made tool instances (custom tools included)."""
+        toolset = cls(sandbox, {})
+        toolset._tools = {tool.name: tool for tool in tools}
+        return toolset
+
+    @property
+    def names(self) -> list[str]:
+        """Names of the enabled tools."""
+        return list(self._tools)
+
+    def get(self, name: str) -> Tool | None:
+        """The tool called ``name``, if enabled."""
+        return self._tools.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def schema_map(self, format: SchemaFormat = "chat", *, strict: bool = True) -> dict[str, Any]:
+        """``{name: schema}``, as ms-enclave's ``get_sandbox_tools`` returns it."""
+        return {n: t.schema(self.sandbox, format, strict=strict) for n, t in self._tools.items()}
+
+    def schemas(
+        self, format: SchemaFormat = "chat", *, strict: bool = True
+    ) -> list[dict[str, Any]]:
+        """The list to pass as ``tools=`` to ``chat.completions.create`` (or ``responses``)."""
+        return list(self.schema_map(format, strict=strict).values())
+
+    async def execute(self, name: str, arguments: str | Mapping[str, Any] | None) -> ToolResult:
+        """Run one call; never raises (except on cancellation)."""
+        started = time.monotonic()
+        result = await self._execute(name, arguments)
+        result.execution_time = time.monotonic() - started
+        tool = self._tools.get(name)
+        limit = tool.options.max_output_chars if tool else ToolOptions().max_output_chars
+        return _truncate(result, limit)
+
+    async def _execute(self, name: str, arguments: str | Mapping[str, Any] | None) -> ToolResult:
+        tool = self._tools.get(name)
+        if tool is None:
+            available = ", ".join(self._tools) or "none"
+            return ToolResult.failure(
+                str(name), f"unknown tool {name!r}; the available tools are: {available}"
+            )
+        try:
+            raw = parse_arguments(arguments)
+        except ValueError as exc:
+            return ToolResult.failure(name, f"{exc}. Expected arguments: {_expected(tool.Params)}")
+        try:
+            params = tool.validate(raw)
+        except ValidationError as exc:
+            problems = "; ".join(argument_problems(exc))
+            return ToolResult.failure(
+                name, f"invalid arguments: {problems}. Expected arguments: {_expected(tool.Params)}"
+            )
+        try:
+            return await tool.run(self.sandbox, params)
+        except SandboxClosedError as exc:
+            return ToolResult.failure(
+                name, f"the sandbox is no longer running ({exc}); nothing was executed"
+            )
+        except SandboxError as exc:
+            down = await down_reason(self.sandbox)
+            if down:
+                return ToolResult.failure(name, f"the sandbox is not running: {down}")
+            return ToolResult.failure(name, f"the sandbox could not run this call: {exc}")
+        except Exception as exc:  # a bug must not end the agent's session
+            log.exception("tool %s failed", name)
+            return ToolResult.failure(
+                name, f"internal error in {name}: {type(exc).__name__}: {exc}"
+            )
+
+    def __repr__(self) -> str:
+        return f"<ToolSet {self.names} sandbox={getattr(self.sandbox, 'id', '?')}>"
+
+
+async def down_reason(sandbox: AsyncSandbox) -> str | None:
+    """None while the sandbox's container runs, else a sentence saying why it does not."""
+    if sandbox.closed:
+        return "it was closed"
+    if sandbox.container_id is None:
+        return "it has no container"
+    try:
+        state = await sandbox.backend.state(sandbox.container_id)
+    except Exception as exc:  # the engine itself is unreachable
+        return f"the engine cannot be asked about it: {exc}"
+    return None if state.running else state.death_reason()
+
+
+def _truncate(result: ToolResult, limit: int) -> ToolResult:
+    text, omitted = truncate_middle(result.output, limit)
+    if omitted:
+        result.full_output = result.output
+        result.output = text
+        result.metadata["output_truncated"] = True
+        result.metadata["omitted_chars"] = omitted
+    if result.error and len(result.error) > limit:
+        result.error, _ = truncate_middle(result.error, limit)
+    return result

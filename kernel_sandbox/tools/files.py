@@ -1,0 +1,227 @@
+"""file_operation: read, write, list and manage files in the sandbox.
+
+Every call is also reported to ``sandbox.listeners`` as a
+:class:`~kernel_sandbox.events.FileOperated` event, so a notebook recorder can show
+file work that never went through the kernel.
+"""
+
+from __future__ import annotations
+
+import codecs
+import time
+from typing import TYPE_CHECKING, Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ..errors import FileOperationError, SandboxFileNotFoundError
+from ..events import FileOperated, emit
+from ..results import FileInfo
+from .base import Tool, ToolOptions, down_reason, register_tool
+from .results import ToolResult, format_size
+from .schema import SchemaFormat
+from .texts import where_text
+
+if TYPE_CHECKING:
+    from ..sandbox import AsyncSandbox
+
+__all__ = ["FileOperation", "FileOperationOptions", "FileParams", "Operation"]
+
+Operation = Literal["read", "write", "append", "list", "delete", "exists", "mkdir"]
+OPERATIONS: tuple[str, ...] = get_args(Operation)
+
+
+class FileParams(BaseModel):
+    """Arguments of file_operation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    operation: Operation = Field(description="What to do.")
+    file_path: str = Field(description="Path in the sandbox.")
+    content: str | None = Field(default=None, description="Text for write and append.")
+    encoding: str | None = Field(default=None, description="Text encoding; utf-8 when null.")
+
+
+class FileOperationOptions(ToolOptions):
+    """``tools_config["file_operation"]``."""
+
+    operations: tuple[Operation, ...] = Field(
+        default=OPERATIONS,  # type: ignore[arg-type]
+        description="Operations the model may use, e.g. ('read', 'list', 'exists') for read-only.",
+    )
+
+    @field_validator("operations")
+    @classmethod
+    def _not_empty(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("needs at least one operation; disable the tool with enabled=False")
+        return value
+
+
+def _listing(path: str, entries: list[FileInfo]) -> str:
+    if not entries:
+        return f"{path} is empty"
+    width = max(len(e.name) for e in entries) + 2
+    lines = [f"{path} ({len(entries)} {'entry' if len(entries) == 1 else 'entries'})"]
+    for entry in entries:
+        if entry.type == "directory":
+            lines.append(f"{entry.name + '/':<{width}} directory")
+        elif entry.type == "file":
+            lines.append(f"{entry.name:<{width}} {format_size(entry.size)}")
+        else:
+            lines.append(f"{entry.name:<{width}} {entry.type}")
+    return "\n".join(lines)
+
+
+@register_tool
+class FileOperation(Tool):
+    """Files in the sandbox through the engine, beside the kernel."""
+
+    name = "file_operation"
+    Params = FileParams
+    Options = FileOperationOptions
+    options: FileOperationOptions
+
+    def describe(self, sandbox: AsyncSandbox) -> str:
+        ops = self.options.operations
+        known = {
+            "read": "read returns a text file's content",
+            "write": "write creates or replaces a file with `content` (parent directories are "
+            "created)",
+            "append": "append adds `content` to the end of a file",
+            "list": "list shows a directory's entries with sizes",
+            "delete": "delete removes a file or a whole directory",
+            "exists": "exists tells whether a path exists",
+            "mkdir": "mkdir creates a directory and its parents",
+        }
+        return (
+            "Read, write and manage files in the sandbox (text files; use python_executor "
+            "for binary data such as images or parquet). Operations: "
+            + "; ".join(known[op] for op in ops)
+            + ". Files are shared with python_executor and shell_executor. "
+            + where_text(sandbox)
+            + f" Output longer than {self.options.max_output_chars} characters is cut in the "
+            "middle."
+        )
+
+    def parameter_descriptions(self, sandbox: AsyncSandbox) -> dict[str, str]:
+        return {
+            "operation": "One of: " + ", ".join(self.options.operations) + ".",
+            "file_path": (
+                f"File or directory path, absolute or relative to {sandbox.config.working_dir}."
+            ),
+            "content": "The text to write or append; null for other operations.",
+            "encoding": "Text encoding for read, write and append; null means utf-8.",
+        }
+
+    def schema(
+        self, sandbox: AsyncSandbox, format: SchemaFormat = "chat", *, strict: bool = True
+    ) -> dict[str, Any]:
+        schema = super().schema(sandbox, format, strict=strict)
+        params = schema["function"]["parameters"] if format == "chat" else schema["parameters"]
+        params["properties"]["operation"]["enum"] = list(self.options.operations)
+        return schema
+
+    async def run(self, sandbox: AsyncSandbox, params: FileParams) -> ToolResult:  # type: ignore[override]
+        started = time.time()
+        path = sandbox.resolve_path(params.file_path) if params.file_path.strip() else ""
+        result, size = await self._dispatch(sandbox, params, path)
+        if sandbox.listeners:
+            detail = (params.content or "") if params.operation in ("write", "append") else ""
+            if params.operation in ("read", "list", "exists") and result.ok:
+                detail = result.output
+            event = FileOperated(
+                sandbox.id,
+                params.operation,
+                path or params.file_path,
+                started,
+                size=size,
+                error=result.error or "",
+                detail=detail,
+                metadata={"tool": self.name, "encoding": params.encoding or "utf-8"},
+            )
+            await emit(sandbox.listeners, event)
+        return result
+
+    async def _dispatch(
+        self, sandbox: AsyncSandbox, params: FileParams, path: str
+    ) -> tuple[ToolResult, int | None]:
+        op = params.operation
+        fail = ToolResult.failure
+        if op not in self.options.operations:
+            allowed = ", ".join(self.options.operations)
+            return fail(
+                self.name, f"operation {op!r} is not enabled here; use one of: {allowed}"
+            ), None
+        if not path:
+            return fail(self.name, "file_path is empty; give a path such as 'notes.txt'"), None
+        encoding = params.encoding or "utf-8"
+        try:
+            codecs.lookup(encoding)
+        except LookupError:
+            return fail(self.name, f"unknown encoding {encoding!r}; use e.g. 'utf-8'"), None
+        if op in ("write", "append") and params.content is None:
+            return fail(self.name, f"operation {op!r} needs `content` (the text to {op})"), None
+        try:
+            return await self._operate(sandbox, params, path, encoding)
+        except SandboxFileNotFoundError:
+            down = await down_reason(sandbox)
+            if down:
+                return fail(self.name, f"the sandbox is not running: {down}"), None
+            return fail(
+                self.name,
+                f"no such file or directory in the sandbox: {path}; use operation 'list' on "
+                "its parent directory to see what exists",
+                path=path,
+            ), None
+        except FileOperationError as exc:
+            down = await down_reason(sandbox)
+            message = f"the sandbox is not running: {down}" if down else str(exc)
+            return fail(self.name, message, path=path), None
+
+    async def _operate(
+        self, sandbox: AsyncSandbox, params: FileParams, path: str, encoding: str
+    ) -> tuple[ToolResult, int | None]:
+        op, files = params.operation, sandbox.files
+
+        def ok(output: str, **metadata: Any) -> ToolResult:
+            return ToolResult(
+                status="success",
+                tool_name=self.name,
+                output=output,
+                metadata={"path": path, **metadata},
+            )
+
+        if op == "read":
+            data = await files.read(path)
+            try:
+                text = data.decode(encoding)
+            except UnicodeDecodeError as exc:
+                return ToolResult.failure(
+                    self.name,
+                    f"{path} is not {encoding} text ({exc.reason} at byte {exc.start}, "
+                    f"{format_size(len(data))}); open binary files with python_executor",
+                    path=path,
+                ), len(data)
+            return ok(text, size=len(data)), len(data)
+        if op in ("write", "append"):
+            payload = (params.content or "").encode(encoding)
+            if op == "write":
+                await files.write(path, payload)
+                return ok(f"wrote {format_size(len(payload))} to {path}", size=len(payload)), len(
+                    payload
+                )
+            await files.append(path, payload)
+            return ok(f"appended {format_size(len(payload))} to {path}", size=len(payload)), len(
+                payload
+            )
+        if op == "list":
+            entries = await files.list(path)
+            return ok(_listing(path, entries), entries=len(entries)), None
+        if op == "delete":
+            await files.remove(path)
+            return ok(f"deleted {path}"), None
+        if op == "exists":
+            exists = await files.exists(path)
+            return ok(f"{path} {'exists' if exists else 'does not exist'}", exists=exists), None
+        await files.mkdir(path)
+        return ok(f"directory {path} is ready"), None

@@ -1,0 +1,111 @@
+"""shell_executor: run a shell command beside the kernel, as the sandbox user."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .base import Tool, ToolOptions, register_tool
+from .results import ToolResult
+from .texts import limits_text, where_text
+
+if TYPE_CHECKING:
+    from ..sandbox import AsyncSandbox
+
+__all__ = ["ShellExecutor", "ShellExecutorOptions", "ShellParams"]
+
+#: Exit status of ``docker exec`` when the process could not even start.
+_CANNOT_START = 126
+
+
+class ShellParams(BaseModel):
+    """Arguments of shell_executor."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(description="A command for /bin/sh.")
+    timeout: float | None = Field(default=None, gt=0, description="Seconds before it is killed.")
+    cwd: str | None = Field(default=None, description="Directory to run in.")
+
+
+class ShellExecutorOptions(ToolOptions):
+    """``tools_config["shell_executor"]``."""
+
+    timeout: float | None = Field(
+        default=None, gt=0, description="Default timeout; the sandbox's `timeout` when unset."
+    )
+    max_timeout: float = Field(default=600.0, gt=0, description="Upper bound for `timeout`.")
+
+
+@register_tool
+class ShellExecutor(Tool):
+    """A shell command per call; runs even while the Python kernel is busy."""
+
+    name = "shell_executor"
+    Params = ShellParams
+    Options = ShellExecutorOptions
+    options: ShellExecutorOptions
+
+    def default_timeout(self, sandbox: AsyncSandbox) -> float:
+        """The timeout used when the model gives none."""
+        return min(self.options.timeout or sandbox.config.timeout, self.options.max_timeout)
+
+    def describe(self, sandbox: AsyncSandbox) -> str:
+        return (
+            "Run a shell command (/bin/sh -c) in the sandbox as an unprivileged user and get "
+            "its stdout, stderr and exit code. Each call is a fresh shell: `cd` and exported "
+            "variables do not carry over (use `cwd`, or chain commands with &&), but files "
+            "do, and they are shared with python_executor. "
+            f"{where_text(sandbox)} "
+            f"{limits_text(sandbox, self.default_timeout(sandbox), self.options.max_timeout)} "
+            "On timeout the command and its children are killed. Output longer than "
+            f"{self.options.max_output_chars} characters is cut in the middle."
+        )
+
+    def parameter_descriptions(self, sandbox: AsyncSandbox) -> dict[str, str]:
+        return {
+            "command": "The command line, run with /bin/sh -c (pipes and && work).",
+            "timeout": (
+                f"Seconds before the command is killed; null for the default "
+                f"({self.default_timeout(sandbox):g} s, at most {self.options.max_timeout:g})."
+            ),
+            "cwd": (
+                f"Directory to run in, absolute or relative to {sandbox.config.working_dir}; "
+                "null for the working directory."
+            ),
+        }
+
+    async def run(self, sandbox: AsyncSandbox, params: ShellParams) -> ToolResult:  # type: ignore[override]
+        timeout = min(params.timeout or self.default_timeout(sandbox), self.options.max_timeout)
+        result = await sandbox.run_shell(params.command, timeout=timeout, cwd=params.cwd)
+        metadata = {"exit_code": result.exit_code, "timed_out": result.timed_out}
+        if result.exit_code == _CANNOT_START and "chdir to cwd" in result.stdout + result.stderr:
+            where = sandbox.resolve_path(params.cwd or ".")
+            return ToolResult.failure(
+                self.name,
+                f"the directory {where} does not exist in the sandbox; create it first "
+                "(mkdir -p) or pass an existing cwd",
+                **metadata,
+            )
+        parts = [result.stdout.rstrip("\n")]
+        if result.stderr.strip():
+            parts.append(f"[stderr]\n{result.stderr.strip(chr(10))}")
+        output = "\n".join(p for p in parts if p)
+        if result.timed_out:
+            return ToolResult(
+                status="timeout",
+                tool_name=self.name,
+                output=output,
+                error=f"the command timed out after {timeout:g} s and was killed",
+                metadata=metadata,
+            )
+        if result.exit_code != 0:
+            return ToolResult(
+                status="error",
+                tool_name=self.name,
+                output=output,
+                error=f"the command exited with status {result.exit_code}",
+                metadata=metadata,
+            )
+        return ToolResult(status="success", tool_name=self.name, output=output, metadata=metadata)
