@@ -1,0 +1,82 @@
+"""``kernel-sandbox ps`` and ``kernel-sandbox gc``: find and remove sandboxes by label."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import click
+
+from ..backends.docker import DockerBackend
+from ..config import LABEL_PREFIX
+from ..sandbox import runtime_root
+
+
+def _owner_alive(labels: dict[str, str]) -> bool | None:
+    """Whether the process that made a sandbox still runs (None: made on another host)."""
+    if labels.get(f"{LABEL_PREFIX}.owner-host") != socket.gethostname():
+        return None
+    try:
+        os.kill(int(labels.get(f"{LABEL_PREFIX}.owner-pid", "0")), 0)
+    except (ProcessLookupError, ValueError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sandboxes() -> list[dict[str, object]]:
+    return asyncio.run(DockerBackend().list({LABEL_PREFIX: "true"}))
+
+
+@click.command()
+@click.option("-a", "--all", "show_all", is_flag=True, help="Also show stopped sandboxes.")
+def ps(show_all: bool) -> None:
+    """List sandbox containers with their owner process and age."""
+    rows = [r for r in _sandboxes() if show_all or r["state"] == "running"]
+    if not rows:
+        click.echo("no sandboxes")
+        return
+    click.echo(f"{'SANDBOX':<14}{'IMAGE':<30}{'STATE':<10}{'OWNER PID':<12}{'AGE':>8}")
+    for row in rows:
+        labels: dict[str, str] = row["labels"]  # type: ignore[assignment]
+        alive = _owner_alive(labels)
+        owner = labels.get(f"{LABEL_PREFIX}.owner-pid", "?") + (
+            "" if alive else " (gone)" if alive is False else " (remote)"
+        )
+        age = time.time() - float(row["created"] or 0)  # type: ignore[arg-type]
+        click.echo(
+            f"{labels.get(f'{LABEL_PREFIX}.id', '?'):<14}{str(row['image'])[:29]:<30}"
+            f"{row['state']!s:<10}{owner:<12}{age:>7.0f}s"
+        )
+
+
+@click.command()
+@click.option(
+    "--all",
+    "remove_all",
+    is_flag=True,
+    help="Remove every sandbox, even those whose owner still runs.",
+)
+@click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
+def gc(remove_all: bool, dry_run: bool) -> None:
+    """Remove orphaned sandboxes (their owner process is gone) and their host files."""
+    backend = DockerBackend()
+    removed = 0
+    for row in _sandboxes():
+        labels: dict[str, str] = row["labels"]  # type: ignore[assignment]
+        if not remove_all and _owner_alive(labels) is not False:
+            continue
+        name = labels.get(f"{LABEL_PREFIX}.id", str(row["id"])[:12])
+        click.echo(f"{'would remove' if dry_run else 'removing'} sandbox {name}")
+        if not dry_run:
+            asyncio.run(backend.remove(str(row["id"])))
+            run_dir = labels.get(f"{LABEL_PREFIX}.run-dir")
+            if run_dir and Path(run_dir).parent == runtime_root():
+                shutil.rmtree(run_dir, ignore_errors=True)
+        removed += 1
+    click.echo(f"{removed} sandbox(es) {'to remove' if dry_run else 'removed'}")

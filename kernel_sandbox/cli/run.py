@@ -1,0 +1,115 @@
+"""``kernel-sandbox run`` and ``kernel-sandbox shell``: one-off work in a fresh sandbox."""
+
+from __future__ import annotations
+
+import base64
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..config import DEFAULT_IMAGE
+from ..results import output_text
+from ..sync import Sandbox
+
+_EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/svg+xml": "svg", "image/gif": "gif"}
+
+
+def sandbox_options(fn: Any) -> Any:
+    """Options shared by commands that start a sandbox."""
+    fn = click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")(
+        fn
+    )
+    fn = click.option(
+        "--timeout",
+        type=float,
+        default=60,
+        show_default=True,
+        help="Seconds before the code is interrupted.",
+    )(fn)
+    fn = click.option(
+        "--network/--no-network",
+        default=False,
+        show_default=True,
+        help="Give the sandbox network access.",
+    )(fn)
+    return fn
+
+
+def _save_image(output: dict[str, Any], directory: Path, index: int) -> Path | None:
+    for mime, ext in _EXTENSIONS.items():
+        payload = output.get("data", {}).get(mime)
+        if payload is None:
+            continue
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / f"output-{index}.{ext}"
+        if ext == "svg":
+            path.write_text(payload if isinstance(payload, str) else "".join(payload))
+        else:
+            path.write_bytes(base64.b64decode(payload))
+        return path
+    return None
+
+
+@click.command()
+@click.argument(
+    "file", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+)
+@click.option("-c", "--code", help="Code to run instead of a file.")
+@click.option(
+    "--save-images",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Directory for images the code shows.",
+)
+@sandbox_options
+def run(
+    file: Path | None,
+    code: str | None,
+    save_images: Path,
+    image: str,
+    timeout: float,
+    network: bool,
+) -> None:
+    """Run a Python FILE (or -c CODE) in a fresh sandbox; print outputs, save images.
+
+    Exits with status 1 when the code raised, timed out or crashed the kernel.
+    """
+    if (file is None) == (code is None):
+        raise click.UsageError("give either FILE or -c CODE")
+    source = code if code is not None else file.read_text()  # type: ignore[union-attr]
+    saved = 0
+
+    def show(output: dict[str, Any]) -> None:
+        nonlocal saved
+        path = _save_image(output, save_images, saved + 1)
+        if path is not None:
+            saved += 1
+            click.echo(f"[saved {path}]")
+        text = output_text(output)
+        if output.get("output_type") == "stream" and output.get("name") == "stderr":
+            click.echo(text, err=True)
+        elif text and path is None:
+            click.echo(text)
+
+    with Sandbox.create(image=image, network_enabled=network, timeout=timeout) as sb:
+        execution = sb.run_python(source, on_output=show)
+    if execution.message:
+        click.echo(f"[{execution.message}]", err=True)
+    if not execution.ok:
+        sys.exit(1)
+
+
+@click.command()
+@click.argument("command")
+@click.option("--cwd", help="Working directory inside the sandbox (default /sandbox).")
+@sandbox_options
+def shell(command: str, cwd: str | None, image: str, timeout: float, network: bool) -> None:
+    """Run a shell COMMAND in a fresh sandbox; exit with the command's status."""
+    with Sandbox.create(image=image, network_enabled=network, timeout=timeout) as sb:
+        result = sb.run_shell(command, cwd=cwd)
+    click.echo(result.stdout, nl=False)
+    click.echo(result.stderr, nl=False, err=True)
+    sys.exit(124 if result.timed_out else result.exit_code)
