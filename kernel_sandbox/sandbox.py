@@ -10,6 +10,7 @@ busy or dead kernel never blocks them.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import os
 import posixpath
@@ -53,6 +54,23 @@ def runtime_root() -> Path:
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(root, 0o700)
     return root
+
+
+# Sandboxes not closed yet: removed at interpreter exit if their owner forgot to.
+_unclosed: dict[str, AsyncSandbox] = {}
+
+
+@atexit.register
+def _remove_unclosed() -> None:
+    # No event loop or thread pool can be relied on at exit: remove synchronously.
+    for sandbox in list(_unclosed.values()):
+        try:
+            if sandbox.container_id is not None:
+                sandbox.backend.remove_blocking(sandbox.container_id)
+        except Exception:  # exit must go on; `kernel-sandbox gc` finds what is left
+            log.warning("could not remove sandbox %s at exit", sandbox.id, exc_info=True)
+        if sandbox._run_dir is not None:
+            shutil.rmtree(sandbox._run_dir, ignore_errors=True)
 
 
 def _default_backend() -> Backend:
@@ -154,6 +172,7 @@ class AsyncSandbox:
             internal_network=cfg.transport == "tcp" and not cfg.network_enabled,
         )
         self.container_id = await self.backend.start(spec)
+        _unclosed[self.id] = self
         if cfg.transport == "tcp" and not cfg.network_enabled:
             host_info["ip"] = await self.backend.address(self.container_id)
         self._host_info = host_info  # type: ignore[assignment]
@@ -195,6 +214,7 @@ class AsyncSandbox:
         if self._closed:
             return
         self._closed = True
+        _unclosed.pop(self.id, None)
         if self._session is not None:
             self._session.close()
             self._session = None

@@ -89,6 +89,10 @@ class Backend(abc.ABC):
         """Kill and delete the container; a missing container is not an error."""
 
     @abc.abstractmethod
+    def remove_blocking(self, container_id: str) -> None:
+        """``remove`` without an event loop (used at interpreter exit)."""
+
+    @abc.abstractmethod
     async def exec(
         self,
         container_id: str,

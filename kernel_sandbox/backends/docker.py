@@ -121,7 +121,7 @@ class DockerBackend(Backend):
         try:
             api.start(container_id)
         except docker.errors.APIError as exc:
-            self._remove_sync(container_id)
+            self.remove_blocking(container_id)
             raise SandboxStartError(f"the engine could not start the container: {exc}") from exc
         return container_id
 
@@ -158,9 +158,9 @@ class DockerBackend(Backend):
         await _run(_restart)
 
     async def remove(self, container_id: str) -> None:
-        await _run(self._remove_sync, container_id)
+        await _run(self.remove_blocking, container_id)
 
-    def _remove_sync(self, container_id: str) -> None:
+    def remove_blocking(self, container_id: str) -> None:
         try:
             self.api.remove_container(container_id, force=True, v=True)
         except docker.errors.NotFound:

@@ -253,3 +253,24 @@ async def test_tcp_transport_without_network(make_sandbox) -> None:  # type: ign
         "    print('connected')\nexcept OSError:\n    print('blocked')"
     )
     assert probe.stdout == "blocked\n"
+
+
+async def test_unclosed_sandbox_is_removed_when_the_program_exits(docker_engine) -> None:  # type: ignore[no-untyped-def]
+    program = (
+        "import asyncio\nfrom kernel_sandbox import AsyncSandbox\n"
+        "async def main():\n"
+        "    sb = await AsyncSandbox.create(image='kernel-sandbox:python',"
+        " labels={'kernel-sandbox.test': '1'})\n"
+        "    print(sb.id, sb._run_dir)\n"
+        "asyncio.run(main())\n"
+    )
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=True
+    )
+    sandbox_id, run_dir = done.stdout.split()
+    label = f"kernel-sandbox.id={sandbox_id}"
+    assert not docker_engine.containers.list(all=True, filters={"label": label})
+    assert not os.path.exists(run_dir)
