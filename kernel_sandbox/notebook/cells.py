@@ -28,6 +28,7 @@ from typing import Any, Literal
 import nbformat
 from nbformat import NotebookNode
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
+from nbformat.validator import ValidationError
 
 from ..results import CommandResult, Execution
 
@@ -106,6 +107,16 @@ def note_cell(text: str, metadata: Mapping[str, Any] | None = None) -> NotebookN
     return new_markdown_cell(text, metadata=_meta("note", metadata))
 
 
+def _complete(output: dict[str, Any], count: int | None) -> NotebookNode:
+    """Fill fields nbformat requires that hand-made outputs often leave out."""
+    if output.get("output_type") in ("display_data", "execute_result"):
+        output.setdefault("metadata", {})
+        output.setdefault("data", {})
+    if output.get("output_type") == "execute_result":
+        output.setdefault("execution_count", count)
+    return nbformat.from_dict(output)
+
+
 def python_cell(
     code: str,
     execution: Execution,
@@ -113,7 +124,7 @@ def python_cell(
     started_at: float | None = None,
 ) -> NotebookNode:
     """A code cell with the real outputs and execution count of one ``run_python`` call."""
-    outputs = [nbformat.from_dict(jsonable(o)) for o in execution.outputs]
+    outputs = [_complete(jsonable(o), execution.execution_count) for o in execution.outputs]
     meta = _meta(
         "python",
         metadata,
@@ -123,9 +134,15 @@ def python_cell(
         message=execution.message or None,
         started_at=iso_time(started_at) if started_at else None,
     )
-    return new_code_cell(
-        code, execution_count=execution.execution_count, outputs=outputs, metadata=meta
-    )
+    try:
+        return new_code_cell(
+            code, execution_count=execution.execution_count, outputs=outputs, metadata=meta
+        )
+    except ValidationError as exc:  # keep the session recordable whatever the kernel sent
+        note = new_output("stream", name="stderr", text=f"[outputs not recordable: {exc}]\n")
+        return new_code_cell(
+            code, execution_count=execution.execution_count, outputs=[note], metadata=meta
+        )
 
 
 def shell_outputs(result: CommandResult) -> list[NotebookNode]:

@@ -20,9 +20,8 @@ from typing import Any
 
 import nbformat
 from nbformat import NotebookNode
-from nbformat.v4 import new_markdown_cell, new_notebook, new_output
+from nbformat.v4 import new_markdown_cell, new_notebook
 
-from ..errors import NotebookError
 from ..events import Event, FileOperated, PythonExecuted, ShellExecuted
 from ..results import CommandResult, Execution
 from .cells import (
@@ -35,7 +34,7 @@ from .cells import (
     python_cell,
     shell_cell,
 )
-from .storage import validate_notebook, write_notebook_atomic
+from .storage import write_notebook_atomic
 
 __all__ = ["DEFAULT_SESSION_DIR", "FORMAT_VERSION", "NotebookRecorder", "new_session_path"]
 
@@ -304,17 +303,4 @@ class NotebookRecorder:
 
     def _save(self) -> None:
         self._nb.metadata[META_KEY]["updated_at"] = iso_time()
-        try:
-            validate_notebook(self._nb)
-        except NotebookError as exc:
-            self._repair_last_cell(str(exc))
-        write_notebook_atomic(self._nb, self.path)
-
-    def _repair_last_cell(self, problem: str) -> None:
-        """Keep the notebook valid when a step brought outputs nbformat rejects."""
-        cell = self._nb.cells[-1] if self._nb.cells else None
-        if cell is None or cell.get("cell_type") != "code":
-            raise NotebookError(f"recorder produced an invalid notebook: {problem}")
-        cell.outputs = [
-            new_output("stream", name="stderr", text=f"[outputs not recordable: {problem}]\n")
-        ]
+        write_notebook_atomic(self._nb, self.path)  # validates first

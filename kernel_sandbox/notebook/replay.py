@@ -227,7 +227,7 @@ async def replay_notebook(
             await sandbox.close()
     duration = time.monotonic() - started
     report = ReplayReport(chosen, tuple(results), replayed, target, duration)
-    session["replay"].update(
+    replayed.metadata[META_KEY]["replay"].update(
         status="ok" if report.ok else "differs",
         summary=report.summary,
         finished_at=iso_time(),
