@@ -1,0 +1,335 @@
+"""Build kernel-sandbox's images from ``images/``, with or without a registry.
+
+``kernel-sandbox:python`` is built from ``images/python`` on ``python:3.11-slim``; when
+that image can be neither found nor pulled (air-gapped sites), or with ``airgapped``,
+a Debian base is made with debootstrap instead.  ``kernel-sandbox:datascience`` is
+built on ``kernel-sandbox:python``.  pip never needs the network inside a build:
+wheels are downloaded by the host's pip (see :mod:`.wheels`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import docker
+import docker.errors
+
+from ..config import LABEL_PREFIX
+from ..errors import ImageError
+from .wheels import Progress, build_context, download_wheels, probe_python, wheel_cache_dir
+
+__all__ = [
+    "BASE_TAG",
+    "IMAGE_NAMES",
+    "STANDIN_TAG",
+    "BuildReport",
+    "ImageBuilder",
+    "image_exists",
+    "images_dir",
+    "run_build",
+]
+
+log = logging.getLogger("kernel_sandbox.images")
+
+REPOSITORY = "kernel-sandbox"
+#: The registry-less base: Debian made by debootstrap, with Python, venv and pip.
+BASE_TAG = "kernel-sandbox-base:bookworm"
+#: Upstream base of kernel-sandbox:python, and the name of the stand-in we can make.
+STANDIN_TAG = "python:3.11-slim"
+STANDIN_LABEL = f"{LABEL_PREFIX}.standin"
+DEBIAN_SUITE = "bookworm"
+DEBIAN_PACKAGES = "python3,python3-venv,python3-pip,python-is-python3,ca-certificates"
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+#: Our images in build order, each with the image it is built on.
+IMAGE_NAMES: dict[str, str | None] = {"python": None, "datascience": "python"}
+#: Names ``build`` accepts besides our images.
+HELPER_NAMES = ("base", "standin")
+PipMode = Literal["host", "build"]
+
+
+@dataclass(frozen=True)
+class BuildReport:
+    """What ``build`` did for one image: ``built`` or ``present`` (nothing to do)."""
+
+    tag: str
+    action: Literal["built", "present"]
+    image_id: str
+    seconds: float = 0.0
+
+
+def images_dir() -> Path:
+    """The ``images/`` directory with the Dockerfiles (``$KERNEL_SANDBOX_IMAGES``)."""
+    path = Path(os.environ.get("KERNEL_SANDBOX_IMAGES") or Path(__file__).parents[2] / "images")
+    if not (path / "python" / "Dockerfile").is_file():
+        raise ImageError(
+            f"no Dockerfiles under {path}: run from a clone of kernel-sandbox "
+            "(pip install -e .) or set KERNEL_SANDBOX_IMAGES to its images/ directory"
+        )
+    return path
+
+
+def image_exists(client: docker.DockerClient, ref: str) -> dict[str, Any] | None:
+    """The engine's inspect data for ``ref``, or None when it is not present locally."""
+    try:
+        return client.api.inspect_image(ref)  # type: ignore[no-any-return]
+    except docker.errors.ImageNotFound:
+        return None
+
+
+def build_client() -> docker.DockerClient:
+    """A client without a read timeout: a quiet build step may take minutes."""
+    from ..backends.docker import docker_client
+
+    docker_client()  # raises EngineUnavailableError with advice when there is no engine
+    return docker.from_env(timeout=3600)
+
+
+def run_build(
+    context: IO[bytes],
+    *,
+    tag: str,
+    progress: Progress,
+    buildargs: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    network_mode: str | None = None,
+) -> str:
+    """Build a tar ``context`` into ``tag``, streaming the log; return the image id."""
+    tail: deque[str] = deque(maxlen=25)
+    client = build_client()
+    try:
+        stream = client.api.build(
+            fileobj=context,
+            custom_context=True,
+            tag=tag,
+            buildargs=dict(buildargs or {}),
+            labels=dict(labels or {}),
+            network_mode=network_mode,
+            rm=True,
+            forcerm=True,
+            decode=True,
+        )
+        for chunk in stream:
+            if "stream" in chunk:
+                for line in str(chunk["stream"]).splitlines():
+                    if line.strip():
+                        tail.append(line)
+                        progress(line)
+            elif "error" in chunk:
+                log_tail = "\n".join(tail)
+                raise ImageError(f"building {tag} failed: {chunk['error'].strip()}\n{log_tail}")
+    except docker.errors.APIError as exc:
+        raise ImageError(f"the engine refused to build {tag}: {exc.explanation or exc}") from exc
+    finally:
+        context.close()
+        client.close()
+    from ..backends.docker import docker_client
+
+    info = image_exists(docker_client(), tag)
+    if info is None:
+        raise ImageError(f"the build of {tag} ended without an image; log:\n" + "\n".join(tail))
+    return str(info["Id"])
+
+
+class ImageBuilder:
+    """Builds what is missing (or everything named, with ``force``), in order.
+
+    ``repository`` and ``base_tag`` exist so that a from-scratch build can go into
+    other tags than the ones in use (benchmarks, tests).
+    """
+
+    def __init__(
+        self,
+        *,
+        force: bool = False,
+        airgapped: bool = False,
+        pip: PipMode = "host",
+        pip_cert: Path | None = None,
+        progress: Progress | None = None,
+        repository: str = REPOSITORY,
+        base_tag: str = BASE_TAG,
+    ) -> None:
+        from ..backends.docker import docker_client
+
+        self.client = docker_client()
+        self.force, self.airgapped, self.pip, self.pip_cert = force, airgapped, pip, pip_cert
+        self.progress: Progress = progress or log.info
+        self.repository, self.base_tag = repository, base_tag
+
+    def tag(self, name: str) -> str:
+        """The tag of ``name``: one of our images, ``base`` or ``standin``."""
+        if name == "base":
+            return self.base_tag
+        if name == "standin":
+            return STANDIN_TAG
+        return f"{self.repository}:{name}"
+
+    def plan(self, names: Iterable[str]) -> list[str]:
+        """``names`` with what they are built on (when missing) in front, in build order."""
+        order: list[str] = []
+        for name in names:
+            if name not in IMAGE_NAMES and name not in HELPER_NAMES:
+                known = ", ".join([*IMAGE_NAMES, *HELPER_NAMES])
+                raise ImageError(f"unknown image {name!r}; known: {known}")
+            chain = [name]
+            while (parent := IMAGE_NAMES.get(chain[-1])) is not None:
+                chain.append(parent)
+            if name == "standin":
+                chain.append("base")
+            order += [n for n in reversed(chain) if n not in order]
+        return order
+
+    def build(self, names: Iterable[str] = tuple(IMAGE_NAMES)) -> list[BuildReport]:
+        """Build the named images (and what they need) that are missing."""
+        requested = list(names) or list(IMAGE_NAMES)
+        reports: list[BuildReport] = []
+        for name in self.plan(requested):
+            tag = self.tag(name)
+            info = image_exists(self.client, tag)
+            if info is not None and not (self.force and name in requested):
+                reports.append(BuildReport(tag, "present", info["Id"]))
+                continue
+            started = time.monotonic()
+            self.progress(f"==> building {tag}")
+            if name == "base":
+                image_id = self.make_base()
+            elif name == "standin":
+                image_id = self.make_standin()
+            else:
+                image_id = self.build_from_dir(name)
+            reports.append(BuildReport(tag, "built", image_id, time.monotonic() - started))
+            self.progress(f"==> {tag} built in {time.monotonic() - started:.0f} s")
+        return reports
+
+    def build_from_dir(self, name: str) -> str:
+        """Build ``images/NAME/Dockerfile`` into our tag, wheels from the host."""
+        directory = images_dir() / name
+        parent = IMAGE_NAMES[name]
+        base = self.tag(parent) if parent else self.python_base()
+        buildargs = {"BASE_IMAGE": base}
+        extra_dirs: dict[str, Path] = {}
+        extra_files: dict[str, bytes | Path] = {}
+        network_mode = None
+        if self.pip == "host":
+            target = probe_python(self.client, base)
+            wheels = wheel_cache_dir() / f"{name}-{target.key}"
+            requirements = ["-r", str(directory / "requirements.txt")]
+            extra_dirs["build-extras/wheels"] = download_wheels(
+                requirements, wheels, target, self.progress
+            )
+            buildargs["PIP_INSTALL_ARGS"] = "--no-index"
+            network_mode = "none"  # proves the image needs nothing from the network
+        elif self.pip_cert is not None:
+            extra_files["build-extras/ca.pem"] = self.pip_cert
+        context = build_context(directory, extra_dirs=extra_dirs, extra_files=extra_files)
+        return run_build(
+            context,
+            tag=self.tag(name),
+            progress=self.progress,
+            buildargs=buildargs,
+            network_mode=network_mode,
+        )
+
+    def python_base(self) -> str:
+        """``python:3.11-slim`` if present or pullable, else (or if airgapped) our base."""
+        if self.airgapped:
+            return self.ensure_base()
+        if image_exists(self.client, STANDIN_TAG) is not None:
+            return STANDIN_TAG
+        try:
+            self.progress(f"pulling {STANDIN_TAG}")
+            self.client.images.pull(STANDIN_TAG)
+            return STANDIN_TAG
+        except docker.errors.APIError as exc:
+            self.progress(
+                f"cannot pull {STANDIN_TAG} ({exc.explanation or exc}); "
+                "making the base with debootstrap instead (registry-less build)"
+            )
+            return self.ensure_base()
+
+    def ensure_base(self) -> str:
+        """The debootstrap base, made if it is missing."""
+        if image_exists(self.client, self.base_tag) is None:
+            self.progress(f"==> building {self.base_tag}")
+            self.make_base()
+        return self.base_tag
+
+    def make_base(self) -> str:
+        """Debian minbase + Python via debootstrap, imported as ``base_tag``."""
+        if os.geteuid() != 0:
+            raise ImageError(
+                "making the registry-less base runs debootstrap, which needs root: run the "
+                "build as root (e.g. `sudo kernel-sandbox images build --airgapped`), or "
+                f"provide {STANDIN_TAG} (docker pull or docker load) and build without "
+                "--airgapped"
+            )
+        if shutil.which("debootstrap") is None:
+            raise ImageError(
+                "making the registry-less base needs debootstrap: "
+                "`apt-get install -y debootstrap` (Debian/Ubuntu), then build again"
+            )
+        mirror = os.environ.get("KERNEL_SANDBOX_DEBIAN_MIRROR")
+        with tempfile.TemporaryDirectory(prefix="kernel-sandbox-base-", dir="/var/tmp") as tmp:
+            rootfs, archive = Path(tmp) / "rootfs", Path(tmp) / "rootfs.tar"
+            argv = ["debootstrap", "--variant=minbase", f"--include={DEBIAN_PACKAGES}"]
+            argv += [DEBIAN_SUITE, str(rootfs), *([mirror] if mirror else [])]
+            self.progress("$ " + " ".join(argv))
+            _run_logged(argv, self.progress)
+            for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+                for path in (rootfs / junk).glob("*"):
+                    if path.is_file():
+                        path.unlink()
+            _run_logged(["tar", "-C", str(rootfs), "-cf", str(archive), "."], self.progress)
+            repository, _, tag = self.base_tag.rpartition(":")
+            self.progress(f"importing {archive} as {self.base_tag}")
+            build_client().api.import_image(
+                src=str(archive),
+                repository=repository,
+                tag=tag,
+                changes=[f"ENV PATH={DEFAULT_PATH}", "ENV LANG=C.UTF-8", 'CMD ["python3"]'],
+            )
+        info = image_exists(self.client, self.base_tag)
+        if info is None:
+            raise ImageError(
+                f"importing the debootstrap root file system as {self.base_tag} failed"
+            )
+        return str(info["Id"])
+
+    def make_standin(self) -> str:
+        """A plain ``python:3.11-slim`` (no ipykernel) from our base, for tests and CI.
+
+        Debian bookworm's Python is 3.11, so the tag tells the truth about the version.
+        """
+        base = self.ensure_base()
+        dockerfile = (
+            f'FROM {base}\nENV PATH={DEFAULT_PATH} LANG=C.UTF-8\nCMD ["python3"]\n'
+        ).encode()
+        return run_build(
+            build_context(extra_files={"Dockerfile": dockerfile}),
+            tag=STANDIN_TAG,
+            progress=self.progress,
+            labels={STANDIN_LABEL: f"made from {base}, not the upstream image"},
+            network_mode="none",
+        )
+
+
+def _run_logged(argv: list[str], progress: Progress) -> None:
+    tail: deque[str] = deque(maxlen=20)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        tail.append(line.rstrip())
+        if line.startswith(("I: Retrieving", "I: Base system", "E:", "W:")):
+            progress("  " + line.rstrip())
+    if proc.wait() != 0:
+        log_tail = "\n".join(tail)
+        raise ImageError(f"`{' '.join(argv[:2])} ...` failed (exit {proc.returncode}):\n{log_tail}")
