@@ -79,7 +79,8 @@ def read_notebook(path: str | os.PathLike[str]) -> NotebookNode:
         nb: Any = nbformat.read(source, as_version=4)
     except FileNotFoundError as exc:
         raise NotebookError(f"no notebook at {source}") from exc
-    except (OSError, ValueError) as exc:  # NotJSONError and friends are ValueErrors
+    except (OSError, ValueError, ValidationError, KeyError, TypeError, AttributeError) as exc:
+        # nbformat reports bad JSON, unknown versions and failed upgrades in many types
         raise NotebookError(f"cannot read {source} as a Jupyter notebook: {exc}") from exc
     try:
         validate_notebook(nb)
