@@ -86,6 +86,8 @@ class NotebookRecorder:
         self._lock = threading.RLock()
         self._recorded: dict[int, tuple[object, NotebookNode]] = {}
         self._steps = 0
+        # (cell, came from a sandbox event, (operation, path)) of the newest file cell
+        self._last_file: tuple[NotebookNode, bool, tuple[str, str]] | None = None
         now = iso_time()
         session: dict[str, Any] = {
             "format_version": FORMAT_VERSION,
@@ -154,15 +156,16 @@ class NotebookRecorder:
                 event.command, event.result, meta, cwd=event.cwd, started_at=event.started_at
             )
         elif isinstance(event, FileOperated):
-            self.add_file_operation(
+            self._add_file(
                 event.operation,
                 event.path,
-                content=getattr(event, "content", None),
-                size=event.size,
-                error=event.error,
-                detail=event.detail,
-                metadata=meta,
-                started_at=event.started_at,
+                getattr(event, "content", None),
+                event.size,
+                event.error,
+                event.detail,
+                meta,
+                event.started_at,
+                True,
             )
 
     # -- steps ------------------------------------------------------------------------
@@ -234,19 +237,56 @@ class NotebookRecorder:
         metadata: Mapping[str, Any] | None = None,
         started_at: float | None = None,
     ) -> None:
-        """Record a file operation; pass ``content`` for writes so replay can redo them."""
-        self._append(
-            file_cell(
-                operation,
-                path,
-                content=content,
-                size=size,
-                error=error,
-                detail=detail,
-                metadata=metadata,
-                started_at=started_at,
-            )
+        """Record a file operation; pass ``content`` for writes so replay can redo them.
+
+        When the same operation on the same path arrives both as a sandbox event and
+        from the caller (in either order, one right after the other), one cell is kept:
+        the one that can redo the operation, with both metadata merged.
+        """
+        self._add_file(operation, path, content, size, error, detail, metadata, started_at, False)
+
+    def _add_file(
+        self,
+        operation: str,
+        path: str,
+        content: bytes | str | None,
+        size: int | None,
+        error: str,
+        detail: str,
+        metadata: Mapping[str, Any] | None,
+        started_at: float | None,
+        from_event: bool,
+    ) -> None:
+        cell = file_cell(
+            operation,
+            path,
+            content=content,
+            size=size,
+            error=error,
+            detail=detail,
+            metadata=metadata,
+            started_at=started_at,
         )
+        with self._lock:
+            last = self._nb.cells[-1] if self._nb.cells else None
+            twin = self._last_file
+            if (
+                last is not None
+                and twin is not None
+                and twin[0] is last
+                and twin[1] != from_event
+                and twin[2] == (operation, path)
+            ):
+                keep, other = (cell, last) if cell.cell_type == "code" else (last, cell)
+                merged = {**other.metadata[META_KEY], **keep.metadata[META_KEY]}
+                keep.metadata[META_KEY] = merged
+                self._nb.cells[-1] = keep
+                self._last_file = None
+                self._save()
+                return
+            self._nb.cells.append(cell)
+            self._last_file = (cell, from_event, (operation, path))
+            self._step()
 
     def set_metadata(self, mapping: Mapping[str, Any] | None = None, **fields: Any) -> None:
         """Add or change session metadata (model name, image, budgets...) and save."""
@@ -257,7 +297,10 @@ class NotebookRecorder:
 
     def finish(self, status: str = "completed", reason: str = "") -> Path:
         """Mark the session as ended (``completed``, ``budget_exhausted``, ``failed``...)."""
-        self.set_metadata(status=status, reason=reason or None, finished_at=iso_time())
+        fields = {"status": status, "finished_at": iso_time()}
+        if reason:
+            fields["reason"] = reason
+        self.set_metadata(fields)
         return self.path
 
     # -- reading ----------------------------------------------------------------------

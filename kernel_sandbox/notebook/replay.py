@@ -94,7 +94,7 @@ class ReplayReport:
     @property
     def summary(self) -> str:
         """One line: counts per verdict."""
-        verdicts = ("same", "differs", "new error", "unrecorded", "skipped")
+        verdicts: tuple[Verdict, ...] = ("same", "differs", "new error", "unrecorded", "skipped")
         parts = [f"{self.count(v)} {v}" for v in verdicts]
         return ", ".join(p for p in parts if not p.startswith("0 ") or p.endswith("same"))
 

@@ -245,3 +245,21 @@ def test_hand_made_outputs_missing_optional_fields_are_completed(tmp_path: Path)
     cell = read(rec.path).cells[0]
     assert cell.outputs[0].data["image/png"] == PNG
     assert cell.outputs[1].execution_count == 5
+
+
+def test_a_file_write_seen_as_event_and_from_the_caller_is_one_cell(tmp_path: Path) -> None:
+    rec = NotebookRecorder(tmp_path / "s.ipynb")
+    rec(FileOperated("sb", "write", "/sandbox/a.txt", time.time(), size=2))
+    rec.add_file_operation("write", "/sandbox/a.txt", content="1\n", metadata={"tool_call_id": "t"})
+    rec.add_file_operation("append", "/sandbox/a.txt", content="2\n")
+    rec(FileOperated("sb", "append", "/sandbox/a.txt", time.time(), size=2))
+    rec.add_file_operation("append", "/sandbox/a.txt", content="3\n")  # a real second append
+    cells = read(rec.path).cells
+    assert [c.source for c in cells] == [
+        "%%writefile /sandbox/a.txt\n1\n",
+        "%%writefile -a /sandbox/a.txt\n2\n",
+        "%%writefile -a /sandbox/a.txt\n3\n",
+    ]
+    assert cells[0].metadata[META_KEY]["tool_call_id"] == "t"
+    assert cells[0].metadata[META_KEY]["sandbox_id"] == "sb"
+    assert rec.steps == 3
