@@ -6,6 +6,7 @@ that made it; a session-end check removes (and reports) anything left behind.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -44,7 +45,9 @@ def _no_leftover_containers() -> Iterator[None]:
     client = _engine()
     if isinstance(client, Exception):
         return
-    left = client.containers.list(all=True, filters={"label": "kernel-sandbox.test=1"})
+    # Only this process's containers: other test runs may share the engine.
+    mine = ["kernel-sandbox.test=1", f"kernel-sandbox.owner-pid={os.getpid()}"]
+    left = client.containers.list(all=True, filters={"label": mine})
     for container in left:
         container.remove(force=True)
     assert not left, f"tests left containers behind: {[c.name for c in left]}"
