@@ -60,15 +60,13 @@ class FileOperationOptions(ToolOptions):
 def _listing(path: str, entries: list[FileInfo]) -> str:
     if not entries:
         return f"{path} is empty"
-    width = max(len(e.name) for e in entries) + 2
-    lines = [f"{path} ({len(entries)} {'entry' if len(entries) == 1 else 'entries'})"]
-    for entry in entries:
-        if entry.type == "directory":
-            lines.append(f"{entry.name + '/':<{width}} directory")
-        elif entry.type == "file":
-            lines.append(f"{entry.name:<{width}} {format_size(entry.size)}")
-        else:
-            lines.append(f"{entry.name:<{width}} {entry.type}")
+    labels = [e.name + "/" if e.type == "directory" else e.name for e in entries]
+    width = max(len(label) for label in labels) + 2
+    noun = "entry" if len(entries) == 1 else "entries"
+    lines = [f"{path} ({len(entries)} {noun})"]
+    for label, entry in zip(labels, entries, strict=True):
+        kind = {"directory": "directory", "file": format_size(entry.size)}.get(entry.type)
+        lines.append(f"{label:<{width}}{kind or entry.type}")
     return "\n".join(lines)
 
 
