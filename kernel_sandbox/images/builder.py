@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -55,6 +56,7 @@ IMAGE_NAMES: dict[str, str | None] = {"python": None, "datascience": "python"}
 #: Names ``build`` accepts besides our images.
 HELPER_NAMES = ("base", "standin")
 PipMode = Literal["host", "build"]
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the engine colours a step's stderr
 
 
 @dataclass(frozen=True)
@@ -120,7 +122,7 @@ def run_build(
         )
         for chunk in stream:
             if "stream" in chunk:
-                for line in str(chunk["stream"]).splitlines():
+                for line in _ANSI.sub("", str(chunk["stream"])).splitlines():
                     if line.strip():
                         tail.append(line)
                         progress(line)
@@ -158,12 +160,19 @@ class ImageBuilder:
         repository: str = REPOSITORY,
         base_tag: str = BASE_TAG,
     ) -> None:
-        from ..backends.docker import docker_client
-
-        self.client = docker_client()
+        self._client: docker.DockerClient | None = None
         self.force, self.airgapped, self.pip, self.pip_cert = force, airgapped, pip, pip_cert
         self.progress: Progress = progress or log.info
         self.repository, self.base_tag = repository, base_tag
+
+    @property
+    def client(self) -> docker.DockerClient:
+        """The shared engine client (made on first use, so planning needs no engine)."""
+        if self._client is None:
+            from ..backends.docker import docker_client
+
+            self._client = docker_client()
+        return self._client
 
     def tag(self, name: str) -> str:
         """The tag of ``name``: one of our images, ``base`` or ``standin``."""

@@ -177,26 +177,14 @@ def probe_python(client: docker.DockerClient, image: str, name: str | None = Non
     """
     tried: list[str] = []
     for candidate in PYTHON_CANDIDATES:
+        code, out = _run_once(client, image, [candidate, "-c", PROBE])
+        if code is None or code != 0:
+            tried.append(f"`{candidate}`: {out.strip()[-300:] or f'exit status {code}'}")
+            continue
         try:
-            out = client.containers.run(
-                image,
-                ["-c", PROBE],
-                entrypoint=[candidate],
-                user="0",
-                network_disabled=True,
-                remove=True,
-                stdout=True,
-                stderr=False,
-            )
-            info: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
-        except docker.errors.ContainerError as exc:
-            tried.append(f"`{candidate}` exited with {exc.exit_status}")
-            continue
-        except docker.errors.APIError as exc:
-            tried.append(f"`{candidate}`: {exc.explanation or exc}")
-            continue
-        except ValueError:
-            tried.append(f"`{candidate}` printed no description")
+            info: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            tried.append(f"`{candidate}` printed no description: {out.strip()[-200:]}")
             continue
         return PythonTarget(
             version=tuple(info["version"]),  # type: ignore[arg-type]
@@ -212,6 +200,32 @@ def probe_python(client: docker.DockerClient, image: str, name: str | None = Non
         "CPython >= 3.8 with the venv module on the PATH as `python3` or `python`; "
         "use an image that has one, or build FROM kernel-sandbox:python."
     )
+
+
+def _run_once(client: docker.DockerClient, image: str, argv: list[str]) -> tuple[int | None, str]:
+    """Run ``argv`` as root without network; (exit code or None if it never ran, output).
+
+    The low-level API, so that a container whose command cannot start is removed too.
+    """
+    api = client.api
+    container = api.create_container(
+        image,
+        command=argv[1:],
+        entrypoint=argv[:1],
+        user="0",
+        network_disabled=True,
+        labels={"kernel-sandbox.probe": "1"},
+        host_config=api.create_host_config(network_mode="none"),
+    )
+    try:
+        try:
+            api.start(container)
+        except docker.errors.APIError as exc:  # e.g. executable file not found
+            return None, str(exc.explanation or exc)
+        code = int(api.wait(container, timeout=120)["StatusCode"])
+        return code, api.logs(container, stdout=True, stderr=True).decode(errors="replace")
+    finally:
+        api.remove_container(container, force=True)
 
 
 def build_context(
