@@ -169,12 +169,12 @@ class FileOperation(Tool):
                 self.name,
                 f"no such file or directory in the sandbox: {path}; use operation 'list' on "
                 "its parent directory to see what exists",
-                path=path,
+                metadata={"path": path},
             ), None
         except FileOperationError as exc:
             down = await down_reason(sandbox)
             message = f"the sandbox is not running: {down}" if down else str(exc)
-            return fail(self.name, message, path=path), None
+            return fail(self.name, message, metadata={"path": path}), None
 
     async def _operate(
         self, sandbox: AsyncSandbox, params: FileParams, path: str, encoding: str
@@ -198,7 +198,7 @@ class FileOperation(Tool):
                     self.name,
                     f"{path} is not {encoding} text ({exc.reason} at byte {exc.start}, "
                     f"{format_size(len(data))}); open binary files with python_executor",
-                    path=path,
+                    metadata={"path": path},
                 ), len(data)
             return ok(text, size=len(data)), len(data)
         if op in ("write", "append"):

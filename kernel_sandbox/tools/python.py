@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -92,7 +92,7 @@ class PythonExecutor(Tool):
         else:
             status = "error"
             error = execution.message or "the kernel died"
-        metadata = {
+        metadata: dict[str, Any] = {
             "execution_count": execution.execution_count,
             "kernel_status": execution.status,
             "state_lost": execution.state_lost,

@@ -170,11 +170,15 @@ class ToolResult(BaseModel):
         *,
         status: ToolStatus = "error",
         output: str = "",
-        **metadata: Any,
+        metadata: dict[str, Any] | None = None,
     ) -> ToolResult:
         """An error result with a message the model can act on."""
         return cls(
-            status=status, tool_name=tool_name, output=output, error=error, metadata=metadata
+            status=status,
+            tool_name=tool_name,
+            output=output,
+            error=error,
+            metadata=dict(metadata or {}),
         )
 
     def images(self, mime: str = "image/png") -> list[bytes]:

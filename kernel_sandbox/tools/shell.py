@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -79,14 +79,14 @@ class ShellExecutor(Tool):
     async def run(self, sandbox: AsyncSandbox, params: ShellParams) -> ToolResult:  # type: ignore[override]
         timeout = min(params.timeout or self.default_timeout(sandbox), self.options.max_timeout)
         result = await sandbox.run_shell(params.command, timeout=timeout, cwd=params.cwd)
-        metadata = {"exit_code": result.exit_code, "timed_out": result.timed_out}
+        metadata: dict[str, Any] = {"exit_code": result.exit_code, "timed_out": result.timed_out}
         if result.exit_code == _CANNOT_START and "chdir to cwd" in result.stdout + result.stderr:
             where = sandbox.resolve_path(params.cwd or ".")
             return ToolResult.failure(
                 self.name,
                 f"the directory {where} does not exist in the sandbox; create it first "
                 "(mkdir -p) or pass an existing cwd",
-                **metadata,
+                metadata=metadata,
             )
         parts = [result.stdout.rstrip("\n")]
         if result.stderr.strip():

@@ -131,7 +131,7 @@ def test_short_text_is_left_alone() -> None:
 
 
 def test_failure_results_say_what_went_wrong() -> None:
-    result = ToolResult.failure("shell_executor", "no such directory", exit_code=126)
+    result = ToolResult.failure("shell_executor", "no such directory", metadata={"exit_code": 126})
     assert not result.ok
     data = json.loads(result.model_dump_json())
     assert data["status"] == "error"
