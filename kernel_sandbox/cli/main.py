@@ -84,4 +84,4 @@ def main(argv: list[str] | None = None) -> Any:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
