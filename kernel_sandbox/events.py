@@ -56,7 +56,10 @@ class ShellExecuted(Event):
 
 @dataclass(frozen=True)
 class FileOperated(Event):
-    """A file operation finished; ``error`` is empty when it succeeded."""
+    """A file operation finished; ``error`` is empty when it succeeded.
+
+    ``content`` is what a write or append put into the file (so a recorder can redo it).
+    """
 
     operation: str
     path: str
@@ -65,6 +68,7 @@ class FileOperated(Event):
     error: str = ""
     detail: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
+    content: bytes | str | None = None
 
 
 Listener = Callable[[Event], Any]

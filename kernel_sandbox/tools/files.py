@@ -17,7 +17,7 @@ from ..errors import FileOperationError, SandboxFileNotFoundError
 from ..events import FileOperated, emit
 from ..results import FileInfo
 from .base import Tool, ToolOptions, down_reason, register_tool
-from .results import ToolResult, format_size
+from .results import ToolResult, format_size, truncate_middle
 from .schema import SchemaFormat
 from .texts import where_text
 
@@ -28,6 +28,8 @@ __all__ = ["FileOperation", "FileOperationOptions", "FileParams", "Operation"]
 
 Operation = Literal["read", "write", "append", "list", "delete", "exists", "mkdir"]
 OPERATIONS: tuple[str, ...] = get_args(Operation)
+#: Longest ``detail`` (a read file, a listing) put into a FileOperated event.
+_EVENT_DETAIL_CHARS = 2000
 
 
 class FileParams(BaseModel):
@@ -124,9 +126,10 @@ class FileOperation(Tool):
         path = sandbox.resolve_path(params.file_path) if params.file_path.strip() else ""
         result, size = await self._dispatch(sandbox, params, path)
         if sandbox.listeners:
-            detail = (params.content or "") if params.operation in ("write", "append") else ""
-            if params.operation in ("read", "list", "exists") and result.ok:
-                detail = result.output
+            writes = params.operation in ("write", "append")
+            # a recorder gets the text written as ``content`` (to redo the write) and a
+            # short view of the outcome (what was read or listed) as ``detail``
+            detail = truncate_middle(result.output, _EVENT_DETAIL_CHARS)[0] if result.ok else ""
             event = FileOperated(
                 sandbox.id,
                 params.operation,
@@ -136,6 +139,7 @@ class FileOperation(Tool):
                 error=result.error or "",
                 detail=detail,
                 metadata={"tool": self.name, "encoding": params.encoding or "utf-8"},
+                content=params.content if writes else None,
             )
             await emit(sandbox.listeners, event)
         return result

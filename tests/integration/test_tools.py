@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
+import nbformat
 import pytest
 import pytest_asyncio
 
 from kernel_sandbox.events import Event, FileOperated, PythonExecuted, ShellExecuted
+from kernel_sandbox.notebook import NotebookRecorder
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.tools import ToolSet
 from tests.conftest import TEST_LABEL
@@ -168,12 +171,33 @@ async def test_every_call_reaches_the_sandbox_listeners(box: AsyncSandbox, tools
     assert [type(e) for e in events] == [PythonExecuted, ShellExecuted, FileOperated]
     written = events[2]
     assert isinstance(written, FileOperated)
-    assert (written.operation, written.path, written.size, written.detail) == (
+    assert (written.operation, written.path, written.size, written.content) == (
         "write",
         "/sandbox/ev.txt",
         1,
         "x",
     )
+
+
+async def test_a_notebook_recorder_can_redo_file_writes(
+    box: AsyncSandbox, tools: ToolSet, tmp_path: Path
+) -> None:
+    recorder = NotebookRecorder.attach(box, tmp_path / "session.ipynb")
+    try:
+        await tools.execute(
+            "file_operation",
+            {"operation": "write", "file_path": "rec/data.csv", "content": "a,b\n1,2\n"},
+        )
+        await tools.execute("python_executor", {"code": "open('rec/data.csv').read().count(',')"})
+    finally:
+        recorder.finish()
+        box.listeners.remove(recorder)
+    notebook = nbformat.read(tmp_path / "session.ipynb", as_version=4)
+    nbformat.validate(notebook)
+    sources = [c.source for c in notebook.cells if c.cell_type == "code"]
+    assert sources[0].startswith("%%writefile ") and sources[0].endswith("a,b\n1,2\n")
+    assert "rec/data.csv" in sources[0]
+    assert sources[1] == "open('rec/data.csv').read().count(',')"
 
 
 async def test_a_closed_sandbox_gives_error_results(docker_engine: object) -> None:

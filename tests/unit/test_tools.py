@@ -390,12 +390,14 @@ async def test_file_operations_emit_events(tools: ToolSet, sandbox: FakeSandbox)
     assert isinstance(first, FileOperated) and isinstance(third, FileOperated)
     assert isinstance(second, FileOperated)
     assert (second.operation, second.size, second.detail) == ("read", 6, "héllo")
-    assert (first.operation, first.path, first.size, first.detail) == (
+    assert second.content is None
+    assert (first.operation, first.path, first.size, first.content) == (
         "write",
         "/sandbox/notes.txt",
         6,
         "héllo",
     )
+    assert first.detail == "wrote 6 B to /sandbox/notes.txt"
     assert first.metadata["tool"] == "file_operation"
     assert third.error.startswith("no such file")
 
