@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..events import Event, PythonExecuted, ShellExecuted
+from ..events import Event, FileOperated, PythonExecuted, ShellExecuted
 from ..notebook import NotebookRecorder, new_session_path
 from ..sandbox import AsyncSandbox
 from ..tools import ToolResult, ToolSet
@@ -66,6 +66,7 @@ __all__ = ["AgentSession"]
 
 log = logging.getLogger(__name__)
 
+_WRITES = ("write", "append")
 _NOTEBOOK_STATUS = {"completed": "completed", "budget_exhausted": "budget_exhausted"}
 
 
@@ -450,11 +451,24 @@ class AgentSession:
         if recorder is None:
             return
         try:
-            for event in captured:  # same object again: the recorder merges the metadata
+            for event in captured:  # the recorder merges these into the event's cell
                 if isinstance(event, PythonExecuted):
                     recorder.add_python(event.code, event.execution, extra)
                 elif isinstance(event, ShellExecuted):
                     recorder.add_shell(event.command, event.result, extra, cwd=event.cwd)
+                elif isinstance(event, FileOperated):
+                    # the event has no file content; the call's arguments do, so the
+                    # notebook can redo writes (a %%writefile cell)
+                    recorder.add_file_operation(
+                        event.operation,
+                        event.path,
+                        content=_written_content(call) if event.operation in _WRITES else None,
+                        size=event.size,
+                        error=event.error,
+                        detail=event.detail,
+                        metadata=extra,
+                        started_at=event.started_at,
+                    )
             if not captured:
                 recorder.add_note(_failed_call_note(call, result), {**context, **extra})
         except Exception:
@@ -474,6 +488,16 @@ class AgentSession:
 
     def __repr__(self) -> str:
         return f"<AgentSession {self.id} model={self.agent.model!r} turns={self.turns}>"
+
+
+def _written_content(call: ParsedCall) -> str | None:
+    """The ``content`` argument of a file_operation write, if the call has one."""
+    try:
+        arguments = json.loads(call.arguments)
+    except (TypeError, ValueError):
+        return None
+    content = arguments.get("content") if isinstance(arguments, dict) else None
+    return content if isinstance(content, str) else None
 
 
 def _failed_call_note(call: ParsedCall, result: ToolResult) -> str:
