@@ -32,6 +32,7 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 FAST = RetryPolicy(max_retries=2, initial_delay=0.01, max_delay=0.05)
 CSV = "day,sales\n1,10\n2,14\n3,9\n4,20\n"
+LOAD_INLINE = f"import io, pandas as pd\ndf = pd.read_csv(io.StringIO({CSV!r}))\ndf.describe()"
 PLOT = textwrap.dedent(
     """\
     import matplotlib.pyplot as plt
@@ -279,9 +280,7 @@ def test_the_agent_command_runs_a_session_and_writes_a_notebook(docker_engine, t
     with ScriptedOpenAIServer(
         [
             tool_calls(
-                py(
-                    f"import io, pandas as pd\ndf = pd.read_csv(io.StringIO({CSV!r}))\ndf.describe()"
-                ),
+                py(LOAD_INLINE),
                 content="Reading the data first.",
             ),
             tool_calls(py(PLOT)),
