@@ -38,7 +38,8 @@ class Budget(BaseModel):
     ``max_turns`` counts model calls, ``max_tokens`` the total tokens the endpoint
     reports in ``usage`` (prompt + completion, summed over calls), ``max_time`` wall
     seconds.  Limits are checked between steps: a running tool call is not cut short,
-    but a model call never waits past the time limit.
+    but a model call never waits past the time limit.  An endpoint that reports no
+    ``usage`` counts as zero tokens, so ``max_tokens`` then never triggers.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

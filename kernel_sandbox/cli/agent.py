@@ -19,7 +19,7 @@ _PREVIEW = 300
 
 
 def _short(text: str, limit: int = _PREVIEW) -> str:
-    text = text.strip()
+    text = text.strip("\n").rstrip()
     if len(text) <= limit:
         return text
     return text[: limit - 20].rstrip() + f" ... [{len(text) - limit + 20} more chars]"
