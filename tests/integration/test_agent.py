@@ -253,10 +253,12 @@ def test_an_agent_killed_mid_session_leaves_a_valid_notebook(docker_engine, tmp_
         finally:
             if proc.poll() is None:
                 proc.kill()
-            for container in _container_ids(docker_engine, run_label):
+            orphans = _container_ids(docker_engine, run_label)
+            for container in orphans:
                 container.remove(force=True)  # the killed process could not clean up
 
     assert proc.returncode == -signal.SIGKILL
+    assert len(orphans) == 1  # its sandbox, found by label
     nb = read(notebook)  # nbformat.validate accepts what the killed process left
     assert nb.metadata[META_KEY]["status"] == "running"
     code = [c for c in nb.cells if c.cell_type == "code"]
@@ -276,6 +278,19 @@ def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
     )
 
 
+def _agent_cli(docker_engine, *args: str) -> subprocess.CompletedProcess:
+    """``kernel-sandbox agent ...`` on labelled sandboxes; checks it removed its sandbox."""
+    run_label = uuid.uuid4().hex[:12]
+    labels = ("--label", "kernel-sandbox.test=1", "--label", f"kernel-sandbox.test-run={run_label}")
+    try:
+        return _cli("agent", *args, *labels)
+    finally:
+        left = _container_ids(docker_engine, run_label)
+        for container in left:
+            container.remove(force=True)
+        assert not left, "kernel-sandbox agent left its sandbox running"
+
+
 def test_the_agent_command_runs_a_session_and_writes_a_notebook(docker_engine, tmp_path):
     with ScriptedOpenAIServer(
         [
@@ -289,14 +304,13 @@ def test_the_agent_command_runs_a_session_and_writes_a_notebook(docker_engine, t
             ),
         ]
     ) as server:
-        done = _cli(
-            "agent",
+        done = _agent_cli(
+            docker_engine,
             "Describe the sales and plot them",
             "--base-url", server.base_url,
             "--api-key", "test",
             "--model", "scripted-analyst",
             "--notebook-dir", str(tmp_path),
-            "--label", "kernel-sandbox.test=1",
             "--max-turns", "5",
         )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -318,15 +332,14 @@ def test_the_agent_command_runs_a_session_and_writes_a_notebook(docker_engine, t
 
 
 def test_the_agent_command_reports_a_dead_endpoint_in_one_line(docker_engine, tmp_path):
-    done = _cli(
-        "agent",
+    done = _agent_cli(
+        docker_engine,
         "hello",
         "--base-url", "http://127.0.0.1:9/v1",
         "--api-key", "test",
         "--retries", "1",
         "--image", "kernel-sandbox:python",
         "--notebook-dir", str(tmp_path),
-        "--label", "kernel-sandbox.test=1",
     )  # fmt: skip
     assert done.returncode == 1
     errors = [line for line in done.stderr.splitlines() if line.strip()]
