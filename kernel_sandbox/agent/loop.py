@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import os
 import secrets
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..events import Event, FileOperated, PythonExecuted, ShellExecuted
+from ..errors import SandboxClosedError
 from ..notebook import NotebookRecorder, new_session_path
 from ..sandbox import AsyncSandbox
 from ..tools import ToolResult, ToolSet
@@ -58,6 +56,7 @@ from .messages import (
     system_prompt,
     tool_message,
 )
+from .recording import Recording
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
@@ -103,14 +102,12 @@ class AgentSession:
         self.sandbox: AsyncSandbox | None = borrowed(sandbox) or agent.sandbox
         self._owns_sandbox = self.sandbox is None
         self.toolset: ToolSet | None = None
-        self.recorder: NotebookRecorder | None = None
+        self.recording = Recording()
         self._notebook_path = Path(notebook_path) if notebook_path else None
         self.usage = TokenUsage()
         self.turns = 0
         self._client: AsyncOpenAI | None = None
         self._tools: list[dict[str, Any]] = []
-        self._context: dict[str, Any] | None = None
-        self._captured: list[Event] = []
         self._lock = asyncio.Lock()
         self._started = False
         self._closed = False
@@ -118,20 +115,29 @@ class AgentSession:
     # -- lifecycle --------------------------------------------------------------------
 
     @property
+    def recorder(self) -> NotebookRecorder | None:
+        """The session's notebook recorder (None when recording is off)."""
+        return self.recording.recorder
+
+    @property
     def notebook_path(self) -> Path | None:
         """Where the session is recorded (None when recording is off)."""
-        return self.recorder.path if self.recorder else None
+        return self.recording.path
 
     async def start(self) -> None:
         """Create (or adopt) the sandbox and the notebook; ``send`` calls it if needed."""
         if self._started:
             return
         if self._closed:
-            raise RuntimeError("this agent session was closed; start a new one")
+            raise SandboxClosedError("this agent session was closed; start a new one")
         agent = self.agent
         self._client = agent.make_client()
         if self.sandbox is None:
-            self.sandbox = await AsyncSandbox.create(agent.config)
+            try:
+                self.sandbox = await AsyncSandbox.create(agent.config)
+            except BaseException:
+                await self._close_client()
+                raise
         sandbox = self.sandbox
         try:
             self.toolset = ToolSet(sandbox, agent.tools_config)
@@ -145,7 +151,7 @@ class AgentSession:
             self.messages = [{"role": "system", "content": prompt}]
             if agent.record:
                 path = self._notebook_path or new_session_path(agent.notebook_dir)
-                self.recorder = NotebookRecorder(
+                recorder = NotebookRecorder(
                     path,
                     title=f"Agent session ({agent.model})",
                     metadata={
@@ -157,11 +163,13 @@ class AgentSession:
                         "system_prompt": prompt,
                     },
                 )
-                self.recorder.describe_sandbox(sandbox)
-            sandbox.listeners.append(self._on_sandbox_event)
+                recorder.describe_sandbox(sandbox)
+                self.recording = Recording(recorder)
+            sandbox.listeners.append(self.recording.on_sandbox_event)
         except BaseException:
             if self._owns_sandbox:
                 await sandbox.close()
+            await self._close_client()
             raise
         self._started = True
         await self._emit(
@@ -180,14 +188,18 @@ class AgentSession:
             return
         self._closed = True
         sandbox = self.sandbox
-        if sandbox is not None and self._on_sandbox_event in sandbox.listeners:
-            sandbox.listeners.remove(self._on_sandbox_event)
+        if sandbox is not None and self.recording.on_sandbox_event in sandbox.listeners:
+            sandbox.listeners.remove(self.recording.on_sandbox_event)
         try:
             if self._owns_sandbox and sandbox is not None:
                 await sandbox.close()
         finally:
-            if self._client is not None and self.agent.client is None:
-                await self._client.close()
+            await self._close_client()
+
+    async def _close_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None and self.agent.client is None:  # a lent client stays open
+            await client.close()
 
     async def __aenter__(self) -> AgentSession:
         await self.start()
@@ -207,14 +219,16 @@ class AgentSession:
         await self.start()
         async with self._lock:
             tracker = BudgetTracker(self.agent.budget)
-            self._record(NotebookRecorder.set_metadata, {"status": "running"})
+            self.recording.step(NotebookRecorder.set_metadata, {"status": "running"})
             self.messages.append({"role": "user", "content": prompt})
-            self._record(NotebookRecorder.add_user_message, prompt)
+            self.recording.step(NotebookRecorder.add_user_message, prompt)
             try:
                 return await self._work(tracker)
             except BaseException as exc:
                 reason = "interrupted" if not isinstance(exc, Exception) else repr(exc)
-                self._record(NotebookRecorder.finish, "failed", f"the agent stopped: {reason}")
+                self.recording.step(
+                    NotebookRecorder.finish, "failed", f"the agent stopped: {reason}"
+                )
                 raise
 
     async def _work(self, tracker: BudgetTracker) -> AgentResult:
@@ -266,12 +280,12 @@ class AgentSession:
             if not reply.calls:
                 if reply.finish_reason == "length":
                     text += "\n\n[the reply was cut off at the model's output limit]"
-                self._record(NotebookRecorder.add_assistant_message, text, meta)
+                self.recording.step(NotebookRecorder.add_assistant_message, text, meta)
                 await self._emit(AnswerGiven(session_id=self.id, text=text))
                 return await self._finish(tracker, "completed", text, "", None, counters)
             if text:
                 last_text = text
-                self._record(NotebookRecorder.add_assistant_message, text, meta)
+                self.recording.step(NotebookRecorder.add_assistant_message, text, meta)
             results: list[tuple[str, ToolResult]] = []
             for call in reply.calls:
                 hit = tracker.time_hit()
@@ -342,7 +356,8 @@ class AgentSession:
         )
         context = {"tool_call_id": call.id, "tool": call.name, "turn": turn}
         context["model"] = self.agent.model
-        self._context, self._captured = context, []
+        self.recording.begin_call(context)
+        result = ToolResult.failure(call.name, "the call was interrupted")
         try:
             if call.problem:
                 result = ToolResult.failure(call.name or "unknown", call.problem)
@@ -352,8 +367,7 @@ class AgentSession:
             log.exception("tool call %s failed", call.name)
             result = ToolResult.failure(call.name, f"internal error: {type(exc).__name__}: {exc}")
         finally:
-            captured, self._context, self._captured = self._captured, None, []
-        self._record_tool(call, result, captured, context)
+            self.recording.end_call(call, result)
         await self._emit(
             ToolCallFinished(
                 session_id=self.id, turn=turn, call_id=call.id, name=call.name, result=result
@@ -368,7 +382,7 @@ class AgentSession:
     ) -> AgentResult:
         stop = f"[Stopped before a final answer: {hit.message}.]"
         answer = f"{last_text}\n\n{stop}" if last_text else stop
-        self._record(
+        self.recording.step(
             NotebookRecorder.add_note, f"**Stopped:** {hit.message}.", {"budget": hit.kind}
         )
         await self._emit(BudgetExhausted(session_id=self.id, kind=hit.kind, message=hit.message))
@@ -379,7 +393,7 @@ class AgentSession:
     ) -> AgentResult:
         tries = f"{attempts} attempt{'s' if attempts != 1 else ''}"
         reason = f"the model API failed after {tries}: {message}"
-        self._record(
+        self.recording.step(
             NotebookRecorder.add_note, f"**Model API error:** {reason}", {"error": message}
         )
         await self._emit(ModelFailed(session_id=self.id, error=message, attempts=attempts))
@@ -398,7 +412,7 @@ class AgentSession:
             recorder.set_metadata(usage=dataclasses.asdict(self.usage), turns=self.turns)
             recorder.finish(_NOTEBOOK_STATUS.get(status, "failed"), reason)
 
-        self._record(close_notebook)
+        self.recording.step(close_notebook)
         result = AgentResult(
             status=status,
             answer=answer,
@@ -421,93 +435,10 @@ class AgentSession:
         )
         return result
 
-    # -- recording --------------------------------------------------------------------
-
-    def _on_sandbox_event(self, event: Event) -> None:
-        """Sandbox listener: tag events of the running tool call, then record them."""
-        context = self._context
-        if context is not None:
-            metadata = {**getattr(event, "metadata", {}), **context}
-            event = dataclasses.replace(event, metadata=metadata)  # type: ignore[call-arg]
-            self._captured.append(event)
-        if self.recorder is not None:
-            self.recorder(event)
-
-    def _record_tool(
-        self,
-        call: ParsedCall,
-        result: ToolResult,
-        captured: list[Event],
-        context: dict[str, Any],
-    ) -> None:
-        """Add the call's outcome to the cell its sandbox event made; or a note if none."""
-        extra: dict[str, Any] = {
-            "tool_status": result.status,
-            "execution_time": round(result.execution_time, 4),
-        }
-        if result.error:
-            extra["tool_error"] = result.error
-        recorder = self.recorder
-        if recorder is None:
-            return
-        try:
-            for event in captured:  # the recorder merges these into the event's cell
-                if isinstance(event, PythonExecuted):
-                    recorder.add_python(event.code, event.execution, extra)
-                elif isinstance(event, ShellExecuted):
-                    recorder.add_shell(event.command, event.result, extra, cwd=event.cwd)
-                elif isinstance(event, FileOperated):
-                    # the event has no file content; the call's arguments do, so the
-                    # notebook can redo writes (a %%writefile cell)
-                    recorder.add_file_operation(
-                        event.operation,
-                        event.path,
-                        content=_written_content(call) if event.operation in _WRITES else None,
-                        size=event.size,
-                        error=event.error,
-                        detail=event.detail,
-                        metadata=extra,
-                        started_at=event.started_at,
-                    )
-            if not captured:
-                recorder.add_note(_failed_call_note(call, result), {**context, **extra})
-        except Exception:
-            log.warning("recording tool call %s failed", call.id, exc_info=True)
-
-    def _record(self, step: Callable[..., object], *args: Any) -> None:
-        """Run one recorder method; a recording failure is logged, never ends the task."""
-        if self.recorder is None:
-            return
-        try:
-            step(self.recorder, *args)
-        except Exception:
-            log.warning("recording to %s failed", self.recorder.path, exc_info=True)
+    # -- events ---------------------------------------------------------------------
 
     async def _emit(self, event: AgentEvent) -> None:
         await emit_agent_event(self.listeners, event)
 
     def __repr__(self) -> str:
         return f"<AgentSession {self.id} model={self.agent.model!r} turns={self.turns}>"
-
-
-def _written_content(call: ParsedCall) -> str | None:
-    """The ``content`` argument of a file_operation write, if the call has one."""
-    try:
-        arguments = json.loads(call.arguments)
-    except (TypeError, ValueError):
-        return None
-    content = arguments.get("content") if isinstance(arguments, dict) else None
-    return content if isinstance(content, str) else None
-
-
-def _failed_call_note(call: ParsedCall, result: ToolResult) -> str:
-    """Markdown for a call that never reached the sandbox (bad name or arguments)."""
-    try:
-        shown = json.dumps(json.loads(call.arguments), indent=2)
-    except (TypeError, ValueError):
-        shown = call.arguments
-    why = result.error or result.output or result.status
-    return (
-        f"*Tool call* `{call.name or '?'}` (`{call.id}`) was not executed: {why}\n\n"
-        f"```json\n{shown}\n```"
-    )
