@@ -94,7 +94,9 @@ class Agent:
     must accept image input); without it the model sees named placeholders.  Sessions
     are recorded as notebooks in ``notebook_dir`` unless ``record=False``.  ``client``
     replaces the OpenAI client built from ``base_url`` / ``api_key``; its own retries
-    are switched off, since ``retry`` governs them.
+    are switched off, since ``retry`` governs them.  An ``AsyncSandbox`` belongs to the
+    event loop that created it: lend one to :meth:`arun` / :meth:`session`, and a
+    blocking ``Sandbox`` to :meth:`run`.
     """
 
     def __init__(
