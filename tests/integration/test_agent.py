@@ -209,6 +209,18 @@ async def test_a_turn_budget_stops_an_endless_session(sandbox, tmp_path):
     assert nb.metadata[META_KEY]["status"] == "budget_exhausted"
 
 
+def test_blocking_run_with_a_blocking_sandbox_keeps_it_running(docker_engine, tmp_path):
+    from kernel_sandbox import Sandbox
+
+    with Sandbox.create(image="kernel-sandbox:python", labels=TEST_LABEL) as sandbox:
+        with ScriptedOpenAIServer(
+            [tool_calls(py("answer = 6 * 7")), lambda r: text("set")]
+        ) as server:
+            result = agent_for(server, tmp_path, sandbox=sandbox).run("set a variable")
+        assert result.ok and not sandbox.closed
+        assert sandbox.run_python("answer").result["data"]["text/plain"] == "42"
+
+
 def _container_ids(docker_engine, run_label: str) -> list:
     return docker_engine.containers.list(
         all=True, filters={"label": f"kernel-sandbox.test-run={run_label}"}
