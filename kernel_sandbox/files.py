@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import posixpath
 import tarfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -107,6 +108,7 @@ class AsyncFiles:
         with tarfile.open(fileobj=buffer, mode="w") as tar:
             info = tarfile.TarInfo(posixpath.basename(full))
             info.size, info.mode, info.uid, info.gid = len(payload), 0o644, uid, gid
+            info.mtime = int(time.time())
             tar.addfile(info, io.BytesIO(payload))
         assert self._sandbox.container_id is not None
         await self._sandbox.backend.put_archive(

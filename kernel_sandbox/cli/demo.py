@@ -1,7 +1,15 @@
-"""``kernel-sandbox demo``: the README's main job, runnable on a fresh machine."""
+"""``kernel-sandbox demo``: the README's main job, runnable on a fresh machine.
+
+Without an API key it shows the sandbox (state kept across calls, a plot's PNG brought
+back) and replays the example agent session shipped in ``notebooks/`` in a fresh
+sandbox, writing the replayed notebook and its HTML.  With ``OPENAI_API_KEY`` set it
+runs a live agent session on the same data instead of the replay.
+"""
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -10,6 +18,13 @@ import click
 from ..config import DEFAULT_IMAGE
 from ..sync import Sandbox
 
+EXAMPLE = Path("notebooks") / "example-analysis.ipynb"
+DATA = Path("notebooks") / "data" / "sales.csv"
+LIVE_PROMPT = (
+    "There is a CSV file at /sandbox/sales.csv with a month of daily sales for three "
+    "regions. Load it, describe it, plot units sold per region over time and tell me "
+    "which region grows fastest."
+)
 PLOT = """\
 import matplotlib.pyplot as plt
 import numpy as np
@@ -45,6 +60,44 @@ def sandbox_tour(image: str, output: Path) -> None:
     click.echo("sandbox closed: container and host files removed")
 
 
+def replay_example(image: str, output: Path) -> bool:
+    """Replay the shipped example session; write the new notebook and its HTML."""
+    from ..notebook import export_notebook, replay
+
+    if not EXAMPLE.exists():
+        raise click.ClickException(f"{EXAMPLE} not found: run the demo from the repository root")
+    target = output / "example-analysis.replayed.ipynb"
+    click.echo(f"\nreplaying the recorded agent session {EXAMPLE} in a fresh sandbox ...")
+    report = replay(
+        EXAMPLE,
+        image=image,
+        output=target,
+        on_cell=lambda c: click.echo(f"  [{c.number:>2}] {c.verdict:<9} {c.headline}"),
+    )
+    html = export_notebook(target, "html")
+    click.echo(f"  {report.summary}")
+    click.echo(f"  replayed notebook: {target}\n  as HTML (plots inline): {html}")
+    return report.ok
+
+
+def live_session(image: str, output: Path, model: str | None) -> bool:
+    """Run a live agent session on the example data; record and export it."""
+    from ..agent import Agent
+    from ..notebook import export_notebook
+    from .agent import Progress
+
+    with Sandbox.create(image=image) as sb:
+        sb.files.upload(DATA, "sales.csv")
+        agent = Agent(model=model, sandbox=sb, notebook_dir=output, listeners=[Progress()])
+        click.echo(f"\nlive agent session with {agent.model} (OPENAI_API_KEY is set) ...")
+        result = agent.run(LIVE_PROMPT)
+    click.echo(f"\n{result.answer}")
+    if result.notebook_path:
+        html = export_notebook(result.notebook_path, "html")
+        click.echo(f"\nnotebook: {result.notebook_path}\nas HTML: {html}")
+    return result.ok
+
+
 @click.command()
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
 @click.option(
@@ -54,6 +107,17 @@ def sandbox_tour(image: str, output: Path) -> None:
     show_default=True,
     help="Where the demo writes what it produced.",
 )
-def demo(image: str, output: Path) -> None:
-    """Run the demo: a stateful sandbox that draws a plot and hands back the PNG."""
+@click.option(
+    "--live/--replay",
+    default=None,
+    help="Live agent session (default when OPENAI_API_KEY is set) or replay.",
+)
+@click.option("--model", help="Model for the live session (default: $KERNEL_SANDBOX_MODEL).")
+def demo(image: str, output: Path, live: bool | None, model: str | None) -> None:
+    """Run the demo: a stateful sandbox, then an agent session as a notebook."""
     sandbox_tour(image, output)
+    if live is None:
+        live = bool(os.environ.get("OPENAI_API_KEY"))
+    ok = live_session(image, output, model) if live else replay_example(image, output)
+    if not ok:
+        sys.exit(1)

@@ -6,6 +6,7 @@ the file can be mailed or archived and still shows every plot.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Literal
@@ -32,6 +33,8 @@ def export_notebook(
     from nbconvert import HTMLExporter, PythonExporter
 
     exporter = HTMLExporter(embed_images=True) if to == "html" else PythonExporter()
+    # nbconvert logs a warning per plot without alt text; a session's plots have none.
+    logging.getLogger("traitlets").setLevel(logging.ERROR)
     try:
         body, _resources = exporter.from_notebook_node(
             nb, resources={"metadata": {"name": source.stem}}
