@@ -84,7 +84,8 @@ def main() -> None:
             call(
                 "python_executor",
                 {
-                    "code": "import pandas as pd\ndf = pd.read_csv('sales.csv', parse_dates=['date'])\n"
+                    "code": "import pandas as pd\n"
+                    "df = pd.read_csv('sales.csv', parse_dates=['date'])\n"
                     "df['revenue'] = df.units * df.price\ndf.head()"
                 },
             )
