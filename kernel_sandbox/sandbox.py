@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import logging
 import os
 import posixpath
@@ -35,7 +36,7 @@ from .kernel.connection import (
     launch_command,
     new_connection_info,
 )
-from .results import CommandResult, Execution, ExecutionError, strip_ansi
+from .results import CommandResult, Execution, ExecutionError, ExecutionStatus, strip_ansi
 
 __all__ = ["AsyncSandbox", "runtime_root"]
 
@@ -171,8 +172,18 @@ class AsyncSandbox:
             published_ports=published,
             internal_network=cfg.transport == "tcp" and not cfg.network_enabled,
         )
-        self.container_id = await self.backend.start(spec)
-        _unclosed[self.id] = self
+        # The engine call goes on in its thread even if we are cancelled: wait for it, so
+        # that close() knows the container and removes it instead of leaking it.
+        starting = asyncio.ensure_future(self.backend.start(spec))
+        try:
+            self.container_id = await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                self.container_id = await starting
+            raise
+        finally:
+            if self.container_id is not None:
+                _unclosed[self.id] = self
         if cfg.transport == "tcp" and not cfg.network_enabled:
             host_info["ip"] = await self.backend.address(self.container_id)
         self._host_info = host_info  # type: ignore[assignment]
@@ -281,7 +292,9 @@ class AsyncSandbox:
         error = _error_of(raw.outputs)
         count = raw.reply.get("execution_count")
         if raw.outcome == "finished":
-            status = "error" if error or raw.reply.get("status") == "error" else "ok"
+            status: ExecutionStatus = (
+                "error" if error or raw.reply.get("status") == "error" else "ok"
+            )
             if status == "error" and error is None:  # reply-only error (e.g. aborted)
                 c = raw.reply
                 error = ExecutionError(c.get("ename", "Error"), c.get("evalue", ""), [])

@@ -52,7 +52,7 @@ class KernelSession:
     def __init__(self, info: ConnectionInfo) -> None:
         self.info = info
         self.client = AsyncKernelClient()
-        self.client.load_connection_info(dict(info))
+        self.client.load_connection_info(dict(info))  # type: ignore[arg-type]
 
     async def connect(self, timeout: float, check_alive: AliveCheck) -> None:
         """Open the channels and wait until the kernel answers on shell *and* iopub."""
@@ -96,6 +96,23 @@ class KernelSession:
             raise KernelError(f"the kernel exited while starting: {reason}")
         if pause:
             await asyncio.sleep(pause)
+
+    async def ping(self, timeout: float) -> bool:
+        """True if the kernel answers a ``kernel_info_request`` within ``timeout`` seconds.
+
+        A cheap readiness check (one shell round trip, no engine call) for a kernel that
+        should be idle, e.g. before a pool hands it out.
+        """
+        msg_id = self.client.kernel_info()
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                reply = await self.client.shell_channel.get_msg(timeout=left)
+            except Empty:
+                return False
+            if reply["parent_header"].get("msg_id") == msg_id:
+                return True
+        return False
 
     def interrupt(self) -> None:
         """Ask the kernel to raise KeyboardInterrupt in the running code (control channel)."""
