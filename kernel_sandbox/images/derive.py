@@ -166,7 +166,10 @@ def derive_image(image: str, *, attrs: Any = None, progress: Progress | None = N
         and ((existing.get("Config") or {}).get("Labels") or {}).get(DERIVED_FROM) == source_id
     ):
         return tag
-    progress(f"deriving a kernel-ready image from {image} as {tag} (once; it is cached)")
+    note = f"deriving a kernel-ready image from {image} as {tag} (once; about a minute)"
+    log.warning(note)  # visible by default: the first sandbox on this image waits for it
+    if progress != log.info:  # bound methods compare equal, never identical
+        progress(note)
     target = probe_python(client, source_id, name=image)
     problem = target.problem()
     if problem:
