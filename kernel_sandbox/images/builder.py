@@ -27,7 +27,7 @@ import docker.errors
 
 from ..config import LABEL_PREFIX
 from ..errors import ImageError
-from .wheels import Progress, build_context, download_wheels, probe_python, wheel_cache_dir
+from .wheels import Progress, build_context, complete_wheels, probe_python, wheel_cache_dir
 
 __all__ = [
     "BASE_TAG",
@@ -232,8 +232,8 @@ class ImageBuilder:
             target = probe_python(self.client, base)
             wheels = wheel_cache_dir() / f"{name}-{target.key}"
             requirements = ["-r", str(directory / "requirements.txt")]
-            extra_dirs["build-extras/wheels"] = download_wheels(
-                requirements, wheels, target, self.progress
+            extra_dirs["build-extras/wheels"] = complete_wheels(
+                self.client, base, requirements, wheels, target, self.progress
             )
             buildargs["PIP_INSTALL_ARGS"] = "--no-index"
             network_mode = "none"  # proves the image needs nothing from the network

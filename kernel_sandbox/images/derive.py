@@ -23,7 +23,7 @@ from docker.utils import parse_repository_tag
 from ..config import KERNEL_PYTHON, LABEL_PREFIX
 from ..errors import ImageError, ImageNotFoundError
 from .builder import DEFAULT_PATH, REPOSITORY, image_exists, run_build
-from .wheels import Progress, build_context, download_wheels, probe_python, wheel_cache_dir
+from .wheels import Progress, build_context, complete_wheels, probe_python, wheel_cache_dir
 
 __all__ = [
     "DERIVED_FROM",
@@ -174,8 +174,13 @@ def derive_image(image: str, *, attrs: Any = None, progress: Progress | None = N
     problem = target.problem()
     if problem:
         raise ImageError(f"image {image!r} cannot run a kernel: {problem}")
-    wheels = download_wheels(
-        KERNEL_REQUIREMENTS, wheel_cache_dir() / f"kernel-{target.key}", target, progress
+    wheels = complete_wheels(
+        client,
+        source_id,
+        KERNEL_REQUIREMENTS,
+        wheel_cache_dir() / f"kernel-{target.key}",
+        target,
+        progress,
     )
     env = (attrs.get("Config") or {}).get("Env") or []
     labels = {

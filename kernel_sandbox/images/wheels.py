@@ -12,6 +12,8 @@ import io
 import json
 import logging
 import os
+import platform
+import re
 import subprocess
 import sys
 import tarfile
@@ -31,6 +33,7 @@ __all__ = [
     "Progress",
     "PythonTarget",
     "build_context",
+    "complete_wheels",
     "download_wheels",
     "pip_download_args",
     "probe_python",
@@ -145,15 +148,85 @@ def download_wheels(
     if any(dest.glob("*.whl")) and _pip(offline, None).returncode == 0:
         progress(f"wheels: {dest} is complete, no download needed")
         return dest
+    _download(requirements, dest, target, progress)
+    return dest
+
+
+def _download(
+    requirements: list[str], dest: Path, target: PythonTarget, progress: Progress
+) -> None:
     progress(f"wheels: downloading {' '.join(requirements)} for {target.key} into {dest}")
-    result = _pip(base, progress)
+    result = _pip([sys.executable, *pip_download_args(requirements, dest, target)], progress)
     if result.returncode != 0:
         raise ImageError(
             f"the host's pip could not download wheels for {target.key}:\n"
             f"{result.stdout[-2000:]}\nCheck the host's pip configuration (index, proxy, "
             f"`cert`), or copy the wheels into {dest} by hand; see README 'Air-gapped builds'."
         )
-    return dest
+
+
+def complete_wheels(
+    client: docker.DockerClient,
+    image: str,
+    requirements: list[str],
+    dest: Path,
+    target: PythonTarget,
+    progress: Progress,
+) -> Path:
+    """:func:`download_wheels`, then make sure the image's own pip finds everything.
+
+    pip on the host evaluates environment markers (``python_version < "3.10"``) for the
+    host's Python even when told the target's version.  When the image's Python differs
+    from the host's, the image's pip resolves the requirements offline against the
+    wheelhouse, and what it misses is downloaded by the host, until nothing is missing.
+    """
+    download_wheels(requirements, dest, target, progress)
+    if sys.version_info[:2] == target.version[:2] and platform.machine() == target.machine:
+        return dest
+    for _ in range(12):
+        missing = _missing_in_image(client, image, requirements, dest, target, progress)
+        if missing is None:
+            return dest
+        progress(f"wheels: the image's Python also needs {missing}")
+        _download([missing], dest, target, progress)
+    raise ImageError(f"could not complete the wheelhouse {dest} for image {image!r}")
+
+
+_NOT_FOUND = re.compile(r"No matching distribution found for ([^;\s]+)")
+
+
+def _missing_in_image(
+    client: docker.DockerClient,
+    image: str,
+    requirements: list[str],
+    dest: Path,
+    target: PythonTarget,
+    progress: Progress,
+) -> str | None:
+    """The first requirement the image's pip cannot find in ``dest``, or None."""
+    pip_wheels = sorted(dest.glob("pip-*.whl"))
+    if not pip_wheels:  # pip runs from its wheel; fetch one for the image's Python
+        pip_dir = download_wheels(
+            ["pip"], wheel_cache_dir() / f"pip-{target.key}", target, progress
+        )
+        pip_wheels = sorted(pip_dir.glob("pip-*.whl"))
+    files: dict[str, bytes | Path] = {f"ks-check/{pip_wheels[-1].name}": pip_wheels[-1]}
+    args = list(requirements)
+    for i, arg in enumerate(args[:-1]):
+        if arg in ("-r", "--requirement"):  # the file goes into the container too
+            files["ks-check/requirements.txt"] = Path(args[i + 1])
+            args[i + 1] = "/tmp/ks-check/requirements.txt"
+    archive = build_context(extra_dirs={"ks-check/w": dest}, extra_files=files)
+    pip = f"/tmp/ks-check/{pip_wheels[-1].name}/pip"
+    argv = [target.executable, pip, "download", "--no-index", "--find-links", "/tmp/ks-check/w"]
+    argv += ["-d", "/tmp/ks-check/d", "--no-cache-dir", "--disable-pip-version-check", *args]
+    code, out = _run_once(client, image, argv, archive=archive)
+    if code == 0:
+        return None
+    match = _NOT_FOUND.search(out)
+    if match is None:
+        raise ImageError(f"checking the wheels in image {image!r} failed:\n{out[-2000:]}")
+    return match.group(1)
 
 
 def _pip(argv: list[str], progress: Progress | None) -> subprocess.CompletedProcess[str]:
@@ -202,8 +275,12 @@ def probe_python(client: docker.DockerClient, image: str, name: str | None = Non
     )
 
 
-def _run_once(client: docker.DockerClient, image: str, argv: list[str]) -> tuple[int | None, str]:
+def _run_once(
+    client: docker.DockerClient, image: str, argv: list[str], archive: IO[bytes] | None = None
+) -> tuple[int | None, str]:
     """Run ``argv`` as root without network; (exit code or None if it never ran, output).
+
+    ``archive`` (a tar) is unpacked into /tmp of the container first.
 
     The low-level API, so that a container whose command cannot start is removed too.
     """
@@ -218,6 +295,9 @@ def _run_once(client: docker.DockerClient, image: str, argv: list[str]) -> tuple
         host_config=api.create_host_config(network_mode="none"),
     )
     try:
+        if archive is not None:
+            with archive:
+                api.put_archive(container, "/tmp", archive.read())
         try:
             api.start(container)
         except docker.errors.APIError as exc:  # e.g. executable file not found

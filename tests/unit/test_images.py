@@ -26,6 +26,7 @@ from kernel_sandbox.images.wheels import (
     PROBE,
     PythonTarget,
     build_context,
+    complete_wheels,
     download_wheels,
     pip_download_args,
 )
@@ -281,3 +282,50 @@ def test_cli_help_and_bad_names() -> None:
     assert runner.invoke(cli, ["images", "list", "--help"]).exit_code == 0
     bad = runner.invoke(cli, ["images", "build", "gpu"])
     assert bad.exit_code == 2 and "gpu" in bad.output
+
+
+# --- wheels for an image whose Python differs from the host's -----------------------------
+
+
+def test_same_python_as_the_host_needs_no_check_in_the_image(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import platform
+
+    monkeypatch.setattr(wheels_mod, "download_wheels", lambda *a: tmp_path)
+    host = PythonTarget((*sys.version_info[:3],), platform.machine(), "glibc", "2.36")  # type: ignore[arg-type]
+    untouchable = SimpleNamespace()  # any engine call would raise AttributeError
+    assert complete_wheels(untouchable, "img", ["x"], tmp_path, host, print) == tmp_path  # type: ignore[arg-type]
+
+
+def test_what_the_images_pip_misses_is_downloaded_until_nothing_is(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    # pip on the host skips `typing-extensions; python_version < "3.10"` for a 3.9 image
+    (tmp_path / "pip-26.0-py3-none-any.whl").write_bytes(b"PK")
+    outputs = iter(
+        [
+            (
+                1,
+                "ERROR: No matching distribution found for typing-extensions; "
+                'python_version < "3.10"',
+            ),
+            (1, "ERROR: No matching distribution found for exceptiongroup>=1.0"),
+            (0, "Successfully downloaded ipykernel"),
+        ]
+    )
+    argvs: list[list[str]] = []
+
+    def fake_run(client: Any, image: str, argv: list[str], archive: Any = None) -> tuple[int, str]:
+        argvs.append(argv)
+        with tarfile.open(fileobj=archive) as tar:
+            assert "ks-check/w/pip-26.0-py3-none-any.whl" in tar.getnames()
+        return next(outputs)
+
+    downloaded: list[list[str]] = []
+    monkeypatch.setattr(wheels_mod, "download_wheels", lambda *a: tmp_path)
+    monkeypatch.setattr(wheels_mod, "_run_once", fake_run)
+    monkeypatch.setattr(wheels_mod, "_download", lambda reqs, *a: downloaded.append(reqs))
+    py39 = PythonTarget((3, 9, 2), "x86_64", "glibc", "2.31", executable="/usr/bin/python3")
+    complete_wheels(None, "img", ["ipykernel"], tmp_path, py39, lambda _: None)  # type: ignore[arg-type]
+    assert downloaded == [["typing-extensions"], ["exceptiongroup>=1.0"]]
+    assert argvs[0][:2] == ["/usr/bin/python3", "/tmp/ks-check/pip-26.0-py3-none-any.whl/pip"]
+    assert "--no-index" in argvs[0] and argvs[0][-1] == "ipykernel"
