@@ -200,6 +200,9 @@ class AsyncSandbox:
             raise SandboxStartError(
                 f"the kernel in image {self.image!r} did not start: {exc}{logs}"
             ) from exc
+        except BaseException:  # cancelled: an unclosed client hangs zmq when collected
+            session.close()
+            raise
         self._session = session
 
     async def _logs_tail(self) -> str:
