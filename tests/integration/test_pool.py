@@ -1,0 +1,167 @@
+"""SandboxPool against a real engine: isolation between borrowers, health, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import docker.errors
+import pytest
+
+from kernel_sandbox.pool import POOL_LABEL, SandboxPool
+from tests.conftest import TEST_LABEL
+from tests.integration.conftest import PYTHON_IMAGE
+
+pytestmark = pytest.mark.integration
+
+COUNT_SLEEPERS = (
+    "import os\n"
+    "print(sum(b'sleep' in open(f'/proc/{p}/cmdline', 'rb').read()\n"
+    "          for p in os.listdir('/proc') if p.isdigit()))"
+)
+
+
+def make_pool(**kwargs: Any) -> SandboxPool:
+    return SandboxPool(image=PYTHON_IMAGE, labels=dict(TEST_LABEL), **kwargs)
+
+
+def containers(client: Any, pool: SandboxPool, *, running_only: bool = False) -> list[Any]:
+    return client.containers.list(  # type: ignore[no-any-return]
+        all=not running_only, filters={"label": f"{POOL_LABEL}={pool.id}"}
+    )
+
+
+def gone(client: Any, container_id: str) -> bool:
+    try:
+        client.api.inspect_container(container_id)
+    except docker.errors.NotFound:
+        return True
+    return False
+
+
+async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+async def test_a_borrower_never_sees_the_previous_borrowers_state(docker_engine: Any) -> None:
+    async with make_pool(size=1) as pool:
+        async with pool.acquire() as first:
+            await first.run_python("secret = 42\nimport subprocess\nsubprocess.Popen(['sleep', '900'])")
+            await first.files.write("secret.txt", "42")
+            await first.run_shell("nohup sleep 901 >/dev/null 2>&1 &")
+            assert (await first.run_python("secret")).text == "42"
+            assert await first.files.exists("secret.txt")
+            assert (await first.run_python(COUNT_SLEEPERS)).text.strip() == "2"
+        async with pool.acquire() as second:
+            assert second.id != first.id and second.container_id != first.container_id
+            assert (await second.run_python("'secret' in globals()")).text == "False"
+            assert not await second.files.exists("secret.txt")
+            assert (await second.run_python(COUNT_SLEEPERS)).text.strip() == "0"
+        assert first.closed
+        await wait_for(lambda: gone(docker_engine, first.container_id), "the used container")
+
+
+async def test_a_dead_idle_member_is_never_handed_out(docker_engine: Any) -> None:
+    async with make_pool(size=2, health_interval=3600) as pool:
+        killed = {c.id for c in containers(docker_engine, pool)}
+        assert len(killed) == 2
+        for container_id in killed:
+            docker_engine.api.kill(container_id)
+        async with pool.acquire() as sandbox:
+            assert sandbox.container_id not in killed
+            assert (await sandbox.run_python("1 + 1")).text == "2"
+        assert pool.stats().replaced_dead == 2
+        await wait_for(lambda: all(gone(docker_engine, c) for c in killed), "the dead containers")
+
+
+async def test_the_health_check_replaces_a_dead_idle_member(docker_engine: Any) -> None:
+    async with make_pool(size=2, health_interval=0.2) as pool:
+        victim = containers(docker_engine, pool)[0].id
+        docker_engine.api.kill(victim)
+
+        def replaced() -> bool:
+            s = pool.stats()
+            running = containers(docker_engine, pool, running_only=True)
+            return s.replaced_dead == 1 and s.idle == 2 and len(running) == 2
+
+        await wait_for(replaced, "the dead member to be replaced")
+        assert gone(docker_engine, victim) or victim not in {
+            c.id for c in containers(docker_engine, pool, running_only=True)
+        }
+        async with pool.acquire() as sandbox:
+            assert (await sandbox.run_python("1 + 1")).text == "2"
+
+
+async def test_close_removes_every_container_also_handed_out_ones(docker_engine: Any) -> None:
+    pool = await make_pool(size=2).start()
+    held = await pool.acquire()
+    assert (await held.run_python("1")).status == "ok"
+    assert len(containers(docker_engine, pool)) >= 2
+    await pool.close()
+    assert held.closed
+    assert containers(docker_engine, pool) == []
+
+
+async def test_cancelling_the_pool_owner_leaves_no_container(docker_engine: Any) -> None:
+    for phase in ("while starting", "while in use"):
+        pool = make_pool(size=2)
+        busy = asyncio.Event()
+
+        async def owner(pool: SandboxPool = pool, busy: asyncio.Event = busy) -> None:
+            async with pool, pool.acquire() as sandbox:
+                busy.set()
+                await sandbox.run_python("import time; time.sleep(120)", timeout=300)
+
+        task = asyncio.create_task(owner())
+        if phase == "while starting":
+            await wait_for(lambda: bool(containers(docker_engine, pool)), "a first container")
+        else:
+            await asyncio.wait_for(busy.wait(), 120)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert containers(docker_engine, pool) == [], phase
+
+
+async def test_an_empty_pool_creates_for_the_caller(docker_engine: Any) -> None:
+    async with make_pool(size=0, on_empty="create") as pool:
+        assert containers(docker_engine, pool) == []
+        async with pool.acquire() as sandbox:
+            assert (await sandbox.run_python("1 + 1")).text == "2"
+
+
+async def test_an_empty_pool_in_wait_mode_waits_for_a_fresh_member(docker_engine: Any) -> None:
+    async with make_pool(size=1, max_size=1, on_empty="wait") as pool:
+        first = await pool.acquire()
+        await first.run_python("left = 'behind'")
+        second = asyncio.ensure_future(pool.acquire())
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert not second.done()
+        assert len(containers(docker_engine, pool)) == 1  # the cap holds while waiting
+        await pool.release(first)
+        got = await asyncio.wait_for(second, 120)
+        assert got.id != first.id
+        assert (await got.run_python("'left' in globals()")).text == "False"
+        await pool.release(got)
+
+
+async def test_idle_extras_are_reaped_back_to_size(docker_engine: Any) -> None:
+    async with make_pool(size=1, max_size=3, idle_timeout=3, health_interval=0.2) as pool:
+        burst = await asyncio.gather(*(pool.acquire() for _ in range(3)))
+        assert len({s.id for s in burst}) == 3
+        for sandbox in burst:
+            await pool.release(sandbox)
+
+        def back_to_size() -> bool:
+            s = pool.stats()
+            return s.reaped >= 1 and s.idle == 1 and s.creating == 0 and s.closing == 0
+
+        await wait_for(back_to_size, "the pool to shrink back to its size")
+        assert len(containers(docker_engine, pool)) == 1
