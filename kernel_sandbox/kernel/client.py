@@ -8,6 +8,7 @@ can be told apart from a dead one without this layer knowing about Docker.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import inspect
 import logging
 import os
@@ -17,6 +18,8 @@ from dataclasses import dataclass, field
 from queue import Empty
 from typing import Any, Literal
 
+import zmq
+import zmq.asyncio
 from jupyter_client.asynchronous import AsyncKernelClient
 
 from ..errors import KernelError
@@ -46,13 +49,30 @@ class RawExecution:
     death_reason: str = ""
 
 
+def _shared_context() -> zmq.asyncio.Context:
+    """One ZMQ context (one IO thread) for every kernel connection of the process.
+
+    Its sockets default to ``linger=0``: a message queued for a kernel that died must
+    never make closing a socket, or garbage-collecting a context, block forever.
+    """
+    global _CONTEXT
+    if _CONTEXT is None or _CONTEXT.closed:
+        _CONTEXT = zmq.asyncio.Context()
+        _CONTEXT.setsockopt(zmq.LINGER, 0)
+    return _CONTEXT
+
+
+_CONTEXT: zmq.asyncio.Context | None = None
+
+
 class KernelSession:
     """A jupyter_client connection to one running kernel."""
 
     def __init__(self, info: ConnectionInfo) -> None:
         self.info = info
-        self.client = AsyncKernelClient()
+        self.client = AsyncKernelClient(context=_shared_context())
         self.client.load_connection_info(dict(info))  # type: ignore[arg-type]
+        self._readers: dict[int, zmq.Socket[bytes]] = {}
 
     async def connect(self, timeout: float, check_alive: AliveCheck) -> None:
         """Open the channels and wait until the kernel answers on shell *and* iopub."""
@@ -142,7 +162,7 @@ class KernelSession:
         while True:
             wait = max(0.0, min(deadline - loop.time(), LIVENESS_POLL))
             try:
-                msg = await iopub.get_msg(timeout=wait)
+                msg = await self._get_msg(iopub, wait)
             except Empty:
                 if loop.time() >= deadline:
                     if interrupted:
@@ -155,7 +175,7 @@ class KernelSession:
                 if reason:
                     return RawExecution("died", collector.outputs, death_reason=reason)
                 continue
-            if msg["parent_header"].get("msg_id") != msg_id:
+            if msg is None or msg["parent_header"].get("msg_id") != msg_id:
                 continue
             msg_type = msg["header"]["msg_type"]
             if msg_type == "status":
@@ -173,15 +193,55 @@ class KernelSession:
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             try:
-                msg = await self.client.shell_channel.get_msg(timeout=1)
+                msg = await self._get_msg(self.client.shell_channel, 1)
             except Empty:
                 continue
-            if msg["parent_header"].get("msg_id") == msg_id:
+            if msg is not None and msg["parent_header"].get("msg_id") == msg_id:
                 return dict(msg["content"])
         return {}
 
+    async def _get_msg(self, channel: Any, timeout: float) -> dict[str, Any] | None:
+        """``channel.get_msg`` made cheaper for the per-call path (about 0.5 ms a call).
+
+        A message that is already queued is read at once, without a future and an
+        event-loop turn; headers are not searched for ISO dates to parse with dateutil
+        (nothing here reads them).  Raises ``Empty`` after ``timeout`` seconds; returns
+        None for a message with a bad signature (dropped, as a forged one would be).
+        """
+        reader = self._readers.get(id(channel.socket))
+        if reader is None:
+            reader = self._readers[id(channel.socket)] = zmq.Socket.shadow(
+                channel.socket.underlying
+            )
+        try:
+            frames = reader.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            if not await channel.socket.poll(timeout * 1000):
+                raise Empty from None
+            try:
+                frames = reader.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:  # woken without a message: the caller asks again
+                return None
+        session = self.client.session
+        _, frames = session.feed_identities(frames)
+        signature, *parts = frames[:5]
+        if session.auth is not None and not hmac.compare_digest(signature, session.sign(parts)):
+            log.warning("dropped a message with an invalid signature from the kernel")
+            return None
+        header, parent, metadata, content = (session.unpack(p) for p in parts)
+        return {
+            "header": header,
+            "parent_header": parent,
+            "metadata": metadata,
+            "content": content,
+            "msg_id": header.get("msg_id"),
+            "msg_type": header.get("msg_type"),
+            "buffers": frames[5:],
+        }
+
     def close(self) -> None:
         """Close the channels and the ZMQ context's sockets of this client."""
+        self._readers.clear()  # shadows only: the channels own the sockets
         try:
             self.client.stop_channels()
         except Exception:  # closing a half-open client must never hide the real error
