@@ -37,10 +37,45 @@ from .tools import ToolResult, ToolSet
 
 __version__ = "0.1.0"
 
+# Heavier parts (the openai SDK, nbconvert) load on first use, so that importing the
+# package, and every CLI command, stays fast.
+_LAZY = {
+    "Agent": "agent",
+    "AgentResult": "agent",
+    "AgentSession": "agent",
+    "Budget": "agent",
+    "RetryPolicy": "agent",
+    "NotebookRecorder": "notebook",
+    "ReplayReport": "notebook",
+    "export_notebook": "notebook",
+    "replay": "notebook",
+    "replay_notebook": "notebook",
+    "SandboxPool": "pool",
+}
+
+
+def __getattr__(name: str) -> object:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
 __all__ = [
     "DEFAULT_IMAGE",
+    "Agent",
+    "AgentResult",
+    "AgentSession",
     "AsyncFiles",
     "AsyncSandbox",
+    "Budget",
     "CommandResult",
     "ConfigError",
     "DockerSandboxConfig",
@@ -56,7 +91,10 @@ __all__ = [
     "ImageNotFoundError",
     "KernelError",
     "LocalSandboxManager",
+    "NotebookRecorder",
     "PythonExecuted",
+    "ReplayReport",
+    "RetryPolicy",
     "Sandbox",
     "SandboxClosedError",
     "SandboxConfig",
@@ -67,6 +105,7 @@ __all__ = [
     "SandboxManagerConfig",
     "SandboxManagerFactory",
     "SandboxNotFoundError",
+    "SandboxPool",
     "SandboxStartError",
     "SandboxStatus",
     "SandboxType",
@@ -74,4 +113,7 @@ __all__ = [
     "ToolResult",
     "ToolSet",
     "__version__",
+    "export_notebook",
+    "replay",
+    "replay_notebook",
 ]
