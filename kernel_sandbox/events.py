@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,8 +74,11 @@ class FileOperated(Event):
 Listener = Callable[[Event], Any]
 
 
-async def emit(listeners: list[Listener], event: Event) -> None:
-    """Deliver ``event`` to every listener; a failing listener is logged, never raised."""
+async def emit(listeners: Sequence[Callable[[Any], Any]], event: object) -> None:
+    """Deliver ``event`` to every listener; a failing listener is logged, never raised.
+
+    Used for sandbox events and for the agent loop's events alike.
+    """
     for listener in list(listeners):
         try:
             result = listener(event)

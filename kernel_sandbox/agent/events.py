@@ -8,8 +8,6 @@ session.  The notebook is not written from these events but by the session itsel
 
 from __future__ import annotations
 
-import inspect
-import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,10 +30,7 @@ __all__ = [
     "ToolCallFinished",
     "ToolCallStarted",
     "TurnStarted",
-    "emit_agent_event",
 ]
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,14 +133,3 @@ class SessionEnded(AgentEvent):
 
 
 AgentListener = Callable[[AgentEvent], Any]
-
-
-async def emit_agent_event(listeners: list[AgentListener], event: AgentEvent) -> None:
-    """Deliver ``event`` to every subscriber; a failing one is logged, never raised."""
-    for listener in list(listeners):
-        try:
-            result = listener(event)
-            if inspect.isawaitable(result):
-                await result
-        except Exception:
-            log.warning("agent event listener %r failed", listener, exc_info=True)

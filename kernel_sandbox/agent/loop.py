@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SandboxClosedError
+from ..events import emit
 from ..notebook import NotebookRecorder, new_session_path
 from ..sandbox import AsyncSandbox
 from ..tools import ToolResult, ToolSet
@@ -45,7 +46,6 @@ from .events import (
     ToolCallFinished,
     ToolCallStarted,
     TurnStarted,
-    emit_agent_event,
 )
 from .messages import (
     Message,
@@ -438,7 +438,7 @@ class AgentSession:
     # -- events ---------------------------------------------------------------------
 
     async def _emit(self, event: AgentEvent) -> None:
-        await emit_agent_event(self.listeners, event)
+        await emit(self.listeners, event)
 
     def __repr__(self) -> str:
         return f"<AgentSession {self.id} model={self.agent.model!r} turns={self.turns}>"
