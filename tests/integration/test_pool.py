@@ -16,10 +16,11 @@ from tests.integration.conftest import PYTHON_IMAGE
 
 pytestmark = pytest.mark.integration
 
-COUNT_SLEEPERS = (
+COUNT_SLEEPERS = (  # processes whose program is `sleep`
     "import os\n"
-    "print(sum(b'sleep' in open(f'/proc/{p}/cmdline', 'rb').read()\n"
-    "          for p in os.listdir('/proc') if p.isdigit()))"
+    "argv0 = [open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')[0]\n"
+    "         for p in os.listdir('/proc') if p.isdigit()]\n"
+    "print(sum(os.path.basename(a) == b'sleep' for a in argv0))"
 )
 
 
@@ -52,7 +53,7 @@ async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 12
 async def test_a_borrower_never_sees_the_previous_borrowers_state(docker_engine: Any) -> None:
     async with make_pool(size=1) as pool:
         async with pool.acquire() as first:
-            await first.run_python("secret = 42\nimport subprocess\nsubprocess.Popen(['sleep', '900'])")
+            await first.run_python("secret = 42\nimport subprocess as s\ns.Popen(['sleep', '900'])")
             await first.files.write("secret.txt", "42")
             await first.run_shell("nohup sleep 901 >/dev/null 2>&1 &")
             assert (await first.run_python("secret")).text == "42"
@@ -120,7 +121,9 @@ async def test_cancelling_the_pool_owner_leaves_no_container(docker_engine: Any)
 
         task = asyncio.create_task(owner())
         if phase == "while starting":
-            await wait_for(lambda: bool(containers(docker_engine, pool)), "a first container")
+            await wait_for(
+                lambda pool=pool: bool(containers(docker_engine, pool)), "a first container"
+            )
         else:
             await asyncio.wait_for(busy.wait(), 120)
         task.cancel()
