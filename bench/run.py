@@ -212,7 +212,7 @@ def rows(r: dict[str, Any], args: argparse.Namespace) -> list[tuple[str, str, st
             (
                 f"sandboxes alive at once (of {d['requested']})",
                 f"{d['alive']} in {d['seconds_to_start_all']:.1f} s",
-                verdict(d["alive"] >= 50, ">= 50"),
+                verdict(d["alive"] >= 50, ">= 50") if d["requested"] >= 50 else "(--alive 60)",
                 "",
             )
         )

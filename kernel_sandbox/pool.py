@@ -86,6 +86,10 @@ class SandboxPool:
     :meth:`AsyncSandbox.create`).  ``size`` is the number of ready members the pool
     keeps; ``max_size`` caps members in total (ready + handed out + starting; default
     ``max(4 * size, 4)``); ``create_concurrency`` caps how many start at once.
+
+    ``preimport`` names modules every member imports while it starts, in the
+    background: ``("numpy", "pandas", "matplotlib.pyplot")`` takes ~1 s off a
+    borrower's first analyst cell, at ~66 MB more per idle member (see bench/).
     """
 
     def __init__(
@@ -99,6 +103,7 @@ class SandboxPool:
         health_interval: float = 5.0,
         create_concurrency: int = 4,
         check_on_acquire: bool = True,
+        preimport: tuple[str, ...] = (),
         backend: Backend | None = None,
         **overrides: Any,
     ) -> None:
@@ -115,7 +120,10 @@ class SandboxPool:
             )
         self.id = secrets.token_hex(4)
         base = (config or SandboxConfig()).with_overrides(**overrides)
-        self.config = base.with_overrides(labels={**base.labels, POOL_LABEL: self.id})
+        env = dict(base.env_vars)
+        if preimport:
+            env["KERNEL_SANDBOX_PREIMPORT"] = ",".join(preimport)
+        self.config = base.with_overrides(labels={**base.labels, POOL_LABEL: self.id}, env_vars=env)
         self.size = size
         self.max_size = max_size
         self.idle_timeout = idle_timeout

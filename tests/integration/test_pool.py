@@ -133,10 +133,11 @@ async def test_cancelling_the_pool_owner_leaves_no_container(docker_engine: Any)
 
 
 async def test_an_empty_pool_creates_for_the_caller(docker_engine: Any) -> None:
-    async with make_pool(size=0, on_empty="create") as pool:
+    async with make_pool(size=0, on_empty="create", preimport=("json",)) as pool:
         assert containers(docker_engine, pool) == []
         async with pool.acquire() as sandbox:
             assert (await sandbox.run_python("1 + 1")).text == "2"
+            assert (await sandbox.run_python("'json' in dir()")).text == "True"  # preimported
 
 
 async def test_an_empty_pool_in_wait_mode_waits_for_a_fresh_member(docker_engine: Any) -> None:

@@ -109,6 +109,16 @@ def test_members_carry_the_pool_label_and_the_overrides() -> None:
     pool = SandboxPool(backend=FakeBackend(), image="x:y", labels={"a": "b"})  # type: ignore[arg-type]
     assert pool.config.image == "x:y"
     assert pool.config.labels == {"a": "b", POOL_LABEL: pool.id}
+    assert "KERNEL_SANDBOX_PREIMPORT" not in pool.config.env_vars
+
+
+def test_preimport_reaches_the_members_environment() -> None:
+    pool = SandboxPool(
+        backend=FakeBackend(),  # type: ignore[arg-type]
+        env_vars={"A": "1"},
+        preimport=("numpy", "pandas"),
+    )
+    assert pool.config.env_vars == {"A": "1", "KERNEL_SANDBOX_PREIMPORT": "numpy,pandas"}
 
 
 async def test_start_fills_to_size_and_acquire_hands_out_a_ready_member(factory: Factory) -> None:
