@@ -257,6 +257,8 @@ class SandboxPool:
             member = self._idle.popleft().sandbox
             self._in_use[member.id] = member  # counts as demand while it is checked
             if not self.check_on_acquire or await self._healthy(member):
+                if self._closed:  # closed while we checked: close() removed it
+                    raise SandboxClosedError("the pool was closed while acquiring")
                 self._fill()
                 return member
             del self._in_use[member.id]
