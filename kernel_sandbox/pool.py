@@ -320,6 +320,12 @@ class SandboxPool:
             if self._closed:
                 raise SandboxClosedError("the pool is closed")
             sandbox = await AsyncSandbox.create(self.config, backend=self.backend)
+            try:
+                if sandbox._session is not None:
+                    await sandbox._session.warm_up()  # off the borrower's path
+            except BaseException:
+                await sandbox.close()
+                raise
         self._counts["created"] += 1
         return sandbox
 

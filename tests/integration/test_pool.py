@@ -16,6 +16,7 @@ from tests.integration.conftest import PYTHON_IMAGE
 
 pytestmark = pytest.mark.integration
 
+LEAVE_STATE = "secret = 42\nimport subprocess\nsubprocess.Popen(['sleep', '900'])"
 COUNT_SLEEPERS = (  # processes whose program is `sleep`
     "import os\n"
     "argv0 = [open(f'/proc/{p}/cmdline', 'rb').read().split(b'\\0')[0]\n"
@@ -53,7 +54,8 @@ async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 12
 async def test_a_borrower_never_sees_the_previous_borrowers_state(docker_engine: Any) -> None:
     async with make_pool(size=1) as pool:
         async with pool.acquire() as first:
-            await first.run_python("secret = 42\nimport subprocess as s\ns.Popen(['sleep', '900'])")
+            ex = await first.run_python(LEAVE_STATE)
+            assert ex.execution_count == 1  # the pool's warm-up cell left no trace
             await first.files.write("secret.txt", "42")
             await first.run_shell("nohup sleep 901 >/dev/null 2>&1 &")
             assert (await first.run_python("secret")).text == "42"
@@ -61,7 +63,8 @@ async def test_a_borrower_never_sees_the_previous_borrowers_state(docker_engine:
             assert (await first.run_python(COUNT_SLEEPERS)).text.strip() == "2"
         async with pool.acquire() as second:
             assert second.id != first.id and second.container_id != first.container_id
-            assert (await second.run_python("'secret' in globals()")).text == "False"
+            fresh = await second.run_python("'secret' in globals(), len(In)")
+            assert fresh.text == "(False, 2)" and fresh.execution_count == 1
             assert not await second.files.exists("secret.txt")
             assert (await second.run_python(COUNT_SLEEPERS)).text.strip() == "0"
         assert first.closed

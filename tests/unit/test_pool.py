@@ -23,6 +23,9 @@ class FakeSession:
     async def ping(self, timeout: float) -> bool:
         return self.member.alive
 
+    async def warm_up(self) -> None:
+        self.member.warmed = True
+
 
 class FakeSandbox:
     """Just what the pool touches: id, config, container_id, liveness, close."""
@@ -32,6 +35,7 @@ class FakeSandbox:
         self.config = config
         self.container_id = f"c-{self.id}"
         self.alive = True
+        self.warmed = False
         self.closed = False
         self._session: FakeSession | None = FakeSession(self)
 
@@ -125,7 +129,7 @@ async def test_start_fills_to_size_and_acquire_hands_out_a_ready_member(factory:
     async with make_pool(factory, size=3) as pool:
         assert pool.stats().idle == 3
         sandbox = await pool.acquire()
-        assert sandbox in factory.backend.members and not sandbox.closed
+        assert sandbox in factory.backend.members and not sandbox.closed and sandbox.warmed
         await settle()
         assert pool.stats().in_use == 1 and pool.stats().idle == 3  # refilled
 
