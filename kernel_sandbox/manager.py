@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from .backends.base import Backend
 from .config import SandboxConfig
 from .errors import ConfigError, SandboxNotFoundError
+from .pool import SandboxPool
 from .sandbox import AsyncSandbox
 from .tools.base import ToolSet, down_reason, make_tools
 from .tools.results import ToolResult
@@ -133,6 +134,15 @@ class SandboxManagerConfig(BaseModel):
     max_sandboxes: int | None = Field(
         default=None, ge=1, description="Refuse to create more live sandboxes than this."
     )
+    pool_size: int = Field(
+        default=0,
+        ge=0,
+        description="Warm sandboxes kept ready (a SandboxPool): create_sandbox hands one "
+        "out in milliseconds when its config matches pool_config.",
+    )
+    pool_config: DockerSandboxConfig | None = Field(
+        default=None, description="The sandboxes the pool keeps (default: DockerSandboxConfig())."
+    )
 
 
 class SandboxInfo(BaseModel):
@@ -157,6 +167,7 @@ class _Entry:
     config: DockerSandboxConfig
     sandbox: AsyncSandbox
     tools: ToolSet
+    pooled: bool = False
     status: SandboxStatus = SandboxStatus.RUNNING
     created_at: datetime = field(default_factory=datetime.now)
     updated_at: datetime = field(default_factory=datetime.now)
@@ -195,17 +206,38 @@ class SandboxManager:
         self._backend = backend
         self._entries: dict[str, _Entry] = {}
         self._running = False
+        self._pool: SandboxPool | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
     async def start(self) -> None:
-        """Start the manager (``async with`` does this)."""
+        """Start the manager and its warm pool, if any (``async with`` does this)."""
         self._running = True
+        if self.config.pool_size and self._pool is None:
+            pool_cfg = self.config.pool_config or DockerSandboxConfig()
+            labels = {**self.config.labels, **pool_cfg.labels}
+            pool = SandboxPool(
+                pool_cfg, size=self.config.pool_size, backend=self._backend, labels=labels
+            )
+            await pool.start()
+            self._pool = pool
 
     async def stop(self) -> None:
         """Remove every sandbox this manager created (``async with`` does this)."""
         await self.cleanup_all_sandboxes()
+        if self._pool is not None:
+            await self._pool.close()
+            self._pool = None
         self._running = False
+
+    def _pool_serves(self, cfg: DockerSandboxConfig) -> bool:
+        """Whether a pool member is exactly the sandbox ``cfg`` asks for (tools aside)."""
+        if self._pool is None:
+            return False
+        wanted = (self.config.pool_config or DockerSandboxConfig()).model_dump(
+            exclude={"tools_config", "labels"}
+        )
+        return cfg.model_dump(exclude={"tools_config", "labels"}) == wanted and not cfg.labels
 
     async def __aenter__(self) -> SandboxManager:
         await self.start()
@@ -243,12 +275,19 @@ class SandboxManager:
                 f"this manager already runs {live} sandboxes (max_sandboxes="
                 f"{self.config.max_sandboxes}); delete one or raise the limit"
             )
-        if self.config.labels:
-            cfg = cfg.with_overrides(labels={**self.config.labels, **cfg.labels})  # type: ignore[assignment]
-        self._running = True
-        sandbox = await AsyncSandbox.create(cfg, backend=self._backend)
+        if not self._running:
+            await self.start()
+        pooled = self._pool_serves(cfg)
+        if pooled:
+            assert self._pool is not None
+            sandbox = await self._pool.acquire()
+        else:
+            if self.config.labels:
+                cfg = cfg.with_overrides(labels={**self.config.labels, **cfg.labels})  # type: ignore[assignment]
+            sandbox = await AsyncSandbox.create(cfg, backend=self._backend)
         sid = sandbox_id or sandbox.id
-        self._entries[sid] = _Entry(sid, kind, cfg, sandbox, ToolSet(sandbox, cfg.tools_config))
+        tools = ToolSet(sandbox, cfg.tools_config)
+        self._entries[sid] = _Entry(sid, kind, cfg, sandbox, tools, pooled)
         log.info("created sandbox %s (image %s)", sid, sandbox.image)
         return sid
 
@@ -307,16 +346,22 @@ class SandboxManager:
         entry = self._entry(sandbox_id)
         if entry.status != SandboxStatus.STOPPED:
             try:
-                await entry.sandbox.close()
+                await self._dispose(entry)
             finally:
                 entry.set_status(SandboxStatus.STOPPED)
         return True
+
+    async def _dispose(self, entry: _Entry) -> None:
+        # A pool member goes back to its pool, which destroys it and starts a fresh one.
+        if entry.pooled and self._pool is not None:
+            await self._pool.release(entry.sandbox)
+        await entry.sandbox.close()
 
     async def delete_sandbox(self, sandbox_id: str) -> bool:
         """Stop a sandbox and forget it.  Returns True."""
         entry = self._entry(sandbox_id)
         try:
-            await entry.sandbox.close()
+            await self._dispose(entry)
         finally:
             self._entries.pop(sandbox_id, None)
         return True

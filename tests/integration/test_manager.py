@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import docker
@@ -118,3 +119,32 @@ async def test_a_sandbox_whose_container_vanished(docker_engine: docker.DockerCl
         info = await manager.get_sandbox_info(sid)
         assert info.status == SandboxStatus.ERROR
         assert "container was removed" in info.metadata["error"]
+
+
+async def test_manager_pool_option_hands_out_warm_sandboxes_without_state(
+    docker_engine: docker.DockerClient,
+) -> None:
+    pool_config = DockerSandboxConfig(image=PYTHON_IMAGE, tools_config=ALL_TOOLS)
+    manager = SandboxManagerFactory.create_manager(
+        labels=TEST_LABEL, pool_size=1, pool_config=pool_config
+    )
+    async with manager:
+        mine = {"label": ["kernel-sandbox.pool", f"kernel-sandbox.owner-pid={os.getpid()}"]}
+        assert len(docker_engine.containers.list(filters=mine)) == 1  # warm and idle
+        first = await manager.create_sandbox(SandboxType.DOCKER, pool_config)
+        sandbox = await manager.get_sandbox(first)
+        assert "kernel-sandbox.pool" in sandbox.config.labels
+        await manager.execute_tool(first, "python_executor", {"code": "secret = 1"})
+        await manager.delete_sandbox(first)
+        second = await manager.create_sandbox(SandboxType.DOCKER, pool_config)
+        probe = await manager.execute_tool(
+            second, "python_executor", {"code": "print('secret' in dir())"}
+        )
+        assert probe.output.strip() == "False"
+        # A config the pool does not keep is started the ordinary way.
+        other = await manager.create_sandbox(
+            SandboxType.DOCKER, {"image": PYTHON_IMAGE, "memory_limit": "256m"}
+        )
+        assert "kernel-sandbox.pool" not in (await manager.get_sandbox(other)).config.labels
+    mine = {"label": ["kernel-sandbox.pool", f"kernel-sandbox.owner-pid={os.getpid()}"]}
+    assert not docker_engine.containers.list(all=True, filters=mine)
