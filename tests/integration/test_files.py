@@ -51,7 +51,7 @@ async def test_write_read_list_exists_remove(py_sandbox: AsyncSandbox) -> None:
 
 async def test_errors_are_clear(py_sandbox: AsyncSandbox) -> None:
     files = py_sandbox.files
-    with pytest.raises(SandboxFileNotFoundError, match="missing.txt"):
+    with pytest.raises(SandboxFileNotFoundError, match=r"missing\.txt"):
         await files.read("missing.txt")
     with pytest.raises(SandboxFileNotFoundError):
         await files.list("nowhere")
