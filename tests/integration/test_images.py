@@ -73,7 +73,7 @@ def test_images(docker_engine) -> Iterator[list[str]]:  # type: ignore[no-untype
 
 def _build(client, directory: Path, tag: str) -> None:  # type: ignore[no-untyped-def]
     client.images.build(
-        path=str(directory), tag=tag, labels=IMAGE_LABEL, network_mode="none", rm=True
+        path=str(directory), tag=tag, labels=IMAGE_LABEL, network_mode="none", forcerm=True
     )
 
 
@@ -176,7 +176,9 @@ async def test_image_without_python_gets_a_clear_error(
             tar.addfile(info, io.BytesIO(data))
     context.seek(0)
     tag = "kernel-sandbox-test-nopython:1"
-    docker_engine.images.build(fileobj=context, custom_context=True, tag=tag, labels=IMAGE_LABEL)
+    docker_engine.images.build(
+        fileobj=context, custom_context=True, tag=tag, labels=IMAGE_LABEL, forcerm=True
+    )
     test_images.append(tag)
     with pytest.raises(ImageError, match=r"has no usable Python.*CPython >= 3.8"):
         await make_sandbox(image=tag)
