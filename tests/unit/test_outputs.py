@@ -89,3 +89,20 @@ def test_non_output_messages_are_ignored() -> None:
     c = OutputCollector()
     assert c.add(msg("execute_input", code="1", execution_count=1)) is None
     assert c.outputs == []
+
+
+def test_outputs_equal_what_nbformat_builds_and_validate() -> None:
+    import nbformat
+    from nbformat.v4 import output_from_msg
+
+    messages = [
+        stream("stdout", "x\n"),
+        display({"image/png": "iVBOR", "text/plain": "<Figure>"}),
+        msg("execute_result", data={"text/plain": "1"}, metadata={}, execution_count=1),
+        msg("error", ename="E", evalue="v", traceback=["t"]),
+    ]
+    for m in messages:
+        c = OutputCollector()
+        ours = c.add(m)
+        assert ours == dict(output_from_msg(m))
+        nbformat.validator.validate(ours, ours["output_type"], version=4)
