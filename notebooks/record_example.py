@@ -63,10 +63,11 @@ growth
 def answer(request: RecordedRequest) -> Reply:
     """The final answer, written from what the last tool result actually said."""
     last = json.loads(request.tool_messages[-1]["content"])
+    fastest = last["output"].split()[0]
     return text(
         "I saved the data as `sales.csv` (90 rows: 30 days x 3 regions), described it and "
         "plotted units per day for each region.\n\nTrend of units per day (linear fit):\n\n"
-        f"```\n{last['output']}\n```\n\nThe region listed first grows fastest."
+        f"```\n{last['output']}\n```\n\n**{fastest}** grows fastest."
     )
 
 
