@@ -80,3 +80,18 @@ def gc(remove_all: bool, dry_run: bool) -> None:
                 shutil.rmtree(run_dir, ignore_errors=True)
         removed += 1
     click.echo(f"{removed} sandbox(es) {'to remove' if dry_run else 'removed'}")
+    # Run directories no container refers to any more (their sandbox was removed by
+    # hand or by the engine); young ones may belong to a sandbox that is starting.
+    in_use = {str(r["labels"].get(f"{LABEL_PREFIX}.run-dir")) for r in _sandboxes()}  # type: ignore[attr-defined]
+    stale = [
+        d
+        for d in runtime_root().iterdir()
+        if d.is_dir() and str(d) not in in_use and time.time() - d.stat().st_mtime > 60
+    ]
+    for directory in stale:
+        if not dry_run:
+            shutil.rmtree(directory, ignore_errors=True)
+    if stale:
+        click.echo(
+            f"{len(stale)} stale host directory(ies) {'to remove' if dry_run else 'removed'}"
+        )

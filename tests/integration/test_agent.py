@@ -21,8 +21,10 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from click.testing import CliRunner
 
 from kernel_sandbox.agent import Agent, Budget, RetryPolicy
+from kernel_sandbox.cli.main import cli
 from kernel_sandbox.notebook import META_KEY
 from tests.conftest import TEST_LABEL
 from tests.openai_server import ScriptedOpenAIServer, call, error, text, tool_calls
@@ -266,8 +268,11 @@ def test_an_agent_killed_mid_session_leaves_a_valid_notebook(docker_engine, tmp_
             if proc.poll() is None:
                 proc.kill()
             orphans = _container_ids(docker_engine, run_label)
-            for container in orphans:
-                container.remove(force=True)  # the killed process could not clean up
+            # The killed process could not clean up: `kernel-sandbox gc` does, host files too.
+            run_dirs = [Path(c.labels["kernel-sandbox.run-dir"]) for c in orphans]
+            CliRunner().invoke(cli, ["gc"])
+            assert not _container_ids(docker_engine, run_label)
+            assert not [d for d in run_dirs if d.exists()]
 
     assert proc.returncode == -signal.SIGKILL
     assert len(orphans) == 1  # its sandbox, found by label
