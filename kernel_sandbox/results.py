@@ -9,16 +9,21 @@ images *named* rather than dumped.
 from __future__ import annotations
 
 import base64
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 __all__ = [
+    "BINARY_PREFIXES",
     "CommandResult",
     "Execution",
     "ExecutionError",
     "ExecutionStatus",
     "FileInfo",
+    "decoded_size",
+    "format_size",
     "output_text",
     "strip_ansi",
 ]
@@ -27,7 +32,8 @@ ExecutionStatus = Literal["ok", "error", "timeout", "kernel_died"]
 Output = dict[str, Any]
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_BINARY_PREFIXES = ("image/", "application/pdf", "video/", "audio/")
+#: MIME types that are named in text views, never inlined.
+BINARY_PREFIXES = ("image/", "application/pdf", "video/", "audio/")
 
 
 def strip_ansi(text: str) -> str:
@@ -105,25 +111,36 @@ class Execution:
         return "\n".join(p for p in parts if p).strip("\n")
 
 
-def _size(n: int) -> str:
-    return (
-        f"{n} B" if n < 1024 else f"{n / 1024:.1f} KB" if n < 1024**2 else f"{n / 1024**2:.1f} MB"
-    )
+def format_size(n: int) -> str:
+    """A byte count for people and models: ``512 B``, ``23.4 KB``, ``1.2 MB``."""
+    if n < 1024:
+        return f"{n} B"
+    if n < 1024**2:
+        return f"{n / 1024:.1f} KB"
+    return f"{n / 1024**2:.1f} MB"
 
 
-def _describe_binary(mime: str, payload: str | Any) -> str:
+def decoded_size(payload: Any) -> int:
+    """Bytes of a MIME bundle value (base64 text for binary types)."""
     if isinstance(payload, str):
         try:
-            raw = base64.b64decode(payload, validate=False)
+            return len(base64.b64decode(payload, validate=False))
         except ValueError:
-            raw = payload.encode()
-    else:
-        raw = b""
-    return f"<{mime}, {_size(len(raw))}>"
+            return len(payload.encode())
+    if isinstance(payload, bytes):
+        return len(payload)
+    return len(json.dumps(payload, default=str).encode())
 
 
-def output_text(output: Output) -> str:
-    """One output as text: streams verbatim, rich data by its plain view, binaries named."""
+def _name_binary(mime: str, payload: Any) -> str:
+    return f"<{mime}, {format_size(decoded_size(payload))}>"
+
+
+def output_text(output: Output, name_binary: Callable[[str, Any], str] = _name_binary) -> str:
+    """One output as text: streams verbatim, rich data by its plain view, binaries named.
+
+    ``name_binary(mime, payload)`` gives the text that stands for a binary value.
+    """
     kind = output["output_type"]
     if kind == "stream":
         return str(output["text"]).rstrip("\n")
@@ -131,7 +148,7 @@ def output_text(output: Output) -> str:
         tb = strip_ansi("\n".join(output.get("traceback", [])))
         return tb or f"{output['ename']}: {output['evalue']}"
     data: dict[str, Any] = output.get("data", {})
-    binaries = [_describe_binary(m, v) for m, v in data.items() if m.startswith(_BINARY_PREFIXES)]
+    binaries = [name_binary(m, v) for m, v in data.items() if m.startswith(BINARY_PREFIXES)]
     plain = data.get("text/plain")
     if isinstance(plain, list):
         plain = "".join(plain)

@@ -15,9 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import FileOperationError, SandboxFileNotFoundError
 from ..events import FileOperated, emit
-from ..results import FileInfo
+from ..results import FileInfo, format_size
 from .base import Tool, ToolOptions, down_reason, register_tool
-from .results import ToolResult, format_size, truncate_middle
+from .results import ToolResult, truncate_middle
 from .schema import SchemaFormat
 from .texts import where_text
 

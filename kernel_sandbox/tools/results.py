@@ -15,32 +15,20 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_serializer
 
-from ..results import output_text
+from ..results import decoded_size, format_size, output_text
 
 __all__ = [
     "Artifact",
     "ToolResult",
     "ToolStatus",
-    "format_size",
     "render_outputs",
     "truncate_middle",
 ]
 
 ToolStatus = Literal["success", "error", "timeout"]
 
-#: MIME types shown to the model as placeholders, never inline.
-BINARY_PREFIXES = ("image/", "application/pdf", "video/", "audio/")
 #: Image types a vision model accepts as ``image_url`` data URLs.
 VISION_MIMES = ("image/png", "image/jpeg", "image/gif", "image/webp")
-
-
-def format_size(n: int) -> str:
-    """A byte count for people and models: ``512 B``, ``23.4 KB``, ``1.2 MB``."""
-    if n < 1024:
-        return f"{n} B"
-    if n < 1024**2:
-        return f"{n / 1024:.1f} KB"
-    return f"{n / 1024**2:.1f} MB"
 
 
 def truncate_middle(text: str, limit: int) -> tuple[str, int]:
@@ -86,45 +74,27 @@ class Artifact(BaseModel):
         return f"[{self.name}, {format_size(self.size)}]"
 
 
-def _decoded_size(payload: Any) -> int:
-    if isinstance(payload, str):
-        try:
-            return len(base64.b64decode(payload, validate=False))
-        except ValueError:
-            return len(payload.encode())
-    if isinstance(payload, bytes):
-        return len(payload)
-    return len(json.dumps(payload, default=str).encode())
-
-
 def render_outputs(outputs: list[dict[str, Any]]) -> tuple[str, list[Artifact]]:
     """nbformat outputs as compact text, with every binary payload a numbered placeholder.
 
     Text outputs are rendered like :attr:`Execution.text` (streams verbatim, rich data
     by its plain view, tracebacks without colour codes).
     """
-    parts: list[str] = []
     artifacts: list[Artifact] = []
+    parts: list[str] = []
     for index, output in enumerate(outputs):
-        data: dict[str, Any] = output.get("data") or {}
-        binaries = [(m, v) for m, v in data.items() if m.startswith(BINARY_PREFIXES)]
-        if not binaries:
-            parts.append(output_text(output))
-            continue
-        names = []
-        for mime, payload in binaries:
+
+        def placeholder(mime: str, payload: Any, index: int = index) -> str:
             artifact = Artifact(
                 name=f"{mime} #{len(artifacts) + 1}",
                 mime_type=mime,
-                size=_decoded_size(payload),
+                size=decoded_size(payload),
                 output_index=index,
             )
             artifacts.append(artifact)
-            names.append(artifact.placeholder)
-        plain = data.get("text/plain")
-        if isinstance(plain, list):
-            plain = "".join(plain)
-        parts.append(" ".join(names + ([str(plain)] if plain else [])))
+            return artifact.placeholder
+
+        parts.append(output_text(output, placeholder))
     return "\n".join(p for p in parts if p).strip("\n"), artifacts
 
 
