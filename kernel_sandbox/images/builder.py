@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -27,6 +26,7 @@ import docker.errors
 
 from ..config import LABEL_PREFIX
 from ..errors import ImageError
+from ..results import strip_ansi
 from .wheels import Progress, build_context, complete_wheels, probe_python, wheel_cache_dir
 
 __all__ = [
@@ -56,7 +56,6 @@ IMAGE_NAMES: dict[str, str | None] = {"python": None, "datascience": "python"}
 #: Names ``build`` accepts besides our images.
 HELPER_NAMES = ("base", "standin")
 PipMode = Literal["host", "build"]
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # the engine colours a step's stderr
 
 
 @dataclass(frozen=True)
@@ -122,7 +121,7 @@ def run_build(
         )
         for chunk in stream:
             if "stream" in chunk:
-                for line in _ANSI.sub("", str(chunk["stream"])).splitlines():
+                for line in strip_ansi(str(chunk["stream"])).splitlines():  # coloured stderr
                     if line.strip():
                         tail.append(line)
                         progress(line)
