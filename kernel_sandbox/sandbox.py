@@ -206,16 +206,13 @@ class AsyncSandbox:
         self._session = session
 
     async def _logs_tail(self) -> str:
+        if self.container_id is None:
+            return ""
         try:
-            from .backends.docker import DockerBackend
-
-            if isinstance(self.backend, DockerBackend) and self.container_id:
-                raw = await asyncio.to_thread(self.backend.api.logs, self.container_id, tail=15)
-                text = raw.decode(errors="replace").strip()
-                return f"\ncontainer log (last lines):\n{text}" if text else ""
-        except Exception:
-            pass
-        return ""
+            text = (await self.backend.logs(self.container_id, tail=15)).strip()
+        except Exception:  # the start error is what matters; the log is a bonus
+            return ""
+        return f"\ncontainer log (last lines):\n{text}" if text else ""
 
     async def _check_alive(self) -> str | None:
         if self.container_id is None:

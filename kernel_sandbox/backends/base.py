@@ -113,6 +113,10 @@ class Backend(abc.ABC):
         """A tar archive of ``path`` in the container."""
 
     @abc.abstractmethod
+    async def logs(self, container_id: str, tail: int) -> str:
+        """The last ``tail`` lines the container's main process wrote (for start errors)."""
+
+    @abc.abstractmethod
     async def address(self, container_id: str) -> str:
         """The container's IP address on its network (tcp transport)."""
 

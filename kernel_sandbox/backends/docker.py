@@ -217,6 +217,10 @@ class DockerBackend(Backend):
         except docker.errors.APIError as exc:
             raise FileOperationError(f"could not read {path}: {exc.explanation}") from exc
 
+    async def logs(self, container_id: str, tail: int) -> str:
+        raw = await _run(self.api.logs, container_id, tail=tail)
+        return bytes(raw).decode(errors="replace")
+
     async def address(self, container_id: str) -> str:
         info = await _run(self.api.inspect_container, container_id)
         for net in info["NetworkSettings"]["Networks"].values():
