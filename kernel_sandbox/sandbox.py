@@ -425,9 +425,8 @@ class AsyncSandbox:
     async def _restart_in_place(self) -> None:
         """Have the supervisor kill the kernel's process group, then start a new kernel."""
         assert self.container_id is not None
-        state = await self.backend.state(self.container_id)
-        if not state.running:
-            raise KernelError(f"the container stopped ({state.death_reason()})")
+        if not (await self.backend.state(self.container_id)).running:
+            raise KernelError("its container had stopped")
         await self.backend.signal(self.container_id, KILL_SIGNAL)
         deadline = time.monotonic() + _KILL_LIMIT
         while await self._kernel_end() is None:
