@@ -250,15 +250,35 @@ async def test_restart_loses_variables_keeps_files(py_sandbox: AsyncSandbox) -> 
     await _assert_restarted_in_place(py_sandbox, before)
 
 
-async def test_restart_ends_processes_the_kernel_started(py_sandbox: AsyncSandbox) -> None:
+@pytest.mark.parametrize("crash", [False, True])
+async def test_restart_ends_processes_the_kernel_started(
+    py_sandbox: AsyncSandbox, crash: bool
+) -> None:
     ex = await py_sandbox.run_python(
         "import subprocess\nchild = subprocess.Popen(['sleep', '1000'])\nprint(child.pid)"
     )
     cmdline = f"tr '\\0' ' ' < /proc/{ex.stdout.strip()}/cmdline"
     assert (await py_sandbox.run_shell(cmdline)).stdout == "sleep 1000 "
-    await py_sandbox.restart()
+    if crash:
+        assert (await py_sandbox.run_python("import os; os._exit(1)")).status == "kernel_died"
+    else:
+        await py_sandbox.restart()
     gone = await py_sandbox.run_shell(cmdline)
-    assert gone.exit_code != 0 and "sleep" not in gone.stdout
+    assert "sleep" not in gone.stdout  # no such process, or the pid was reused
+
+
+async def test_fork_bomb_is_ended_by_a_restart_in_place(make_sandbox) -> None:  # type: ignore[no-untyped-def]
+    sb = await make_sandbox(image="kernel-sandbox:python", pids_limit=64, interrupt_grace=0.5)
+    before = await _leave_files(sb)
+    ex = await sb.run_python(
+        "import os, signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "while True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)",
+        timeout=3,
+    )
+    assert ex.status == "timeout" and ex.state_lost
+    assert "restarted" in ex.message and "files" not in ex.message
+    assert (await sb.run_python("2 * 21")).text == "42"
+    await _assert_restarted_in_place(sb, before)
 
 
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT", "SIGHUP", "SIGKILL"])
