@@ -350,6 +350,11 @@ async def test_tcp_transport_without_network(make_sandbox) -> None:  # type: ign
         "    print('connected')\nexcept OSError:\n    print('blocked')"
     )
     assert probe.stdout == "blocked\n"
+    before = await _leave_files(sb)  # no shared directory: the status is read with exec
+    crash = await sb.run_python("import os; os._exit(4)")
+    assert "exited with code 4" in crash.message and "files" not in crash.message
+    assert (await sb.run_python("'y' in dir()")).text == "False"
+    await _assert_restarted_in_place(sb, before)
 
 
 async def test_unclosed_sandbox_is_removed_when_the_program_exits(docker_engine) -> None:  # type: ignore[no-untyped-def]
