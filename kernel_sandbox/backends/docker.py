@@ -21,6 +21,7 @@ from ..errors import (
     EngineUnavailableError,
     FileOperationError,
     ImageNotFoundError,
+    KernelError,
     SandboxFileNotFoundError,
     SandboxStartError,
 )
@@ -156,6 +157,16 @@ class DockerBackend(Backend):
             self.api.start(container_id)
 
         await _run(_restart)
+
+    async def signal(self, container_id: str, signal: str) -> None:
+        try:
+            await _run(self.api.kill, container_id, signal=signal)
+        except docker.errors.NotFound as exc:
+            raise KernelError("the container was removed") from exc
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:  # the engine's answer for a stopped container
+                raise KernelError("the container is not running") from exc
+            raise KernelError(f"could not signal the container: {exc.explanation}") from exc
 
     async def remove(self, container_id: str) -> None:
         await _run(self.remove_blocking, container_id)
