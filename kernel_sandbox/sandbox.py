@@ -4,7 +4,8 @@ The kernel is the container's main process (behind Docker's init).  It is reache
 with jupyter_client over unix sockets in a per-sandbox host directory that is
 bind-mounted into the container, so the default sandbox has no network at all.
 Shell commands and file operations go through the engine (exec / archive API), so a
-busy or dead kernel never blocks them.
+busy or dead kernel never blocks them.  The root filesystem is read-only: everything
+the sandbox writes lands in per-sandbox in-memory volumes bounded by ``disk_limit``.
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ def _remove_unclosed() -> None:
         try:
             if sandbox.container_id is not None:
                 sandbox.backend.remove_blocking(sandbox.container_id)
+            sandbox.backend.remove_volumes_blocking(sandbox._volumes)
         except Exception:  # exit must go on; `kernel-sandbox gc` finds what is left
             log.warning("could not remove sandbox %s at exit", sandbox.id, exc_info=True)
         if sandbox._run_dir is not None:
@@ -95,6 +97,8 @@ class AsyncSandbox:
         self.image = config.image
         self.files = AsyncFiles(self)
         self._run_dir: Path | None = None
+        #: Names of the volumes that hold the writable area (removed on close).
+        self._volumes: list[str] = []
         self._host_info: ConnectionInfo | None = None
         self._session: KernelSession | None = None
         self._lock = asyncio.Lock()
@@ -140,7 +144,7 @@ class AsyncSandbox:
 
         cfg = self.config
         self.image = await resolve_kernel_image(cfg.image, derive=cfg.derive_image)
-        volumes = dict(cfg.volumes)
+        volumes = {**cfg.volumes, **await self._writable_area()}
         published: dict[int, int] = {}
         if cfg.transport == "ipc":
             self._run_dir = runtime_root() / self.id
@@ -171,6 +175,8 @@ class AsyncSandbox:
             name=f"kernel-sandbox-{self.id}",
             published_ports=published,
             internal_network=cfg.transport == "tcp" and not cfg.network_enabled,
+            read_only=cfg.disk_limit is not None,
+            shm_size=cfg.disk_budget().get("shm"),
         )
         # The engine call goes on in its thread even if we are cancelled: wait for it, so
         # that close() knows the container and removes it instead of leaking it.
@@ -188,6 +194,41 @@ class AsyncSandbox:
             host_info["ip"] = await self.backend.address(self.container_id)
         self._host_info = host_info  # type: ignore[assignment]
         await self._connect()
+
+    async def _writable_area(self) -> dict[str, dict[str, str]]:
+        """Create the bounded in-memory volumes the sandbox may write to; return their binds.
+
+        One volume each for the working directory, $HOME and /tmp, sized by
+        ``SandboxConfig.disk_budget``.  Places that coincide share one volume with their
+        shares added; a place the caller mounted a volume of their own on is left to it.
+        """
+        budget = self.config.disk_budget()
+        if not budget:
+            return {}
+        who = await self.backend.image_user(self.image, self.config.user)
+        home = self.config.env_vars.get("HOME", who.home)
+        places: dict[str, tuple[int, int, int, int]] = {}  # path -> size, uid, gid, mode
+        for path, size, uid, gid, mode in (
+            (self.config.working_dir, budget["working_dir"], who.uid, who.gid, 0o755),
+            (home, budget["home"], who.uid, who.gid, 0o755),
+            ("/tmp", budget["tmp"], 0, 0, 0o1777),
+        ):
+            path = posixpath.normpath(path)
+            known = places.get(path)
+            places[path] = (size + known[0], *known[1:]) if known else (size, uid, gid, mode)
+        taken = {posixpath.normpath(spec["bind"]) for spec in self.config.volumes.values()}
+        binds: dict[str, dict[str, str]] = {}
+        _unclosed[self.id] = self  # from here on there is something to remove
+        for index, (path, (size, uid, gid, mode)) in enumerate(sorted(places.items())):
+            if path == "/" or path in taken:
+                continue
+            name = f"kernel-sandbox-{self.id}-{index}"
+            self._volumes.append(name)
+            await self.backend.create_volume(
+                name, size=size, uid=uid, gid=gid, mode=mode, labels=self.labels
+            )
+            binds[name] = {"bind": path, "mode": "rw"}
+        return binds
 
     async def _connect(self) -> None:
         assert self._host_info is not None
@@ -221,7 +262,7 @@ class AsyncSandbox:
         return None if state.running else state.death_reason()
 
     async def close(self) -> None:
-        """Remove the container and the host-side run directory.  Safe to call twice."""
+        """Remove the container, its volumes and the host-side run directory.  Safe twice."""
         if self._closed:
             return
         self._closed = True
@@ -232,6 +273,7 @@ class AsyncSandbox:
         try:
             if self.container_id is not None:
                 await self.backend.remove(self.container_id)
+            await self.backend.remove_volumes(self._volumes)  # in use until the container goes
         finally:
             if self._run_dir is not None:
                 shutil.rmtree(self._run_dir, ignore_errors=True)
