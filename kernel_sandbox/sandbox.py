@@ -211,7 +211,9 @@ class AsyncSandbox:
         for path, size, uid, gid, mode in (
             (self.config.working_dir, budget["working_dir"], who.uid, who.gid, 0o755),
             (home, budget["home"], who.uid, who.gid, 0o755),
-            ("/tmp", budget["tmp"], 0, 0, 0o1777),
+            # /tmp too belongs to the sandbox user, so it can delete whatever lands there,
+            # even what the engine left half-written when a file operation overflowed.
+            ("/tmp", budget["tmp"], who.uid, who.gid, 0o1777),
         ):
             path = posixpath.normpath(path)
             known = places.get(path)
