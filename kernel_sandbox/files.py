@@ -132,13 +132,13 @@ class AsyncFiles:
                 self._sandbox.container_id, posixpath.dirname(full), buffer.getvalue()
             )
         except FileOperationError as exc:
-            # The engine leaves a truncated file behind; remove it so that the space
-            # comes back and no half-written file passes for the real one.
+            if "no space left on device" not in str(exc).lower():
+                raise
+            # The engine leaves the file truncated (and owned by root): remove it, so that
+            # the space comes back and no half-written file passes for the real one.
             with contextlib.suppress(FileOperationError):  # the first error is the news
                 await self._sh('rm -f -- "$1"', full)
-            if "no space left on device" in str(exc).lower():
-                raise self._full(full, len(payload)) from exc
-            raise
+            raise self._full(full, len(payload)) from exc
 
     async def append(self, path: str, data: bytes | str, encoding: str = "utf-8") -> None:
         """Add to the end of a file, creating it if needed."""
