@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from kernel_sandbox.cli.main import cli
 from kernel_sandbox.config import LABEL_PREFIX
-from kernel_sandbox.errors import FileOperationError
+from kernel_sandbox.errors import FileOperationError, SandboxStartError
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.tools import ToolSet
 from tests.integration.conftest import PYTHON_IMAGE
@@ -267,3 +267,18 @@ def test_volumes_go_at_interpreter_exit_when_the_sandbox_was_not_closed(
         check=True,
     )
     assert sandbox_volumes(docker_engine, done.stdout.strip()) == []
+
+
+async def test_places_that_coincide_share_one_volume_with_both_shares(
+    make_sandbox: Any, docker_engine: Any
+) -> None:
+    sandbox = await make_sandbox(image=PYTHON_IMAGE, disk_limit=DISK_LIMIT, working_dir="/tmp")
+    budget = sandbox.config.disk_budget()
+    assert len(sandbox_volumes(docker_engine, sandbox.id)) == 2
+    size = await sandbox.run_shell("df -B1 --output=size /tmp | tail -1")
+    assert int(size.stdout) == budget["working_dir"] + budget["tmp"]
+
+
+async def test_a_user_the_image_does_not_have_is_a_start_error(make_sandbox: Any) -> None:
+    with pytest.raises(SandboxStartError, match="user 'nobody-here' does not exist in image"):
+        await make_sandbox(image=PYTHON_IMAGE, user="nobody-here")
