@@ -58,8 +58,10 @@ class SandboxConfig(BaseModel):
     :data:`DISK_SHARES`), plus the caller's own ``volumes`` (not bounded by it).  A
     write past a share fails with ENOSPC.  The writable area lives in memory and counts
     toward ``memory_limit``: the default of 512m leaves the kernel at least half of the
-    default 1g even when the sandbox is full.  ``None`` turns the bound off: the root
-    filesystem is then writable and unbounded, as in a plain container.
+    default 1g even when the sandbox is full; with ``memory_limit`` at or below
+    ``disk_limit``, a full writable area gets the kernel OOM-killed before any write
+    sees ENOSPC.  ``None`` turns the bound off: the root filesystem is then writable and
+    unbounded, as in a plain container.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
