@@ -38,6 +38,7 @@ from .kernel.connection import (
     new_connection_info,
 )
 from .results import CommandResult, Execution, ExecutionError, ExecutionStatus, strip_ansi
+from .writable import create_writable_area
 
 __all__ = ["AsyncSandbox", "runtime_root"]
 
@@ -159,7 +160,17 @@ class AsyncSandbox:
             host_info = dict(container_info, ip="127.0.0.1")
             if cfg.network_enabled:
                 published = {p: p for p in ports}
-        volumes.update(await self._writable_area())  # after the run dir: same labels
+        _unclosed[self.id] = self  # from here on there may be volumes to remove
+        volumes.update(  # after the run dir is known: the volumes get the container's labels
+            await create_writable_area(
+                self.backend,
+                cfg,
+                self.image,
+                prefix=f"kernel-sandbox-{self.id}",
+                labels=self.labels,
+                created=self._volumes,
+            )
+        )
         command, env = launch_command(KERNEL_PYTHON, container_info)
         spec = ContainerSpec(
             image=self.image,
@@ -195,44 +206,6 @@ class AsyncSandbox:
             host_info["ip"] = await self.backend.address(self.container_id)
         self._host_info = host_info  # type: ignore[assignment]
         await self._connect()
-
-    async def _writable_area(self) -> dict[str, dict[str, str]]:
-        """Create the bounded in-memory volumes the sandbox may write to; return their binds.
-
-        One volume each for the working directory, $HOME and /tmp, sized by
-        ``SandboxConfig.disk_budget`` and owned by the image's user (/dev/shm is bounded
-        by the container spec).  Places that coincide share one volume with their shares
-        added; a place the caller mounted a volume of their own on is left to it.
-        """
-        budget = self.config.disk_budget()
-        if not budget:
-            return {}
-        who = await self.backend.image_user(self.image, self.config.user)
-        home = self.config.env_vars.get("HOME", who.home)
-        places: dict[str, tuple[int, int]] = {}  # path -> size, permission bits
-        for path, size, mode in (
-            (self.config.working_dir, budget["working_dir"], 0o755),
-            (home, budget["home"], 0o755),
-            # /tmp too belongs to the sandbox user, so it can delete whatever lands there,
-            # even what the engine left half-written when a file operation overflowed.
-            ("/tmp", budget["tmp"], 0o1777),
-        ):
-            path = posixpath.normpath(path)
-            known = places.get(path)
-            places[path] = (size + known[0], known[1]) if known else (size, mode)
-        taken = {posixpath.normpath(spec["bind"]) for spec in self.config.volumes.values()}
-        binds: dict[str, dict[str, str]] = {}
-        _unclosed[self.id] = self  # from here on there is something to remove
-        for index, (path, (size, mode)) in enumerate(sorted(places.items())):
-            if path == "/" or path in taken:
-                continue
-            name = f"kernel-sandbox-{self.id}-{index}"
-            self._volumes.append(name)
-            await self.backend.create_volume(
-                name, size=size, uid=who.uid, gid=who.gid, mode=mode, labels=self.labels
-            )
-            binds[name] = {"bind": path, "mode": "rw"}
-        return binds
 
     async def _connect(self) -> None:
         assert self._host_info is not None
