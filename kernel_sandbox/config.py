@@ -9,9 +9,16 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-__all__ = ["DEFAULT_IMAGE", "KERNEL_PYTHON", "LABEL_PREFIX", "SandboxConfig"]
+__all__ = [
+    "DEFAULT_IMAGE",
+    "DISK_SHARES",
+    "KERNEL_PYTHON",
+    "LABEL_PREFIX",
+    "SandboxConfig",
+    "parse_size",
+]
 
 DEFAULT_IMAGE = "kernel-sandbox:datascience"
 #: Interpreter with ipykernel inside every kernel-ready image (see ``images/``).
@@ -19,7 +26,23 @@ KERNEL_PYTHON = "/opt/venv/bin/python"
 #: Prefix of every label kernel_sandbox puts on containers and images.
 LABEL_PREFIX = "kernel-sandbox"
 
-_MEMORY = re.compile(r"^\d+(\.\d+)?[bkmg]?$", re.IGNORECASE)
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([bkmg]?)$", re.IGNORECASE)
+#: Below this a sandbox cannot even start (the kernel writes to /tmp and $HOME).
+_MIN_DISK = 16 * 1024**2
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+#: How ``disk_limit`` is shared out between the writable places of a sandbox.  The
+#: working directory gets half; $HOME a quarter (IPython and matplotlib caches,
+#: ``pip install --user``); /tmp and /dev/shm the rest.  The shares add up to 1, so the
+#: sandbox can never write more than ``disk_limit`` in total.
+DISK_SHARES = {"working_dir": 8 / 16, "home": 4 / 16, "tmp": 3 / 16, "shm": 1 / 16}
+
+
+def parse_size(value: str) -> int:
+    """Bytes in a size such as ``"512m"`` (binary units: k, m and g are powers of 1024)."""
+    match = _SIZE.match(value.strip())
+    if not match:
+        raise ValueError(f"{value!r} is not a size; use a number with b, k, m or g, e.g. '512m'")
+    return int(float(match[1]) * _UNITS[match[2].lower()])
 
 
 class SandboxConfig(BaseModel):
@@ -28,6 +51,17 @@ class SandboxConfig(BaseModel):
     ``volumes`` uses the docker SDK's form ``{host_path: {"bind": path, "mode": "rw"}}``.
     ``timeout`` is the default per-execution timeout in seconds for ``run_python`` and
     ``run_shell``; a call may pass its own.
+
+    ``disk_limit`` bounds everything the sandbox can write.  The root filesystem is
+    read-only; the only writable places are the working directory, $HOME, /tmp and
+    /dev/shm, each an in-memory filesystem with its share of ``disk_limit`` (see
+    :data:`DISK_SHARES`), plus the caller's own ``volumes`` (not bounded by it).  A
+    write past a share fails with ENOSPC.  The writable area lives in memory and counts
+    toward ``memory_limit``: the default of 512m leaves the kernel at least half of the
+    default 1g even when the sandbox is full; with ``memory_limit`` at or below
+    ``disk_limit``, a full writable area gets the kernel OOM-killed before any write
+    sees ENOSPC.  ``None`` turns the bound off: the root filesystem is then writable and
+    unbounded, as in a plain container.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -35,6 +69,7 @@ class SandboxConfig(BaseModel):
     image: str = DEFAULT_IMAGE
     network_enabled: bool = False
     memory_limit: str = "1g"
+    disk_limit: str | None = "512m"
     cpu_limit: float = Field(default=1.0, gt=0)
     pids_limit: int = Field(default=256, ge=16)
     user: str = "sandbox"
@@ -53,14 +88,18 @@ class SandboxConfig(BaseModel):
         description="Derive a kernel-ready image from a plain Python image when needed.",
     )
 
-    @field_validator("memory_limit")
+    @field_validator("memory_limit", "disk_limit")
     @classmethod
-    def _check_memory(cls, value: str) -> str:
-        if not _MEMORY.match(value.strip()):
-            raise ValueError(
-                f"memory_limit={value!r} is not a size; use a number with b, k, m or g, e.g. '512m'"
-            )
-        return value.strip().lower()
+    def _check_size(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None and info.field_name == "disk_limit":
+            return None
+        try:
+            size = parse_size(str(value))
+        except ValueError as exc:
+            raise ValueError(f"{info.field_name}={exc}") from None
+        if info.field_name == "disk_limit" and size < _MIN_DISK:
+            raise ValueError(f"disk_limit={value!r} is too small; give at least 16m")
+        return str(value).strip().lower()
 
     @field_validator("working_dir")
     @classmethod
@@ -78,6 +117,13 @@ class SandboxConfig(BaseModel):
             if spec.get("mode", "rw") not in ("rw", "ro"):
                 raise ValueError(f"volumes[{host!r}]['mode'] must be 'rw' or 'ro'")
         return value
+
+    def disk_budget(self) -> dict[str, int]:
+        """Bytes each writable place may hold (keys of :data:`DISK_SHARES`); {} if unbounded."""
+        if self.disk_limit is None:
+            return {}
+        total = parse_size(self.disk_limit)
+        return {place: int(total * share) for place, share in DISK_SHARES.items()}
 
     def with_overrides(self, **overrides: Any) -> SandboxConfig:
         """Return a validated copy with some fields changed."""

@@ -7,6 +7,7 @@ Relative paths resolve against the sandbox's working directory.  Binary-safe.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import posixpath
 import tarfile
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .errors import FileOperationError, SandboxFileNotFoundError
-from .results import FileInfo
+from .results import FileInfo, format_size
 
 if TYPE_CHECKING:
     from .sandbox import AsyncSandbox
@@ -63,7 +64,22 @@ class AsyncFiles:
         if code == _IS_DIR:
             return FileOperationError(f"is a directory, not a file: {path}")
         detail = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {code}"
+        if "read-only file system" in detail.lower():
+            detail += (
+                " (only the working directory, $HOME, /tmp and the sandbox's volumes are writable)"
+            )
         return FileOperationError(f"cannot {action} {path}: {detail}")
+
+    def _full(self, path: str, size: int) -> FileOperationError:
+        config = self._sandbox.config
+        budget = config.disk_budget()
+        places = {"working_dir": config.working_dir, "home": "$HOME", "tmp": "/tmp"}
+        split = ", ".join(f"{format_size(budget[k])} for {name}" for k, name in places.items())
+        return FileOperationError(
+            f"cannot write {path} ({format_size(size)}): the sandbox's writable area is full "
+            "(no space left on device). Delete files in the sandbox, or raise disk_limit "
+            f"(now {config.disk_limit!r}: {split})"
+        )
 
     async def read(self, path: str) -> bytes:
         """The bytes of a file."""
@@ -111,9 +127,18 @@ class AsyncFiles:
             info.mtime = int(time.time())
             tar.addfile(info, io.BytesIO(payload))
         assert self._sandbox.container_id is not None
-        await self._sandbox.backend.put_archive(
-            self._sandbox.container_id, posixpath.dirname(full), buffer.getvalue()
-        )
+        try:
+            await self._sandbox.backend.put_archive(
+                self._sandbox.container_id, posixpath.dirname(full), buffer.getvalue()
+            )
+        except FileOperationError as exc:
+            if "no space left on device" not in str(exc).lower():
+                raise
+            # The engine leaves the file truncated (and owned by root): remove it, so that
+            # the space comes back and no half-written file passes for the real one.
+            with contextlib.suppress(FileOperationError):  # the first error is the news
+                await self._sh('rm -f -- "$1"', full)
+            raise self._full(full, len(payload)) from exc
 
     async def append(self, path: str, data: bytes | str, encoding: str = "utf-8") -> None:
         """Add to the end of a file, creating it if needed."""

@@ -5,7 +5,8 @@ init), which restarts it in place so that files survive a kernel restart.  It is
 with jupyter_client over unix sockets in a per-sandbox host directory that is
 bind-mounted into the container, so the default sandbox has no network at all.
 Shell commands and file operations go through the engine (exec / archive API), so a
-busy or dead kernel never blocks them.
+busy or dead kernel never blocks them.  The root filesystem is read-only: everything
+the sandbox writes lands in per-sandbox in-memory volumes bounded by ``disk_limit``.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .kernel.connection import (
 )
 from .kernel.supervisor import KILL_SIGNAL, STATUS_FILE, TCP_STATE_DIR, KernelEnd, parse_status
 from .results import CommandResult, Execution, ExecutionError, ExecutionStatus, strip_ansi
+from .writable import create_writable_area
 
 __all__ = ["AsyncSandbox", "runtime_root"]
 
@@ -75,6 +77,7 @@ def _remove_unclosed() -> None:
         try:
             if sandbox.container_id is not None:
                 sandbox.backend.remove_blocking(sandbox.container_id)
+            sandbox.backend.remove_volumes_blocking(sandbox._volumes)
         except Exception:  # exit must go on; `kernel-sandbox gc` finds what is left
             log.warning("could not remove sandbox %s at exit", sandbox.id, exc_info=True)
         if sandbox._run_dir is not None:
@@ -102,6 +105,8 @@ class AsyncSandbox:
         self.image = config.image
         self.files = AsyncFiles(self)
         self._run_dir: Path | None = None
+        #: Names of the volumes that hold the writable area (removed on close).
+        self._volumes: list[str] = []
         self._host_info: ConnectionInfo | None = None
         self._session: KernelSession | None = None
         self._engine_checked = 0.0
@@ -163,6 +168,17 @@ class AsyncSandbox:
             host_info = dict(container_info, ip="127.0.0.1")
             if cfg.network_enabled:
                 published = {p: p for p in ports}
+        _unclosed[self.id] = self  # from here on there may be volumes to remove
+        volumes.update(  # after the run dir is known: the volumes get the container's labels
+            await create_writable_area(
+                self.backend,
+                cfg,
+                self.image,
+                prefix=f"kernel-sandbox-{self.id}",
+                labels=self.labels,
+                created=self._volumes,
+            )
+        )
         command, env = launch_command(KERNEL_PYTHON, container_info, self._state_dir)
         spec = ContainerSpec(
             image=self.image,
@@ -179,6 +195,8 @@ class AsyncSandbox:
             name=f"kernel-sandbox-{self.id}",
             published_ports=published,
             internal_network=cfg.transport == "tcp" and not cfg.network_enabled,
+            read_only=cfg.disk_limit is not None,
+            shm_size=cfg.disk_budget().get("shm"),
         )
         # The engine call goes on in its thread even if we are cancelled: wait for it, so
         # that close() knows the container and removes it instead of leaking it.
@@ -279,7 +297,7 @@ class AsyncSandbox:
             )
 
     async def close(self) -> None:
-        """Remove the container and the host-side run directory.  Safe to call twice."""
+        """Remove the container, its volumes and the host-side run directory.  Safe twice."""
         if self._closed:
             return
         self._closed = True
@@ -290,6 +308,7 @@ class AsyncSandbox:
         try:
             if self.container_id is not None:
                 await self.backend.remove(self.container_id)
+            await self.backend.remove_volumes(self._volumes)  # in use until the container goes
         finally:
             if self._run_dir is not None:
                 shutil.rmtree(self._run_dir, ignore_errors=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 
-__all__ = ["Backend", "ContainerSpec", "ContainerState", "ExecResult"]
+__all__ = ["Backend", "ContainerSpec", "ContainerState", "ExecResult", "ImageUser"]
 
 
 @dataclass(frozen=True)
@@ -33,6 +33,19 @@ class ContainerSpec:
     published_ports: dict[int, int] = field(default_factory=dict)
     #: put the container on a network without outside access (tcp transport, no network)
     internal_network: bool = False
+    #: mount the image's root filesystem read-only (writes go to ``volumes`` only)
+    read_only: bool = False
+    #: bytes of /dev/shm (None: the engine's default)
+    shm_size: int | None = None
+
+
+@dataclass(frozen=True)
+class ImageUser:
+    """Who a container of an image runs as: numeric ids and home directory."""
+
+    uid: int
+    gid: int
+    home: str
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,36 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def start(self, spec: ContainerSpec) -> str:
         """Create and start a container; return its id."""
+
+    @abc.abstractmethod
+    async def image_user(self, image: str, user: str) -> ImageUser:
+        """Resolve ``user`` (a name or ``uid[:gid]``) in ``image``'s own user database.
+
+        Needed to give in-memory volumes to the user before any container runs.
+        """
+
+    @abc.abstractmethod
+    async def create_volume(
+        self, name: str, *, size: int, uid: int, gid: int, mode: int, labels: dict[str, str]
+    ) -> None:
+        """Create an in-memory volume holding at most ``size`` bytes.
+
+        Its root directory belongs to ``uid``:``gid`` with permission bits ``mode``.
+        Unlike a container's own tmpfs mounts, a volume is reachable through
+        :meth:`put_archive` and :meth:`get_archive` even on a read-only root filesystem.
+        """
+
+    @abc.abstractmethod
+    async def remove_volumes(self, names: list[str]) -> None:
+        """Delete volumes no container uses any more; missing ones are not an error."""
+
+    @abc.abstractmethod
+    def remove_volumes_blocking(self, names: list[str]) -> None:
+        """``remove_volumes`` without an event loop (used at interpreter exit)."""
+
+    @abc.abstractmethod
+    async def list_volumes(self, labels: dict[str, str]) -> list[dict[str, object]]:
+        """Volumes carrying all these labels: name, labels."""
 
     @abc.abstractmethod
     async def state(self, container_id: str) -> ContainerState:

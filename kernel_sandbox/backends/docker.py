@@ -10,13 +10,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import io
 import os
+import tarfile
 from typing import Any, TypeVar
 
 import docker
 import docker.errors
 from docker.types import Ulimit
 
+from ..config import LABEL_PREFIX
 from ..errors import (
     EngineUnavailableError,
     FileOperationError,
@@ -25,7 +28,7 @@ from ..errors import (
     SandboxFileNotFoundError,
     SandboxStartError,
 )
-from .base import Backend, ContainerSpec, ContainerState, ExecResult
+from .base import Backend, ContainerSpec, ContainerState, ExecResult, ImageUser
 
 __all__ = ["INTERNAL_NETWORK", "DockerBackend", "docker_client"]
 
@@ -58,6 +61,20 @@ def docker_client() -> docker.DockerClient:
 
 async def _run(fn: Any, *args: Any, **kwargs: Any) -> Any:
     return await asyncio.to_thread(fn, *args, **kwargs)
+
+
+# (image, user) -> ImageUser, for the process: a user database does not change under a tag
+# often enough to pay a probe container on every sandbox start.
+_image_users: dict[tuple[str, str], ImageUser] = {}
+
+
+def _lookup(database: str, key: str) -> list[str] | None:
+    """The fields of the /etc/passwd or /etc/group line whose name or numeric id is ``key``."""
+    for line in database.splitlines():
+        fields = line.split(":")
+        if len(fields) >= 3 and key in (fields[0], fields[2]):
+            return fields
+    return None
 
 
 class DockerBackend(Backend):
@@ -97,6 +114,8 @@ class DockerBackend(Backend):
             network_mode=network_mode,
             port_bindings={p: ("127.0.0.1", h) for p, h in spec.published_ports.items()} or None,
             ulimits=[Ulimit(name="core", soft=0, hard=0)],
+            read_only=spec.read_only,
+            shm_size=spec.shm_size,
         )
         try:
             created = api.create_container(
@@ -135,6 +154,90 @@ class DockerBackend(Backend):
             except docker.errors.APIError:  # created concurrently by another sandbox
                 if not self.api.networks(names=[INTERNAL_NETWORK]):
                     raise
+
+    async def image_user(self, image: str, user: str) -> ImageUser:
+        hit = _image_users.get((image, user))
+        if hit is None:
+            hit = _image_users[(image, user)] = await _run(self._image_user_sync, image, user)
+        return hit
+
+    def _image_user_sync(self, image: str, user: str) -> ImageUser:
+        # A container that is created but never started: its files can be read through
+        # the archive API without running anything from the image.
+        name, _, group = user.partition(":")
+        probe = self.api.create_container(
+            image,
+            command=["true"],
+            labels={LABEL_PREFIX: "true", f"{LABEL_PREFIX}.probe": "user"},
+            host_config=self.api.create_host_config(network_mode="none"),
+        )["Id"]
+        try:
+            passwd = _lookup(self._read_file(probe, "/etc/passwd"), name)
+            groups = self._read_file(probe, "/etc/group") if group and not group.isdigit() else ""
+        finally:
+            self.remove_blocking(probe)
+        if passwd is None and not name.isdigit():
+            raise SandboxStartError(
+                f"user {name!r} does not exist in image {image!r}; set `user=` to one that "
+                "does, or to a numeric uid"
+            )
+        uid = int(name) if passwd is None else int(passwd[2])
+        gid = int(passwd[3]) if passwd is not None and len(passwd) > 3 else uid
+        if group:
+            entry = _lookup(groups, group)
+            if entry is None and not group.isdigit():
+                raise SandboxStartError(f"group {group!r} does not exist in image {image!r}")
+            gid = int(group) if entry is None else int(entry[2])
+        env = dict(
+            item.split("=", 1)
+            for item in self.api.inspect_image(image)["Config"].get("Env") or []
+            if "=" in item
+        )
+        home = env.get("HOME") or (passwd[5] if passwd is not None and len(passwd) > 5 else "/")
+        return ImageUser(uid, gid, home)
+
+    def _read_file(self, container_id: str, path: str) -> str:
+        try:
+            stream, _ = self.api.get_archive(container_id, path)
+        except docker.errors.NotFound:
+            return ""
+        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+            member = tar.next()
+            handle = tar.extractfile(member) if member is not None else None
+            return handle.read().decode(errors="replace") if handle is not None else ""
+
+    async def create_volume(
+        self, name: str, *, size: int, uid: int, gid: int, mode: int, labels: dict[str, str]
+    ) -> None:
+        # The local driver mounts this tmpfs on the engine's side, which is what lets the
+        # archive API (and so sandbox.files) reach it on a read-only root filesystem.
+        options = f"size={size},uid={uid},gid={gid},mode={mode:o}"
+        try:
+            await _run(
+                self.api.create_volume,
+                name,
+                driver="local",
+                driver_opts={"type": "tmpfs", "device": "tmpfs", "o": options},
+                labels=labels,
+            )
+        except docker.errors.APIError as exc:
+            raise SandboxStartError(f"the engine could not create volume {name}: {exc}") from exc
+
+    async def remove_volumes(self, names: list[str]) -> None:
+        await _run(self.remove_volumes_blocking, names)
+
+    def remove_volumes_blocking(self, names: list[str]) -> None:
+        for name in names:
+            with contextlib.suppress(docker.errors.NotFound):
+                self.api.remove_volume(name, force=True)
+
+    async def list_volumes(self, labels: dict[str, str]) -> list[dict[str, object]]:
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        found = await _run(self.api.volumes, filters=filters)
+        return [
+            {"name": v["Name"], "labels": v.get("Labels") or {}}
+            for v in (found or {}).get("Volumes") or []
+        ]
 
     async def state(self, container_id: str) -> ContainerState:
         try:

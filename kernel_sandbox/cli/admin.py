@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import click
+import docker.errors
 
 from ..backends.docker import DockerBackend
 from ..config import LABEL_PREFIX
@@ -64,7 +65,7 @@ def ps(show_all: bool) -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
 def gc(remove_all: bool, dry_run: bool) -> None:
-    """Remove orphaned sandboxes (their owner process is gone) and their host files."""
+    """Remove orphaned sandboxes (their owner process is gone), their volumes and host files."""
     backend = DockerBackend()
     removed = 0
     for row in _sandboxes():
@@ -80,6 +81,24 @@ def gc(remove_all: bool, dry_run: bool) -> None:
                 shutil.rmtree(run_dir, ignore_errors=True)
         removed += 1
     click.echo(f"{removed} sandbox(es) {'to remove' if dry_run else 'removed'}")
+    # The in-memory volumes of those sandboxes (and of any whose container is already
+    # gone).  The engine refuses to remove a volume a container still uses: say so.
+    volumes = [
+        str(v["name"])
+        for v in asyncio.run(backend.list_volumes({LABEL_PREFIX: "true"}))
+        if remove_all or _owner_alive(v["labels"]) is False  # type: ignore[arg-type]
+    ]
+    left = 0
+    for volume in volumes:
+        if not dry_run:
+            try:
+                asyncio.run(backend.remove_volumes([volume]))
+            except docker.errors.APIError as exc:
+                click.echo(f"left volume {volume}: {exc.explanation or exc}")
+                left += 1
+    if volumes:
+        done = "to remove" if dry_run else "removed"
+        click.echo(f"{len(volumes) - left} volume(s) {done}")
     # Run directories no container refers to any more (their sandbox was removed by
     # hand or by the engine); young ones may belong to a sandbox that is starting.
     in_use = {str(r["labels"].get(f"{LABEL_PREFIX}.run-dir")) for r in _sandboxes()}  # type: ignore[attr-defined]

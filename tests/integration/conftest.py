@@ -40,7 +40,7 @@ def docker_engine():  # type: ignore[no-untyped-def]
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _no_leftover_containers() -> Iterator[None]:
+def _no_leftover_containers() -> Iterator[None]:  # and volumes
     yield
     client = _engine()
     if isinstance(client, Exception):
@@ -50,7 +50,11 @@ def _no_leftover_containers() -> Iterator[None]:
     left = client.containers.list(all=True, filters={"label": mine})
     for container in left:
         container.remove(force=True)
+    volumes = client.volumes.list(filters={"label": mine})
+    for volume in volumes:
+        volume.remove(force=True)
     assert not left, f"tests left containers behind: {[c.name for c in left]}"
+    assert not volumes, f"tests left volumes behind: {[v.name for v in volumes]}"
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kernel_sandbox.config import SandboxConfig
+from kernel_sandbox.config import SandboxConfig, parse_size
 from kernel_sandbox.errors import ConfigError, SandboxError
 
 
@@ -18,6 +18,7 @@ def test_defaults_are_the_safe_ones() -> None:
         256,
     )
     assert (c.user, c.working_dir, c.transport) == ("sandbox", "/sandbox", "ipc")
+    assert c.disk_limit == "512m"
 
 
 @pytest.mark.parametrize(
@@ -27,6 +28,8 @@ def test_defaults_are_the_safe_ones() -> None:
         ("working_dir", "rel/path", "working_dir"),
         ("volumes", {"/x": {"mode": "rw"}}, "bind"),
         ("cpu_limit", 0, "cpu_limit"),
+        ("disk_limit", "lots", "disk_limit"),
+        ("disk_limit", "1m", "disk_limit='1m' is too small"),
     ],
 )
 def test_invalid_settings_name_the_setting(field: str, value: object, needle: str) -> None:
@@ -43,3 +46,17 @@ def test_overrides_are_validated_and_unknown_fields_refused() -> None:
 
 def test_config_error_is_a_sandbox_error_and_a_value_error() -> None:
     assert issubclass(ConfigError, SandboxError) and issubclass(ConfigError, ValueError)
+
+
+@pytest.mark.parametrize("limit", ["16m", "512m", "1.5g", "700000k"])
+def test_disk_budget_never_exceeds_the_limit(limit: str) -> None:
+    budget = SandboxConfig(disk_limit=limit).disk_budget()
+    assert set(budget) == {"working_dir", "home", "tmp", "shm"}
+    assert sum(budget.values()) <= parse_size(limit)
+    assert budget["working_dir"] == parse_size(limit) // 2
+
+
+def test_no_disk_limit_means_no_budget() -> None:
+    assert SandboxConfig(disk_limit=None).disk_budget() == {}
+    with pytest.raises(ValueError, match="memory_limit"):
+        SandboxConfig(memory_limit=None)  # type: ignore[arg-type]

@@ -1,0 +1,63 @@
+"""The bounded writable area of a sandbox: per-sandbox in-memory volumes.
+
+The container's root filesystem is read-only, so everything the sandbox writes lands in
+one of these volumes (or in the caller's own ``volumes``) and a disk filler gets ENOSPC
+at its share of ``disk_limit`` instead of filling the engine's disk.  The engine mounts
+the volumes itself, so its archive API, and with it ``sandbox.files``, reaches them.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+from .backends.base import Backend
+from .config import SandboxConfig
+
+__all__ = ["create_writable_area"]
+
+
+async def create_writable_area(
+    backend: Backend,
+    config: SandboxConfig,
+    image: str,
+    *,
+    prefix: str,
+    labels: dict[str, str],
+    created: list[str],
+) -> dict[str, dict[str, str]]:
+    """Create the volumes for the working directory, $HOME and /tmp; return their binds.
+
+    Each is sized by ``SandboxConfig.disk_budget`` and owned by the image's user
+    (/dev/shm is bounded by the container spec instead).  Places that coincide share one
+    volume with their shares added; a place the caller mounted a volume of their own on
+    is left to it.  Every name goes into ``created`` before the engine is asked, so the
+    caller can remove what exists even when this fails half-way.
+    """
+    budget = config.disk_budget()
+    if not budget:
+        return {}
+    who = await backend.image_user(image, config.user)
+    home = config.env_vars.get("HOME", who.home)
+    places: dict[str, tuple[int, int]] = {}  # path -> size, permission bits
+    for path, size, mode in (
+        (config.working_dir, budget["working_dir"], 0o755),
+        (home, budget["home"], 0o755),
+        # /tmp too belongs to the sandbox user, so it can delete whatever lands there,
+        # even what the engine left half-written when a file operation overflowed.
+        ("/tmp", budget["tmp"], 0o1777),
+    ):
+        path = posixpath.normpath(path)
+        known = places.get(path)
+        places[path] = (size + known[0], known[1]) if known else (size, mode)
+    taken = {posixpath.normpath(spec["bind"]) for spec in config.volumes.values()}
+    binds: dict[str, dict[str, str]] = {}
+    for index, (path, (size, mode)) in enumerate(sorted(places.items())):
+        if path == "/" or path in taken:
+            continue
+        name = f"{prefix}-{index}"
+        created.append(name)
+        await backend.create_volume(
+            name, size=size, uid=who.uid, gid=who.gid, mode=mode, labels=labels
+        )
+        binds[name] = {"bind": path, "mode": "rw"}
+    return binds

@@ -1,0 +1,284 @@
+"""Hostile code against the disk: fillers are stopped at ``disk_limit``, the root is read-only.
+
+Every filler is capped far above the bound (``ATTEMPT``) so that, were the bound gone, the
+test would fail on the numbers instead of filling the machine's disk.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from kernel_sandbox.cli.main import cli
+from kernel_sandbox.config import LABEL_PREFIX
+from kernel_sandbox.errors import FileOperationError, SandboxStartError
+from kernel_sandbox.sandbox import AsyncSandbox
+from kernel_sandbox.tools import ToolSet
+from tests.integration.conftest import PYTHON_IMAGE
+
+pytestmark = pytest.mark.integration
+
+MiB = 1024**2
+DISK_LIMIT = "64m"
+#: What each filler tries to write: four times the whole limit.
+ATTEMPT = 256 * MiB
+#: How much the host's disk may lose while a filler runs (other tests share the machine).
+HOST_SLACK = 128 * MiB
+
+PYTHON_FILLER = """
+import json, os
+path = os.path.expanduser({path!r})
+written, error = 0, None
+chunk = b"x" * (1 << 20)
+try:
+    with open(path, "wb", buffering=0) as f:
+        while written < {attempt}:
+            written += f.write(chunk)
+except OSError as exc:
+    error = exc.errno
+print(json.dumps([written, error]))
+"""
+
+# Each writable place: how to name it in code, and its key in SandboxConfig.disk_budget().
+PLACES = [("filler", "working_dir"), ("/tmp/filler", "tmp"), ("~/filler", "home")]
+PLACES_WITH_SHM = [*PLACES, ("/dev/shm/filler", "shm")]
+
+
+async def bounded(make_sandbox: Any) -> AsyncSandbox:
+    sandbox: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE, disk_limit=DISK_LIMIT)
+    return sandbox
+
+
+def host_free(docker_engine: Any) -> int:
+    """Free bytes on the engine's data root (or / when it is not visible from here)."""
+    root = docker_engine.info().get("DockerRootDir", "/")
+    return shutil.disk_usage(root if os.path.isdir(root) else "/").free
+
+
+async def size_of(sandbox: AsyncSandbox, path: str) -> int:
+    result = await sandbox.run_shell(f"stat -c %s {path}")
+    assert result.exit_code == 0, result.stderr
+    return int(result.stdout)
+
+
+async def assert_space_comes_back(sandbox: AsyncSandbox, path: str) -> None:
+    """The sandbox still works, and after deleting the filler its place takes data again."""
+    alive = await sandbox.run_python("21 * 2")
+    assert alive.status == "ok" and alive.result is not None
+    assert alive.result["data"]["text/plain"] == "42"
+    removed = await sandbox.run_shell(f"rm -f {path}")
+    assert removed.exit_code == 0, removed.stderr
+    again = await sandbox.run_shell(f"head -c {4 * MiB} /dev/zero > {path} && stat -c %s {path}")
+    assert again.exit_code == 0 and int(again.stdout) == 4 * MiB, again.stderr
+
+
+@pytest.mark.parametrize(("path", "place"), PLACES_WITH_SHM)
+async def test_python_disk_filler_is_stopped_at_its_share_of_the_limit(
+    make_sandbox: Any, docker_engine: Any, path: str, place: str
+) -> None:
+    sandbox = await bounded(make_sandbox)
+    share = sandbox.config.disk_budget()[place]
+    free_before = host_free(docker_engine)
+    ex = await sandbox.run_python(PYTHON_FILLER.format(path=path, attempt=ATTEMPT), timeout=120)
+    free_after = host_free(docker_engine)
+    assert ex.status == "ok", ex.text
+    written, error = json.loads(ex.stdout)
+    print(
+        f"{place}: wrote {written} B of a {share} B share; host lost {free_before - free_after} B"
+    )
+    assert free_before - free_after < HOST_SLACK
+    assert error == errno.ENOSPC
+    assert share - 2 * MiB <= written <= share
+    await assert_space_comes_back(sandbox, path.replace("~", "$HOME"))
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        f"dd if=/dev/zero of={{path}} bs=1M count={ATTEMPT // MiB}",
+        f"yes | head -c {ATTEMPT} > {{path}}",
+    ],
+    ids=["dd", "yes"],
+)
+@pytest.mark.parametrize(("path", "place"), PLACES)
+async def test_shell_disk_filler_is_stopped_at_its_share_of_the_limit(
+    make_sandbox: Any, docker_engine: Any, command: str, path: str, place: str
+) -> None:
+    sandbox = await bounded(make_sandbox)
+    share = sandbox.config.disk_budget()[place]
+    path = path.replace("~", "$HOME")
+    free_before = host_free(docker_engine)
+    result = await sandbox.run_shell(command.format(path=path), timeout=120)
+    free_after = host_free(docker_engine)
+    written = await size_of(sandbox, path)
+    print(
+        f"{place}: wrote {written} B of a {share} B share; host lost {free_before - free_after} B"
+    )
+    assert free_before - free_after < HOST_SLACK
+    assert result.exit_code != 0 and "No space left on device" in result.stderr
+    assert share - 2 * MiB <= written <= share
+    await assert_space_comes_back(sandbox, path)
+
+
+async def test_file_write_past_the_limit_is_a_clear_error_and_leaves_nothing(
+    make_sandbox: Any,
+) -> None:
+    sandbox = await bounded(make_sandbox)
+    too_big = sandbox.config.disk_budget()["working_dir"] + MiB
+    with pytest.raises(FileOperationError, match="writable area is full") as caught:
+        await sandbox.files.write("big.bin", b"x" * too_big)
+    assert f"disk_limit (now '{DISK_LIMIT}'" in str(caught.value)
+    assert not await sandbox.files.exists("big.bin")  # no truncated leftover
+    tools = ToolSet(sandbox)
+    call = {"operation": "write", "file_path": "/tmp/big.txt", "content": "x" * too_big}
+    result = await tools.execute("file_operation", call)
+    assert result.status == "error" and result.error is not None
+    assert "writable area is full" in result.error and "disk_limit" in result.error
+    assert not await sandbox.files.exists("/tmp/big.txt")
+    await sandbox.files.write("small.txt", "still works")  # the space is all there
+    assert await sandbox.files.read_text("small.txt") == "still works"
+
+
+OUTSIDE = ["/usr/lib/x", "/etc/passwd", "/opt/venv/x", "/x", "/var/tmp/x"]
+
+PYTHON_OUTSIDE = f"""
+import json
+codes = {{}}
+for path in {OUTSIDE!r}:
+    try:
+        open(path, "a").write("owned")
+        codes[path] = 0
+    except OSError as exc:
+        codes[path] = exc.errno
+print(json.dumps(codes))
+"""
+
+
+async def test_writes_outside_the_writable_area_fail_and_leave_the_image_unchanged(
+    make_sandbox: Any, docker_engine: Any
+) -> None:
+    sandbox = await bounded(make_sandbox)
+    layer_before = root_layer_changes(docker_engine, sandbox)
+    refused = {errno.EROFS, errno.EACCES}
+    ex = await sandbox.run_python(PYTHON_OUTSIDE)
+    assert ex.status == "ok", ex.text
+    codes = json.loads(ex.stdout)
+    assert set(codes.values()) <= refused, codes
+    assert codes["/var/tmp/x"] == errno.EROFS  # world-writable in the image: only the
+    assert codes["/x"] == errno.EROFS  # read-only root stops these two
+    for path in OUTSIDE:
+        shell = await sandbox.run_shell(f"echo owned >> {path}")
+        assert shell.exit_code != 0
+        assert "Read-only file system" in shell.stderr or "Permission denied" in shell.stderr
+        with pytest.raises(FileOperationError, match=r"Read-only file system|Permission denied"):
+            await sandbox.files.write(path, "owned")
+    tool = await ToolSet(sandbox).execute(
+        "file_operation", {"operation": "write", "file_path": "/usr/lib/x", "content": "owned"}
+    )
+    assert tool.status == "error" and "Read-only file system" in (tool.error or "")
+    assert root_layer_changes(docker_engine, sandbox) == layer_before
+
+
+def root_layer_changes(docker_engine: Any, sandbox: AsyncSandbox) -> list[tuple[str, int]]:
+    """What the container changed in its image (the engine's mount points, at least)."""
+    changes = docker_engine.api.diff(sandbox.container_id) or []
+    return sorted((c["Path"], c["Kind"]) for c in changes)
+
+
+async def test_kernel_starts_cleanly_and_plots_with_a_read_only_root(make_sandbox: Any) -> None:
+    sandbox = await make_sandbox(disk_limit=DISK_LIMIT)  # datascience image: matplotlib
+    ex = await sandbox.run_python(
+        "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\n"
+        "import IPython; print(IPython.paths.get_ipython_dir())"
+    )
+    assert ex.status == "ok", ex.text
+    assert len(ex.images("image/png")) == 1
+    assert ex.stderr == ""  # matplotlib warns here when its cache dir is not writable
+    assert sandbox.container_id is not None
+    log = await sandbox.backend.logs(sandbox.container_id, tail=200)
+    assert not [line for line in log.splitlines() if "warn" in line.lower() or "rror" in line]
+
+
+def sandbox_volumes(docker_engine: Any, sandbox_id: str) -> list[dict[str, Any]]:
+    found = docker_engine.api.volumes(filters={"label": f"{LABEL_PREFIX}.id={sandbox_id}"})
+    return list(found.get("Volumes") or [])
+
+
+async def test_volumes_carry_the_sandbox_labels_and_go_on_close(
+    make_sandbox: Any, docker_engine: Any
+) -> None:
+    sandbox = await bounded(make_sandbox)
+    volumes = sandbox_volumes(docker_engine, sandbox.id)
+    assert len(volumes) == 3
+    for volume in volumes:
+        assert volume["Labels"][f"{LABEL_PREFIX}.owner-pid"] == str(os.getpid())
+        assert volume["Options"]["type"] == "tmpfs"
+    await sandbox.close()
+    assert sandbox_volumes(docker_engine, sandbox.id) == []
+
+
+ORPHAN_MAKER = """
+import sys
+from kernel_sandbox.sync import Sandbox
+sb = Sandbox.create(image="kernel-sandbox:python", labels={"kernel-sandbox.test": "1"})
+print(sb.id, flush=True)
+sys.stdin.read()  # wait to be killed
+"""
+
+
+def test_gc_removes_the_volumes_of_a_killed_owner(docker_engine: Any) -> None:
+    maker = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN_MAKER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
+    assert maker.stdout is not None
+    sandbox_id = maker.stdout.readline().strip()
+    os.kill(maker.pid, signal.SIGKILL)
+    maker.wait()
+    assert len(sandbox_volumes(docker_engine, sandbox_id)) == 3
+    result = CliRunner().invoke(cli, ["gc"])
+    assert result.exit_code == 0, result.output
+    assert sandbox_volumes(docker_engine, sandbox_id) == []
+
+
+def test_volumes_go_at_interpreter_exit_when_the_sandbox_was_not_closed(
+    docker_engine: Any,
+) -> None:
+    script = ORPHAN_MAKER.replace("sys.stdin.read()  # wait to be killed", "")
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).parents[2],
+        timeout=120,
+        check=True,
+    )
+    assert sandbox_volumes(docker_engine, done.stdout.strip()) == []
+
+
+async def test_places_that_coincide_share_one_volume_with_both_shares(
+    make_sandbox: Any, docker_engine: Any
+) -> None:
+    sandbox = await make_sandbox(image=PYTHON_IMAGE, disk_limit=DISK_LIMIT, working_dir="/tmp")
+    budget = sandbox.config.disk_budget()
+    assert len(sandbox_volumes(docker_engine, sandbox.id)) == 2
+    size = await sandbox.run_shell("df -B1 --output=size /tmp | tail -1")
+    assert int(size.stdout) == budget["working_dir"] + budget["tmp"]
+
+
+async def test_a_user_the_image_does_not_have_is_a_start_error(make_sandbox: Any) -> None:
+    with pytest.raises(SandboxStartError, match="user 'nobody-here' does not exist in image"):
+        await make_sandbox(image=PYTHON_IMAGE, user="nobody-here")
