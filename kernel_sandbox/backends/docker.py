@@ -15,16 +15,19 @@ from typing import Any, TypeVar
 
 import docker
 import docker.errors
+import requests.exceptions
 from docker.types import Ulimit
 
 from ..errors import (
+    ContainerRemovedError,
+    ContainerStoppedError,
     EngineUnavailableError,
     FileOperationError,
     ImageNotFoundError,
     SandboxFileNotFoundError,
     SandboxStartError,
 )
-from .base import Backend, ContainerSpec, ContainerState, ExecResult
+from .base import REMOVED_REASON, Backend, ContainerSpec, ContainerState, ExecResult
 
 __all__ = ["INTERNAL_NETWORK", "DockerBackend", "docker_client"]
 
@@ -56,7 +59,30 @@ def docker_client() -> docker.DockerClient:
 
 
 async def _run(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    return await asyncio.to_thread(fn, *args, **kwargs)
+    """Call the SDK in a worker thread; faults outside our control become SandboxErrors.
+
+    The engine going away mid-session (stopped, restarted, socket gone) is
+    ``EngineUnavailableError``; a container deleted or stopped behind the sandbox's back
+    is ``ContainerRemovedError`` / ``ContainerStoppedError``, never a raw SDK traceback.
+    Other SDK errors pass through for the caller to put in its own words.
+    """
+    try:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    except docker.errors.NotFound as exc:
+        if "no such container" in str(exc).lower():
+            raise ContainerRemovedError(f"the sandbox cannot be used: {REMOVED_REASON}") from exc
+        raise
+    except docker.errors.APIError as exc:
+        if exc.status_code == 409 and "is not running" in str(exc):
+            raise ContainerStoppedError(
+                "the sandbox's container is not running (it was stopped or killed from "
+                "outside); run_python or restart() starts it again (files are kept, "
+                "variables are lost)"
+            ) from exc
+        raise
+    except requests.exceptions.ConnectionError as exc:
+        where = f" at {os.environ['DOCKER_HOST']}" if os.environ.get("DOCKER_HOST") else ""
+        raise EngineUnavailableError(ENGINE_HELP.format(where=where, error=exc)) from exc
 
 
 class DockerBackend(Backend):
@@ -138,8 +164,8 @@ class DockerBackend(Backend):
     async def state(self, container_id: str) -> ContainerState:
         try:
             info = await _run(self.api.inspect_container, container_id)
-        except docker.errors.NotFound:
-            return ContainerState(running=False, error="the container was removed")
+        except ContainerRemovedError:
+            return ContainerState(running=False, removed=True)
         st = info["State"]
         return ContainerState(
             running=bool(st["Running"]),
