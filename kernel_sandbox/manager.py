@@ -430,6 +430,7 @@ class SandboxManager:
             tool_name,
             f"sandbox {sandbox_id} cannot run anything any more: {entry.error}; nothing was "
             "executed. It must be recreated: delete_sandbox it and call create_sandbox.",
+            metadata={"state_lost": True},
         )
 
     async def get_stats(self) -> dict[str, Any]:

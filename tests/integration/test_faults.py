@@ -310,7 +310,7 @@ async def test_gc_removes_exactly_the_orphans_of_a_killed_process(
             **labels,
             "kernel-sandbox": "true",
             "kernel-sandbox.owner-host": "some-other-host",
-            "kernel-sandbox.owner-pid": "1",
+            "kernel-sandbox.owner-pid": "4194303",  # no such process here
         },
     )
     old = time.time() - 3600
