@@ -1,6 +1,7 @@
 """AsyncSandbox: one container, one persistent IPython kernel, shell and files beside it.
 
-The kernel is the container's main process (behind Docker's init).  It is reached
+The kernel runs under a tiny supervisor, the container's main process (behind Docker's
+init), which restarts it in place so that files survive a kernel restart.  It is reached
 with jupyter_client over unix sockets in a per-sandbox host directory that is
 bind-mounted into the container, so the default sandbox has no network at all.
 Shell commands and file operations go through the engine (exec / archive API), so a
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from . import rundirs
-from .backends.base import Backend, ContainerSpec
+from .backends.base import Backend, ContainerSpec, ContainerState
 from .config import KERNEL_PYTHON, LABEL_PREFIX, SandboxConfig
 from .errors import KernelError, SandboxClosedError, SandboxError, SandboxStartError
 from .events import Listener, PythonExecuted, ShellExecuted, emit
@@ -38,6 +39,7 @@ from .kernel.connection import (
     launch_command,
     new_connection_info,
 )
+from .kernel.supervisor import KILL_SIGNAL, STATUS_FILE, TCP_STATE_DIR, KernelEnd, parse_status
 from .results import CommandResult, Execution, ExecutionError, ExecutionStatus, strip_ansi
 
 __all__ = ["AsyncSandbox", "runtime_root"]
@@ -46,6 +48,11 @@ log = logging.getLogger(__name__)
 
 #: GNU timeout's exit status when it stopped the command.
 _TIMEOUT_EXIT = 124
+#: Seconds between engine checks of the container while the kernel's status is unknown
+#: (the supervisor's status file reports a dead kernel; the engine a dead container).
+_ENGINE_POLL = 2.0
+#: Seconds the supervisor gets to report the end of a kernel it was told to kill.
+_KILL_LIMIT = 5.0
 
 
 def runtime_root() -> Path:
@@ -100,6 +107,7 @@ class AsyncSandbox:
         self._run_dir_claim: int | None = None
         self._host_info: ConnectionInfo | None = None
         self._session: KernelSession | None = None
+        self._engine_checked = 0.0
         self._lock = asyncio.Lock()
         self._closed = False
         self.created_at = time.time()
@@ -159,7 +167,7 @@ class AsyncSandbox:
             host_info = dict(container_info, ip="127.0.0.1")
             if cfg.network_enabled:
                 published = {p: p for p in ports}
-        command, env = launch_command(KERNEL_PYTHON, container_info)
+        command, env = launch_command(KERNEL_PYTHON, container_info, self._state_dir)
         spec = ContainerSpec(
             image=self.image,
             command=command,
@@ -218,11 +226,61 @@ class AsyncSandbox:
             return ""
         return f"\ncontainer log (last lines):\n{text}" if text else ""
 
+    @property
+    def _state_dir(self) -> str:
+        """The supervisor's state directory inside the container."""
+        return CONTAINER_RUN_DIR if self.config.transport == "ipc" else TCP_STATE_DIR
+
     async def _check_alive(self) -> str | None:
+        """None while the kernel lives, else a sentence saying why it died.
+
+        The supervisor's status file tells of a dead kernel (a local read with ``ipc``);
+        the engine, asked at most every ``_ENGINE_POLL`` seconds, of a dead container.
+        """
         if self.container_id is None:
             return "the container was not created"
+        end = await self._kernel_end()
+        if end is not None:
+            return ContainerState(False, end.exit_code, end.oom_killed).death_reason()
+        if time.monotonic() - self._engine_checked < _ENGINE_POLL:
+            return None
+        self._engine_checked = time.monotonic()
         state = await self.backend.state(self.container_id)
         return None if state.running else state.death_reason()
+
+    async def _kernel_end(self) -> KernelEnd | None:
+        """The supervisor's report of how the kernel ended, or None while it runs."""
+        if self._run_dir is not None:
+            try:
+                text = (self._run_dir / STATUS_FILE).read_text()
+            except OSError:
+                return None
+        else:
+            assert self.container_id is not None
+            try:
+                result = await self.backend.exec(
+                    self.container_id,
+                    ["cat", f"{self._state_dir}/{STATUS_FILE}"],
+                    user=self.config.user,
+                )
+            except SandboxError:  # the container is gone: the engine check says so
+                return None
+            text = result.stdout.decode(errors="replace") if result.exit_code == 0 else ""
+        return parse_status(text)
+
+    async def _clear_kernel_files(self) -> None:
+        """Remove the dead kernel's sockets, then its status: the supervisor starts a new one."""
+        if self._run_dir is not None:
+            for stale in self._run_dir.glob("k-*"):
+                stale.unlink(missing_ok=True)
+            (self._run_dir / STATUS_FILE).unlink(missing_ok=True)
+        else:
+            assert self.container_id is not None
+            await self.backend.exec(
+                self.container_id,
+                ["rm", "-f", f"{self._state_dir}/{STATUS_FILE}"],
+                user=self.config.user,
+            )
 
     async def close(self) -> None:
         """Remove the container and the host-side run directory.  Safe to call twice."""
@@ -277,12 +335,13 @@ class AsyncSandbox:
             self._check_open()
             wall, started = time.time(), time.monotonic()
             execution = None
-            restarted = False
-            if self._session is None:  # an earlier restart failed (e.g. engine down)
-                failure = await self._try_restart()
-                if failure:
-                    execution = Execution("kernel_died", state_lost=True, message=failure)
-                restarted = not failure
+            restarted = ""  # what a restart before this call lost
+            if self._session is None:  # an earlier restart failed (e.g. engine down): try again
+                outcome = await self._try_restart()
+                if self._session is None:
+                    execution = Execution("kernel_died", state_lost=True, message=outcome)
+                else:
+                    restarted = outcome
             if execution is None:
                 assert self._session is not None
                 raw = await self._session.execute(
@@ -297,8 +356,7 @@ class AsyncSandbox:
                     execution = dataclasses.replace(
                         execution,
                         state_lost=True,
-                        message="the kernel had stopped and was restarted before this code "
-                        "ran; all earlier variables were lost",
+                        message=f"the kernel had stopped before this call: {restarted}",
                     )
         if self.listeners:
             await emit(self.listeners, PythonExecuted(self.id, code, execution, wall))
@@ -329,12 +387,7 @@ class AsyncSandbox:
         else:
             why = raw.death_reason
             status = "kernel_died"
-        failure = await self._try_restart()
-        message = (
-            f"{why}; the kernel was restarted and all variables were lost"
-            if failure is None
-            else f"{why}; {failure}"
-        )
+        message = f"{why}; {await self._try_restart()}"
         return Execution(
             status,  # type: ignore[arg-type]
             raw.outputs,
@@ -345,26 +398,60 @@ class AsyncSandbox:
             message=message,
         )
 
-    async def _try_restart(self) -> str | None:
-        """Restart the kernel; return None, or a sentence saying why it failed."""
+    async def _try_restart(self) -> str:
+        """Restart the kernel; return a sentence saying what was lost, or why it failed."""
         try:
-            await self._restart_kernel()
+            return await self._restart_kernel()
         except SandboxError as exc:
             return f"restarting the kernel failed: {exc}"
-        return None
 
-    async def _restart_kernel(self) -> None:
+    async def _restart_kernel(self) -> str:
+        """Restart the kernel in place, else the whole container; say what was lost.
+
+        The container restart is the fallback for a container that stopped (its
+        supervisor was killed) or a supervisor that cannot start a new kernel in time.
+        """
         if self._session is not None:
             self._session.close()
             self._session = None
         assert self.container_id is not None
         try:
+            await self._restart_in_place()
+            return "the kernel was restarted and all variables were lost"
+        except SandboxError as exc:
+            why = str(exc)
+        log.warning("sandbox %s: restarting the container: %s", self.id, why)
+        with contextlib.suppress(SandboxError):  # a stopped container cannot be asked
+            await self._clear_kernel_files()
+        try:
             await self.backend.restart(self.container_id)
         except Exception as exc:
-            raise KernelError(f"the container could not be restarted: {exc}") from exc
-        if self._run_dir is not None:  # stale sockets of the dead kernel
-            for stale in self._run_dir.glob("k-*"):
-                stale.unlink(missing_ok=True)
+            raise KernelError(
+                f"the kernel could not be restarted in place ({why}), "
+                f"nor could the container: {exc}"
+            ) from exc
+        await self._connect()
+        return (
+            f"the kernel could not be restarted in place ({why}), so the whole container "
+            "was restarted: all variables were lost, and files written in the sandbox may "
+            "be lost too"
+        )
+
+    async def _restart_in_place(self) -> None:
+        """Have the supervisor kill the kernel's process group, then start a new kernel.
+
+        Signalling a stopped container fails: the caller restarts the container then.
+        """
+        assert self.container_id is not None
+        await self.backend.signal(self.container_id, KILL_SIGNAL)
+        deadline = time.monotonic() + _KILL_LIMIT
+        while await self._kernel_end() is None:
+            if time.monotonic() > deadline:
+                raise KernelError(
+                    f"the supervisor did not report the kernel's end within {_KILL_LIMIT:g}s"
+                )
+            await asyncio.sleep(0.02)
+        await self._clear_kernel_files()
         await self._connect()
 
     async def restart(self) -> None:

@@ -95,6 +95,14 @@ class Backend(abc.ABC):
         """Kill the main process (if alive) and start the same container again."""
 
     @abc.abstractmethod
+    async def signal(self, container_id: str, signal: str) -> None:
+        """Send a signal (e.g. ``"SIGUSR1"``) to the container's main process.
+
+        Raises :class:`~kernel_sandbox.errors.KernelError` if the container is gone or
+        not running.
+        """
+
+    @abc.abstractmethod
     async def remove(self, container_id: str) -> None:
         """Kill and delete the container; a missing container is not an error."""
 

@@ -24,6 +24,7 @@ from ..errors import (
     EngineUnavailableError,
     FileOperationError,
     ImageNotFoundError,
+    KernelError,
     SandboxFileNotFoundError,
     SandboxStartError,
 )
@@ -182,6 +183,14 @@ class DockerBackend(Backend):
             self.api.start(container_id)
 
         await _run(_restart)
+
+    async def signal(self, container_id: str, signal: str) -> None:
+        try:
+            await _run(self.api.kill, container_id, signal=signal)
+        except ContainerStoppedError as exc:  # stopped or removed: _run says which
+            raise KernelError(str(exc)) from exc
+        except docker.errors.APIError as exc:
+            raise KernelError(f"could not signal the container: {exc.explanation}") from exc
 
     async def remove(self, container_id: str) -> None:
         await _run(self.remove_blocking, container_id)

@@ -13,6 +13,8 @@ import secrets
 import socket
 from typing import Literal, TypedDict
 
+from .supervisor import SUPERVISOR
+
 __all__ = [
     "CONTAINER_RUN_DIR",
     "LAUNCHER",
@@ -26,7 +28,7 @@ __all__ = [
 CONTAINER_RUN_DIR = "/run/kernel-sandbox"
 PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
-# Runs inside the container as the kernel's main process.  Unix sockets must be
+# Runs inside the container as the kernel (a child of the supervisor).  Unix sockets must be
 # connectable by whichever host user drives the sandbox, so they are bound with an
 # open umask (the run directory's parent on the host is private to that user);
 # the umask is restored before any user code runs.
@@ -108,10 +110,15 @@ def new_connection_info(
     return info  # type: ignore[return-value]
 
 
-def launch_command(python: str, info: ConnectionInfo) -> tuple[list[str], dict[str, str]]:
+def launch_command(
+    python: str, info: ConnectionInfo, state_dir: str
+) -> tuple[list[str], dict[str, str]]:
     """The container's command and the environment that carries the connection info.
 
-    Nothing is written to disk on the host, so the same command works on a remote
-    engine (tcp transport) where no directory can be shared.
+    The command is the :mod:`~kernel_sandbox.kernel.supervisor`, which keeps its status
+    in ``state_dir`` and runs the kernel, again after each restart, with the same
+    environment.  Nothing is written to disk on the host, so the same command works on
+    a remote engine (tcp transport) where no directory can be shared.
     """
-    return [python, "-c", LAUNCHER], {"KERNEL_SANDBOX_CONNECTION": json.dumps(info)}
+    command = ["sh", "-c", SUPERVISOR, "kernel-sandbox-supervisor", state_dir]
+    return [*command, python, "-c", LAUNCHER], {"KERNEL_SANDBOX_CONNECTION": json.dumps(info)}

@@ -13,6 +13,31 @@ from kernel_sandbox.sandbox import AsyncSandbox, runtime_root
 pytestmark = pytest.mark.integration
 
 
+async def _leave_files(sb: AsyncSandbox) -> tuple[str | None, str]:
+    """Write a file in the working directory and one on the container's own tmpfs.
+
+    ``/dev/shm`` is wiped when the container restarts, as RAM-backed sandbox storage
+    is; the container's id and start time are returned to compare after a restart.
+    """
+    r = await sb.run_shell("echo kept > kept.txt && echo kept > /dev/shm/kept")
+    assert r.exit_code == 0, r.stderr
+    return sb.container_id, _started_at(sb)
+
+
+def _started_at(sb: AsyncSandbox) -> str:
+    from kernel_sandbox.backends.docker import docker_client
+
+    assert sb.container_id is not None
+    return str(docker_client().api.inspect_container(sb.container_id)["State"]["StartedAt"])
+
+
+async def _assert_restarted_in_place(sb: AsyncSandbox, before: tuple[str | None, str]) -> None:
+    """Same container, never restarted, and both files still there."""
+    assert (sb.container_id, _started_at(sb)) == before
+    r = await sb.run_shell("cat kept.txt /dev/shm/kept")
+    assert r.stdout == "kept\nkept\n", r.stderr
+
+
 async def test_state_persists_between_calls(py_sandbox: AsyncSandbox) -> None:
     first = await py_sandbox.run_python("x = 41\nprint('set')")
     second = await py_sandbox.run_python("x + 1")
@@ -100,14 +125,17 @@ async def test_uninterruptible_code_restarts_the_kernel_and_says_so(
 ) -> None:
     sb = await make_sandbox(image="kernel-sandbox:python", interrupt_grace=0.5)
     await sb.run_python("lost = 1")
+    before = await _leave_files(sb)
     ex = await sb.run_python(
         "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)",
         timeout=1,
     )
     assert ex.status == "timeout" and ex.state_lost
     assert "restarted" in ex.message and "lost" in ex.message
+    assert "files" not in ex.message
     after = await sb.run_python("'lost' in dir()")
     assert after.status == "ok" and after.text == "False"
+    await _assert_restarted_in_place(sb, before)
 
 
 @pytest.mark.parametrize(
@@ -122,20 +150,28 @@ async def test_kernel_crash_is_reported_and_recovered(
 ) -> None:
     await py_sandbox.run_python("before = 1")
     await py_sandbox.files.write("survives.txt", "file")
+    before = await _leave_files(py_sandbox)
     ex = await py_sandbox.run_python(code)
     assert ex.status == "kernel_died" and ex.state_lost
     assert reason in ex.message and "restarted" in ex.message
     after = await py_sandbox.run_python("print('alive')\n'before' in dir()")
     assert after.stdout == "alive\n" and after.text.endswith("False")
     assert await py_sandbox.files.read_text("survives.txt") == "file"
+    await _assert_restarted_in_place(py_sandbox, before)
 
 
 async def test_out_of_memory_is_named_and_recovered(make_sandbox) -> None:  # type: ignore[no-untyped-def]
     sb = await make_sandbox(image="kernel-sandbox:python", memory_limit="200m")
-    ex = await sb.run_python("blocks = []\nwhile True:\n    blocks.append(b'x' * 50_000_000)")
-    assert ex.status == "kernel_died"
-    assert "out of memory" in ex.message
-    assert (await sb.run_python("2 * 21")).text == "42"
+    before = await _leave_files(sb)
+    hog = "blocks = []\nwhile True:\n    blocks.append(b'x' * 50_000_000)"
+    for _ in range(2):  # the second OOM kill is told apart from the first
+        ex = await sb.run_python(hog)
+        assert ex.status == "kernel_died"
+        assert "out of memory" in ex.message
+        assert (await sb.run_python("2 * 21")).text == "42"
+    crash = await sb.run_python("import os; os._exit(5)")  # not an OOM kill any more
+    assert "exited with code 5" in crash.message and "memory" not in crash.message
+    await _assert_restarted_in_place(sb, before)
 
 
 async def test_input_is_a_clear_error_not_a_hang(py_sandbox: AsyncSandbox) -> None:
@@ -207,9 +243,70 @@ async def test_shell_runs_while_the_kernel_is_busy(py_sandbox: AsyncSandbox) -> 
 
 async def test_restart_loses_variables_keeps_files(py_sandbox: AsyncSandbox) -> None:
     await py_sandbox.run_python("v = 1\nopen('f.txt', 'w').write('x')")
+    before = await _leave_files(py_sandbox)
     await py_sandbox.restart()
     ex = await py_sandbox.run_python("import os\nprint('v' in dir(), os.path.exists('f.txt'))")
     assert ex.stdout == "False True\n"
+    await _assert_restarted_in_place(py_sandbox, before)
+
+
+@pytest.mark.parametrize("crash", [False, True])
+async def test_restart_ends_processes_the_kernel_started(
+    py_sandbox: AsyncSandbox, crash: bool
+) -> None:
+    ex = await py_sandbox.run_python(
+        "import subprocess\nchild = subprocess.Popen(['sleep', '1000'])\nprint(child.pid)"
+    )
+    cmdline = f"tr '\\0' ' ' < /proc/{ex.stdout.strip()}/cmdline"
+    assert (await py_sandbox.run_shell(cmdline)).stdout == "sleep 1000 "
+    if crash:
+        assert (await py_sandbox.run_python("import os; os._exit(1)")).status == "kernel_died"
+    else:
+        await py_sandbox.restart()
+    gone = await py_sandbox.run_shell(cmdline)
+    assert "sleep" not in gone.stdout  # no such process, or the pid was reused
+
+
+async def test_fork_bomb_is_ended_by_a_restart_in_place(make_sandbox) -> None:  # type: ignore[no-untyped-def]
+    sb = await make_sandbox(image="kernel-sandbox:python", pids_limit=64, interrupt_grace=0.5)
+    before = await _leave_files(sb)
+    ex = await sb.run_python(
+        "import os, signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "while True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)",
+        timeout=3,
+    )
+    assert ex.status == "timeout" and ex.state_lost
+    assert "restarted" in ex.message and "files" not in ex.message
+    assert (await sb.run_python("2 * 21")).text == "42"
+    await _assert_restarted_in_place(sb, before)
+
+
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGINT", "SIGHUP", "SIGKILL"])
+async def test_signals_to_pid_1_leave_the_sandbox_working(
+    py_sandbox: AsyncSandbox, signal_name: str
+) -> None:
+    before = await _leave_files(py_sandbox)
+    # Docker's init forwards the signal to the supervisor; a second later the container
+    # would be gone if the supervisor had died of it.
+    ex = await py_sandbox.run_python(
+        f"import os, signal, time\nkept = 1\nos.kill(1, signal.{signal_name})\ntime.sleep(1)"
+    )
+    assert ex.status == "ok", ex.message
+    assert (await py_sandbox.run_python("kept")).text == "1"
+    await _assert_restarted_in_place(py_sandbox, before)
+
+
+async def test_killed_supervisor_falls_back_to_a_container_restart(
+    py_sandbox: AsyncSandbox,
+) -> None:
+    before = await _leave_files(py_sandbox)
+    ex = await py_sandbox.run_python(
+        "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\nimport time\ntime.sleep(60)"
+    )
+    assert ex.status == "kernel_died" and ex.state_lost
+    assert "container was restarted" in ex.message and "files" in ex.message
+    assert (await py_sandbox.run_python("2 * 21")).text == "42"
+    assert _started_at(py_sandbox) != before[1]
 
 
 async def test_close_leaves_no_container_and_no_host_directory(docker_engine) -> None:  # type: ignore[no-untyped-def]
@@ -253,6 +350,11 @@ async def test_tcp_transport_without_network(make_sandbox) -> None:  # type: ign
         "    print('connected')\nexcept OSError:\n    print('blocked')"
     )
     assert probe.stdout == "blocked\n"
+    before = await _leave_files(sb)  # no shared directory: the status is read with exec
+    crash = await sb.run_python("import os; os._exit(4)")
+    assert "exited with code 4" in crash.message and "files" not in crash.message
+    assert (await sb.run_python("'y' in dir()")).text == "False"
+    await _assert_restarted_in_place(sb, before)
 
 
 async def test_unclosed_sandbox_is_removed_when_the_program_exits(docker_engine) -> None:  # type: ignore[no-untyped-def]
