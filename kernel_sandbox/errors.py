@@ -11,6 +11,8 @@ caller and for failures of the machinery underneath::
     │   └── ImageNotFoundError(LookupError)
     ├── SandboxStartError                a container or kernel did not come up
     ├── SandboxClosedError               the sandbox was closed already
+    ├── ContainerStoppedError            the container is not running (killed from outside)
+    │   └── ContainerRemovedError        the container is gone (removed from outside)
     ├── SandboxNotFoundError(KeyError)   unknown sandbox id (manager API)
     ├── KernelError                      the kernel could not be reached or restarted
     ├── NotebookError(ValueError)        a notebook file cannot be read or is not valid
@@ -25,6 +27,8 @@ from __future__ import annotations
 
 __all__ = [
     "ConfigError",
+    "ContainerRemovedError",
+    "ContainerStoppedError",
     "EngineUnavailableError",
     "FileOperationError",
     "ImageError",
@@ -65,6 +69,20 @@ class SandboxStartError(SandboxError):
 
 class SandboxClosedError(SandboxError, RuntimeError):
     """An operation was attempted on a sandbox that was closed."""
+
+
+class ContainerStoppedError(SandboxError):
+    """The sandbox's container is not running: something outside stopped or killed it.
+
+    ``run_python`` (or ``restart()``) starts it again; files are kept, variables are not.
+    """
+
+
+class ContainerRemovedError(ContainerStoppedError):
+    """The sandbox's container no longer exists (e.g. ``docker rm -f`` from outside).
+
+    Nothing can bring it back: its files and variables are gone; create a new sandbox.
+    """
 
 
 class SandboxNotFoundError(SandboxError, KeyError):

@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .backends.base import Backend
+from .backends.base import REMOVED_REASON, Backend
 from .config import SandboxConfig
 from .errors import ConfigError, SandboxNotFoundError
 from .pool import SandboxPool
@@ -171,10 +171,18 @@ class _Entry:
     status: SandboxStatus = SandboxStatus.RUNNING
     created_at: datetime = field(default_factory=datetime.now)
     updated_at: datetime = field(default_factory=datetime.now)
+    #: Why the sandbox is in ERROR (its container stopped, was removed, engine down).
+    error: str | None = None
 
-    def set_status(self, status: SandboxStatus) -> None:
-        self.status = status
-        self.updated_at = datetime.now()
+    def set_status(self, status: SandboxStatus, error: str | None = None) -> None:
+        if (status, error) != (self.status, self.error):
+            self.status, self.error = status, error
+            self.updated_at = datetime.now()
+
+    @property
+    def gone(self) -> bool:
+        """The container was removed from outside: no call can succeed any more."""
+        return self.error == REMOVED_REASON
 
 
 def _as_config(config: SandboxConfig | dict[str, Any] | None) -> DockerSandboxConfig:
@@ -309,13 +317,22 @@ class SandboxManager:
         """The :class:`ToolSet` of a sandbox."""
         return self._entry(sandbox_id).tools
 
+    async def _refresh(self, entry: _Entry) -> None:
+        """Ask the engine whether a live sandbox still runs, so its status is the truth.
+
+        A container killed from outside is ERROR until a call restarts it (then RUNNING
+        again); a removed one stays ERROR for good.  STOPPED is the manager's own doing.
+        """
+        if entry.status == SandboxStatus.STOPPED or entry.gone:
+            return
+        problem = await down_reason(entry.sandbox)
+        entry.set_status(SandboxStatus.ERROR if problem else SandboxStatus.RUNNING, problem)
+
     async def _info(self, entry: _Entry) -> SandboxInfo:
+        await self._refresh(entry)
         metadata: dict[str, Any] = {"owner": "local"}
-        if entry.status == SandboxStatus.RUNNING:
-            problem = await down_reason(entry.sandbox)
-            if problem:
-                entry.set_status(SandboxStatus.ERROR)
-                metadata["error"] = problem
+        if entry.error:
+            metadata["error"] = entry.error
         return SandboxInfo(
             id=entry.id,
             status=entry.status,
@@ -402,10 +419,23 @@ class SandboxManager:
                 f"sandbox {sandbox_id} is stopped; nothing was executed (its files and "
                 "variables are gone, a new sandbox is needed)",
             )
-        return await entry.tools.execute(tool_name, parameters)
+        if not entry.gone:
+            result = await entry.tools.execute(tool_name, parameters)
+            if result.status != "error":
+                return result
+            await self._refresh(entry)  # did the call fail because the sandbox is gone?
+            if not entry.gone:
+                return result
+        return ToolResult.failure(
+            tool_name,
+            f"sandbox {sandbox_id} cannot run anything any more: {entry.error}; nothing was "
+            "executed. It must be recreated: delete_sandbox it and call create_sandbox.",
+            metadata={"state_lost": True},
+        )
 
     async def get_stats(self) -> dict[str, Any]:
-        """Counts by status and type."""
+        """Counts by status and type (the engine is asked about each live sandbox)."""
+        await asyncio.gather(*(self._refresh(e) for e in list(self._entries.values())))
         return {
             "manager_type": SandboxManagerType.LOCAL.value,
             "total_sandboxes": len(self._entries),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import logging
 import os
 import posixpath
@@ -25,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from . import rundirs
 from .backends.base import Backend, ContainerSpec, ContainerState
 from .config import KERNEL_PYTHON, LABEL_PREFIX, SandboxConfig
 from .errors import KernelError, SandboxClosedError, SandboxError, SandboxStartError
@@ -107,6 +109,7 @@ class AsyncSandbox:
         self._run_dir: Path | None = None
         #: Names of the volumes that hold the writable area (removed on close).
         self._volumes: list[str] = []
+        self._run_dir_claim: int | None = None
         self._host_info: ConnectionInfo | None = None
         self._session: KernelSession | None = None
         self._engine_checked = 0.0
@@ -158,6 +161,7 @@ class AsyncSandbox:
         if cfg.transport == "ipc":
             self._run_dir = runtime_root() / self.id
             self._run_dir.mkdir(mode=0o777)
+            self._run_dir_claim = rundirs.claim(self._run_dir)  # gc: in use
             os.chmod(self._run_dir, 0o777)  # the container user creates the sockets here
             volumes[str(self._run_dir)] = {"bind": CONTAINER_RUN_DIR, "mode": "rw"}
             container_info = new_connection_info("ipc", f"{CONTAINER_RUN_DIR}/k")
@@ -312,6 +316,9 @@ class AsyncSandbox:
         finally:
             if self._run_dir is not None:
                 shutil.rmtree(self._run_dir, ignore_errors=True)
+            if self._run_dir_claim is not None:
+                rundirs.release(self._run_dir_claim)
+                self._run_dir_claim = None
 
     async def __aenter__(self) -> AsyncSandbox:
         return self
@@ -347,10 +354,13 @@ class AsyncSandbox:
             self._check_open()
             wall, started = time.time(), time.monotonic()
             execution = None
-            if self._session is None:  # an earlier restart failed: try again
+            restarted = ""  # what a restart before this call lost
+            if self._session is None:  # an earlier restart failed (e.g. engine down): try again
                 outcome = await self._try_restart()
                 if self._session is None:
                     execution = Execution("kernel_died", state_lost=True, message=outcome)
+                else:
+                    restarted = outcome
             if execution is None:
                 assert self._session is not None
                 raw = await self._session.execute(
@@ -361,6 +371,12 @@ class AsyncSandbox:
                     on_output=on_output,
                 )
                 execution = await self._judge(raw, timeout, started)
+                if restarted and not execution.state_lost:
+                    execution = dataclasses.replace(
+                        execution,
+                        state_lost=True,
+                        message=f"the kernel had stopped before this call: {restarted}",
+                    )
         if self.listeners:
             await emit(self.listeners, PythonExecuted(self.id, code, execution, wall))
         return execution

@@ -10,7 +10,20 @@ from __future__ import annotations
 import abc
 from dataclasses import dataclass, field
 
-__all__ = ["Backend", "ContainerSpec", "ContainerState", "ExecResult", "ImageUser"]
+__all__ = [
+    "REMOVED_REASON",
+    "Backend",
+    "ContainerSpec",
+    "ContainerState",
+    "ExecResult",
+    "ImageUser",
+]
+
+#: Why a sandbox whose container was deleted behind its back cannot go on.
+REMOVED_REASON = (
+    "its container was removed from outside (e.g. `docker rm -f`), so its files and "
+    "variables are gone; create a new sandbox"
+)
 
 
 @dataclass(frozen=True)
@@ -56,9 +69,13 @@ class ContainerState:
     exit_code: int | None = None
     oom_killed: bool = False
     error: str = ""
+    #: The container no longer exists (removed from outside); nothing can restart it.
+    removed: bool = False
 
     def death_reason(self) -> str:
         """A sentence for a user: why the container's main process is gone."""
+        if self.removed:
+            return REMOVED_REASON
         if self.oom_killed:
             return "the kernel ran out of memory (killed by the OOM killer; raise memory_limit)"
         if self.exit_code is not None and self.exit_code > 128:
@@ -121,7 +138,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     async def state(self, container_id: str) -> ContainerState:
-        """Poll the container."""
+        """Poll the container; a removed one is ``ContainerState(removed=True)``."""
 
     @abc.abstractmethod
     async def restart(self, container_id: str) -> None:

@@ -17,10 +17,13 @@ from typing import Any, TypeVar
 
 import docker
 import docker.errors
+import requests.exceptions
 from docker.types import Ulimit
 
 from ..config import LABEL_PREFIX
 from ..errors import (
+    ContainerRemovedError,
+    ContainerStoppedError,
     EngineUnavailableError,
     FileOperationError,
     ImageNotFoundError,
@@ -28,7 +31,7 @@ from ..errors import (
     SandboxFileNotFoundError,
     SandboxStartError,
 )
-from .base import Backend, ContainerSpec, ContainerState, ExecResult, ImageUser
+from .base import REMOVED_REASON, Backend, ContainerSpec, ContainerState, ExecResult, ImageUser
 
 __all__ = ["INTERNAL_NETWORK", "DockerBackend", "docker_client"]
 
@@ -60,7 +63,30 @@ def docker_client() -> docker.DockerClient:
 
 
 async def _run(fn: Any, *args: Any, **kwargs: Any) -> Any:
-    return await asyncio.to_thread(fn, *args, **kwargs)
+    """Call the SDK in a worker thread; faults outside our control become SandboxErrors.
+
+    The engine going away mid-session (stopped, restarted, socket gone) is
+    ``EngineUnavailableError``; a container deleted or stopped behind the sandbox's back
+    is ``ContainerRemovedError`` / ``ContainerStoppedError``, never a raw SDK traceback.
+    Other SDK errors pass through for the caller to put in its own words.
+    """
+    try:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    except docker.errors.NotFound as exc:
+        if "no such container" in str(exc).lower():
+            raise ContainerRemovedError(f"the sandbox cannot be used: {REMOVED_REASON}") from exc
+        raise
+    except docker.errors.APIError as exc:
+        if exc.status_code == 409 and "is not running" in str(exc):
+            raise ContainerStoppedError(
+                "the sandbox's container is not running (it was stopped or killed from "
+                "outside); run_python or restart() starts it again (files are kept, "
+                "variables are lost)"
+            ) from exc
+        raise
+    except requests.exceptions.ConnectionError as exc:
+        where = f" at {os.environ['DOCKER_HOST']}" if os.environ.get("DOCKER_HOST") else ""
+        raise EngineUnavailableError(ENGINE_HELP.format(where=where, error=exc)) from exc
 
 
 # (image, user) -> ImageUser, for the process: a user database does not change under a tag
@@ -242,8 +268,8 @@ class DockerBackend(Backend):
     async def state(self, container_id: str) -> ContainerState:
         try:
             info = await _run(self.api.inspect_container, container_id)
-        except docker.errors.NotFound:
-            return ContainerState(running=False, error="the container was removed")
+        except ContainerRemovedError:
+            return ContainerState(running=False, removed=True)
         st = info["State"]
         return ContainerState(
             running=bool(st["Running"]),
@@ -264,11 +290,9 @@ class DockerBackend(Backend):
     async def signal(self, container_id: str, signal: str) -> None:
         try:
             await _run(self.api.kill, container_id, signal=signal)
-        except docker.errors.NotFound as exc:
-            raise KernelError("the container was removed") from exc
+        except ContainerStoppedError as exc:  # stopped or removed: _run says which
+            raise KernelError(str(exc)) from exc
         except docker.errors.APIError as exc:
-            if exc.status_code == 409:  # the engine's answer for a stopped container
-                raise KernelError("the container is not running") from exc
             raise KernelError(f"could not signal the container: {exc.explanation}") from exc
 
     async def remove(self, container_id: str) -> None:

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import socket
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import click
 import docker.errors
 
+from .. import rundirs
 from ..backends.docker import DockerBackend
 from ..config import LABEL_PREFIX
 from ..sandbox import runtime_root
+
+#: Seconds before an unclaimed run directory counts as stale (its sandbox may be starting).
+STALE_AFTER = 60
 
 
 def _owner_alive(labels: dict[str, str]) -> bool | None:
@@ -56,6 +63,84 @@ def ps(show_all: bool) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _Leftover:
+    """One thing gc owns and may remove: what to call it, and how to remove it."""
+
+    what: str
+    remove: Callable[[], None]
+
+
+def _orphan_containers(
+    backend: DockerBackend, rows: list[dict[str, object]], remove_all: bool
+) -> list[_Leftover]:
+    """Labelled containers of this host whose owner process is gone (all with ``--all``)."""
+    found = []
+    for row in rows:
+        labels: dict[str, str] = row["labels"]  # type: ignore[assignment]
+        if not remove_all and _owner_alive(labels) is not False:
+            continue
+        name = labels.get(f"{LABEL_PREFIX}.id", str(row["id"])[:12])
+        run_dir = labels.get(f"{LABEL_PREFIX}.run-dir")
+
+        def remove(container_id: str = str(row["id"]), run_dir: str | None = run_dir) -> None:
+            asyncio.run(backend.remove(container_id))
+            if run_dir and Path(run_dir).parent == runtime_root():
+                shutil.rmtree(run_dir, ignore_errors=True)
+
+        found.append(_Leftover(f"sandbox {name}", remove))
+    return found
+
+
+def _orphan_volumes(backend: DockerBackend, remove_all: bool) -> list[_Leftover]:
+    """Labelled volumes (a sandbox's writable area) whose owner process is gone.
+
+    Listed before their containers are removed and removed after them; the engine
+    refuses to remove a volume a container still uses, which is reported, not fatal.
+    """
+    found = []
+    for volume in asyncio.run(backend.list_volumes({LABEL_PREFIX: "true"})):
+        labels: dict[str, str] = volume["labels"]  # type: ignore[assignment]
+        if not remove_all and _owner_alive(labels) is not False:
+            continue
+        name = str(volume["name"])
+
+        def remove(name: str = name) -> None:
+            try:
+                asyncio.run(backend.remove_volumes([name]))
+            except docker.errors.APIError as exc:
+                click.echo(f"left volume {name}: {exc.explanation or exc}")
+
+        found.append(_Leftover(f"volume {name}", remove))
+    return found
+
+
+def _stale_run_dirs(rows: list[dict[str, object]]) -> list[_Leftover]:
+    """Run directories no container of this engine refers to and no live process holds.
+
+    A sandbox being created makes its directory before its container, and sandboxes on
+    another engine share the runtime root: both hold a claim (see ``rundirs``), and a
+    directory younger than ``STALE_AFTER`` is left alone in any case.
+    """
+    in_use = {str(r["labels"].get(f"{LABEL_PREFIX}.run-dir")) for r in rows}  # type: ignore[attr-defined]
+    found = []
+    for directory in sorted(runtime_root().iterdir()):
+        if (
+            directory.is_dir()
+            and not directory.is_symlink()
+            and str(directory) not in in_use
+            and time.time() - directory.stat().st_mtime > STALE_AFTER
+            and not rundirs.is_claimed(directory)
+        ):
+            found.append(
+                _Leftover(
+                    f"host directory {directory}",
+                    functools.partial(shutil.rmtree, directory, ignore_errors=True),
+                )
+            )
+    return found
+
+
 @click.command()
 @click.option(
     "--all",
@@ -65,52 +150,17 @@ def ps(show_all: bool) -> None:
 )
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
 def gc(remove_all: bool, dry_run: bool) -> None:
-    """Remove orphaned sandboxes (their owner process is gone), their volumes and host files."""
+    """Remove orphaned sandboxes (their owner process is gone), their volumes and host files.
+
+    Only what kernel-sandbox made is touched: containers and volumes with its label whose
+    owner ran on this host, and unclaimed directories in the runtime root.
+    """
     backend = DockerBackend()
-    removed = 0
-    for row in _sandboxes():
-        labels: dict[str, str] = row["labels"]  # type: ignore[assignment]
-        if not remove_all and _owner_alive(labels) is not False:
-            continue
-        name = labels.get(f"{LABEL_PREFIX}.id", str(row["id"])[:12])
-        click.echo(f"{'would remove' if dry_run else 'removing'} sandbox {name}")
+    rows = _sandboxes()
+    containers = _orphan_containers(backend, rows, remove_all)
+    leftovers = containers + _orphan_volumes(backend, remove_all) + _stale_run_dirs(rows)
+    for leftover in leftovers:
+        click.echo(f"{'would remove' if dry_run else 'removing'} {leftover.what}")
         if not dry_run:
-            asyncio.run(backend.remove(str(row["id"])))
-            run_dir = labels.get(f"{LABEL_PREFIX}.run-dir")
-            if run_dir and Path(run_dir).parent == runtime_root():
-                shutil.rmtree(run_dir, ignore_errors=True)
-        removed += 1
-    click.echo(f"{removed} sandbox(es) {'to remove' if dry_run else 'removed'}")
-    # The in-memory volumes of those sandboxes (and of any whose container is already
-    # gone).  The engine refuses to remove a volume a container still uses: say so.
-    volumes = [
-        str(v["name"])
-        for v in asyncio.run(backend.list_volumes({LABEL_PREFIX: "true"}))
-        if remove_all or _owner_alive(v["labels"]) is False  # type: ignore[arg-type]
-    ]
-    left = 0
-    for volume in volumes:
-        if not dry_run:
-            try:
-                asyncio.run(backend.remove_volumes([volume]))
-            except docker.errors.APIError as exc:
-                click.echo(f"left volume {volume}: {exc.explanation or exc}")
-                left += 1
-    if volumes:
-        done = "to remove" if dry_run else "removed"
-        click.echo(f"{len(volumes) - left} volume(s) {done}")
-    # Run directories no container refers to any more (their sandbox was removed by
-    # hand or by the engine); young ones may belong to a sandbox that is starting.
-    in_use = {str(r["labels"].get(f"{LABEL_PREFIX}.run-dir")) for r in _sandboxes()}  # type: ignore[attr-defined]
-    stale = [
-        d
-        for d in runtime_root().iterdir()
-        if d.is_dir() and str(d) not in in_use and time.time() - d.stat().st_mtime > 60
-    ]
-    for directory in stale:
-        if not dry_run:
-            shutil.rmtree(directory, ignore_errors=True)
-    if stale:
-        click.echo(
-            f"{len(stale)} stale host directory(ies) {'to remove' if dry_run else 'removed'}"
-        )
+            leftover.remove()
+    click.echo(f"{len(leftovers)} leftover(s) {'to remove' if dry_run else 'removed'}")

@@ -1,0 +1,48 @@
+"""Ownership of sandbox run directories, so ``kernel-sandbox gc`` never takes a live one.
+
+A sandbox's host run directory (under :func:`~kernel_sandbox.sandbox.runtime_root`)
+holds its kernel's sockets.  Its owner process keeps an advisory lock on a marker file
+inside it for as long as the sandbox is open; the kernel releases such locks when the
+process ends, however it ends (even ``kill -9``).  So "unlocked" means "no live process
+on this host uses it", whichever engine the sandbox's container runs on.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+__all__ = ["OWNER_FILE", "claim", "is_claimed", "release"]
+
+#: Marker file inside a run directory; readable by its owner only (not by sandbox code).
+OWNER_FILE = ".owner"
+
+
+def claim(run_dir: Path) -> int:
+    """Lock ``run_dir`` for this process; returns the descriptor to pass to :func:`release`."""
+    fd = os.open(run_dir / OWNER_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    return fd
+
+
+def release(fd: int) -> None:
+    """Give up a claim made with :func:`claim`."""
+    os.close(fd)
+
+
+def is_claimed(run_dir: Path) -> bool:
+    """True while a live process holds a claim on ``run_dir`` (or it cannot be checked)."""
+    try:
+        fd = os.open(run_dir / OWNER_FILE, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    except OSError:  # not ours to judge
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
