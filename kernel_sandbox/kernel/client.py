@@ -23,6 +23,7 @@ import zmq.asyncio
 from jupyter_client.asynchronous import AsyncKernelClient
 
 from ..errors import KernelError
+from ..limits import DEFAULT_MAX_OUTPUT_BYTES
 from .connection import PORT_NAMES, ConnectionInfo
 from .outputs import OutputCollector
 
@@ -41,14 +42,21 @@ LIVENESS_POLL = 0.5
 STARTUP_ALIVE_INTERVAL = 0.2
 
 
+Outcome = Literal["finished", "interrupted", "stuck", "died"]
+
+
 @dataclass
 class RawExecution:
-    """What the kernel said about one request, before the sandbox adds its judgement."""
+    """What the kernel said about one request, before the sandbox adds its judgement.
 
-    outcome: Literal["finished", "interrupted", "stuck", "died"]
+    ``truncated_bytes`` counts the output dropped by the output cap.
+    """
+
+    outcome: Outcome
     outputs: list[Output] = field(default_factory=list)
     reply: dict[str, Any] = field(default_factory=dict)
     death_reason: str = ""
+    truncated_bytes: int = 0
 
 
 def _shared_context() -> zmq.asyncio.Context:
@@ -164,33 +172,43 @@ class KernelSession:
         interrupt_grace: float,
         check_alive: AliveCheck,
         on_output: OutputCallback | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     ) -> RawExecution:
         """Run ``code``; collect its outputs until the kernel goes idle for this request.
 
         At ``timeout`` the kernel is interrupted; if it is still busy ``interrupt_grace``
-        seconds later the outcome is ``stuck`` and the caller should restart it.
+        seconds later the outcome is ``stuck`` and the caller should restart it.  The
+        deadline is checked before every message, not only when iopub is silent: a
+        cell that prints without pause must be interrupted too.  At most
+        ``max_output_bytes`` of output is kept (see :class:`OutputCollector`).
         """
         msg_id = self.client.execute(code, store_history=True, allow_stdin=False)
-        collector = OutputCollector()
+        collector = OutputCollector(max_output_bytes)
+
+        def result(outcome: Outcome, **details: Any) -> RawExecution:
+            return RawExecution(
+                outcome, collector.outputs, truncated_bytes=collector.truncated_bytes, **details
+            )
+
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         interrupted = False
         iopub = self.client.iopub_channel
         while True:
+            if loop.time() >= deadline:
+                if interrupted:
+                    return result("stuck")
+                self.interrupt()
+                interrupted = True
+                deadline = loop.time() + interrupt_grace
             wait = max(0.0, min(deadline - loop.time(), LIVENESS_POLL))
             try:
                 msg = await self._get_msg(iopub, wait)
             except Empty:
-                if loop.time() >= deadline:
-                    if interrupted:
-                        return RawExecution("stuck", collector.outputs)
-                    self.interrupt()
-                    interrupted = True
-                    deadline = loop.time() + interrupt_grace
-                    continue
-                reason = await check_alive()
-                if reason:
-                    return RawExecution("died", collector.outputs, death_reason=reason)
+                if loop.time() < deadline:  # silent before its deadline: dead, or busy?
+                    reason = await check_alive()
+                    if reason:
+                        return result("died", death_reason=reason)
                 continue
             if msg is None or msg["parent_header"].get("msg_id") != msg_id:
                 continue
@@ -203,7 +221,7 @@ class KernelSession:
             if shown is not None and on_output is not None:
                 await _notify(on_output, shown)
         reply = await self._reply(msg_id)
-        return RawExecution("interrupted" if interrupted else "finished", collector.outputs, reply)
+        return result("interrupted" if interrupted else "finished", reply=reply)
 
     async def _reply(self, msg_id: str) -> dict[str, Any]:
         """The execute_reply for ``msg_id`` (it may arrive just after iopub's idle)."""
