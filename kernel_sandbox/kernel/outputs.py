@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from collections.abc import Iterable
 from itertools import groupby
 from typing import Any
 
@@ -70,8 +71,8 @@ class OutputCollector:
     @property
     def outputs(self) -> list[Output]:
         """The outputs so far as nbformat v4 dicts, with a marker where text was dropped."""
-        if self._cut is None:
-            return list(self._head)
+        if not self._stream_dropped:  # past the head's budget but within the whole cap
+            return _merged([*self._head, *self._tail])
         before = [*self._head, *self._spilled]
         last = before[-1] if before else {}
         # the marker starts a line of its own, even after a text cut mid-line
@@ -207,8 +208,8 @@ def _bundle_size(data: dict[str, Any]) -> int:
     )
 
 
-def _merged(outputs: deque[Output]) -> list[Output]:
-    """Tail chunks as outputs: consecutive chunks of one stream joined into one output."""
+def _merged(outputs: Iterable[Output]) -> list[Output]:
+    """Chunks as outputs: consecutive chunks of one stream joined into one output."""
     merged: list[Output] = []
     for name, group in groupby(outputs, key=lambda o: o.get("name")):
         if name is None:
