@@ -24,6 +24,8 @@ OUTPUT_MSG_TYPES = frozenset(
 )
 Message = dict[str, Any]
 Output = dict[str, Any]
+#: Tail chunks shorter than this take the next chunk of their stream in.
+_TAIL_CHUNK = 64 * 1024
 
 
 class OutputCollector:
@@ -115,7 +117,11 @@ class OutputCollector:
 
     def _add_stream(self, name: str, text: str) -> Output | None:
         if self._cut is not None:
-            self._tail.append({"output_type": "stream", "name": name, "text": text})
+            previous = self._tail[-1] if self._tail else {}
+            if previous.get("name") == name and len(previous["text"]) < _TAIL_CHUNK:
+                previous["text"] += text  # tiny messages must not cost a dict each
+            else:
+                self._tail.append({"output_type": "stream", "name": name, "text": text})
             self._tail_bytes += utf8_len(text)
             self._trim_tail()
             return None
