@@ -6,6 +6,7 @@ what was dropped and keeps the head and the tail, the sandbox works afterwards, 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -62,13 +63,13 @@ async def test_a_gigabyte_of_stdout_in_1_mb_prints(py_sandbox: AsyncSandbox) -> 
     with PeakRss().measure() as rss:
         ex = await py_sandbox.run_python(code, timeout=600)
     assert ex.status == "ok", ex.message
+    assert rss.growth < HOST_BOUND, f"host peak RSS grew {rss.growth / MB:.0f} MB"
     total = 1000 * 10**6 + len("THE END\n")
     assert ex.truncated_bytes == total - DEFAULT_MAX_OUTPUT_BYTES
     assert "output capped" in ex.stdout and f"{ex.truncated_bytes:,} bytes" in ex.stdout
     kept = kept_text(ex.stdout)
     assert len(kept.encode()) <= DEFAULT_MAX_OUTPUT_BYTES
     assert kept.startswith("chunk 0000 xxx") and kept.endswith("xxx\nTHE END\n")
-    assert rss.growth < HOST_BOUND, f"host peak RSS grew {rss.growth / MB:.0f} MB"
     nbformat.validate(nbformat.v4.new_notebook(cells=[python_cell(code, ex)]))
     after = await py_sandbox.run_python("survivor")
     assert after.text == "'still here'"
@@ -79,10 +80,10 @@ async def test_one_write_of_300_mb(py_sandbox: AsyncSandbox) -> None:
     with PeakRss().measure() as rss:
         ex = await py_sandbox.run_python(code, timeout=600)
     assert ex.status == "ok", ex.message
+    assert rss.growth < HOST_BOUND, f"host peak RSS grew {rss.growth / MB:.0f} MB"
     assert ex.truncated_bytes == 300 * 10**6 + 2000 - DEFAULT_MAX_OUTPUT_BYTES
     kept = kept_text(ex.stdout)
     assert kept.startswith("H" * 1000 + "x") and kept.endswith("x" + "T" * 1000)
-    assert rss.growth < HOST_BOUND, f"host peak RSS grew {rss.growth / MB:.0f} MB"
     assert (await py_sandbox.run_python("1 + 1")).text == "2"
 
 
@@ -103,6 +104,25 @@ async def test_a_tight_print_loop_is_interrupted_at_its_timeout(make_sandbox) ->
     # the tail is the latest output: the last number printed is the loop's last value
     last = int(kept.rstrip("\n").rsplit("\n", 1)[-1])
     assert (await sandbox.run_python("i")).text in (str(last), str(last + 1))
+
+
+@pytest.mark.timeout(300)  # without a deadline check per message this cell runs for hours
+async def test_a_cell_that_outpaces_a_slow_listener_is_still_interrupted(
+    py_sandbox: AsyncSandbox,
+) -> None:
+    seen = 0
+
+    async def slow_listener(output: dict[str, object]) -> None:
+        nonlocal seen
+        seen += 1
+        await asyncio.sleep(0.005)  # slower than the kernel sends: iopub is never silent
+
+    code = "from IPython.display import display\ni = 0\nwhile True:\n    i += 1\n    display(i)"
+    ex = await py_sandbox.run_python(code, timeout=3, on_output=slow_listener)
+    assert ex.status == "timeout" and not ex.state_lost, ex.message
+    assert ex.error is not None and ex.error.ename == "KeyboardInterrupt"
+    assert seen > 0
+    assert (await py_sandbox.run_python("i > 0")).text == "True"
 
 
 async def test_a_gigabyte_of_shell_output_on_both_streams(py_sandbox: AsyncSandbox) -> None:
