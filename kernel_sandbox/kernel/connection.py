@@ -58,11 +58,12 @@ from ipykernel.iostream import OutStream
 
 def _bounded_write(self, string, _write=OutStream.write, _chunk=1 << 20):
     if not isinstance(string, str) or len(string) <= _chunk:
-        self._ks_pending = getattr(self, "_ks_pending", 0) + _write(self, string)
+        written = _write(self, string)  # None in a forked child: keep that
+        self._ks_pending = getattr(self, "_ks_pending", 0) + len(string)
         if self._ks_pending > _chunk:
             self._ks_pending = 0
             self.flush()
-        return len(string)
+        return written
     for start in range(0, len(string), _chunk):
         _bounded_write(self, string[start : start + _chunk])
     return len(string)
