@@ -107,9 +107,10 @@ async def test_a_tight_print_loop_is_interrupted_at_its_timeout(make_sandbox) ->
 
 
 @pytest.mark.timeout(300)  # without a deadline check per message this cell runs for hours
-async def test_a_cell_that_outpaces_a_slow_listener_is_still_interrupted(
-    py_sandbox: AsyncSandbox,
-) -> None:
+async def test_a_cell_that_outpaces_a_slow_listener_is_still_interrupted(make_sandbox) -> None:  # type: ignore[no-untyped-def]
+    # A generous grace: on 2 busy cores the kernel may take seconds to drain its own
+    # queue after the interrupt; what is tested is that the interrupt is sent at all.
+    sandbox = await make_sandbox(image="kernel-sandbox:python", interrupt_grace=30)
     seen = 0
 
     async def slow_listener(output: dict[str, object]) -> None:
@@ -118,11 +119,11 @@ async def test_a_cell_that_outpaces_a_slow_listener_is_still_interrupted(
         await asyncio.sleep(0.005)  # slower than the kernel sends: iopub is never silent
 
     code = "from IPython.display import display\ni = 0\nwhile True:\n    i += 1\n    display(i)"
-    ex = await py_sandbox.run_python(code, timeout=3, on_output=slow_listener)
+    ex = await sandbox.run_python(code, timeout=3, on_output=slow_listener)
     assert ex.status == "timeout" and not ex.state_lost, ex.message
     assert ex.error is not None and ex.error.ename == "KeyboardInterrupt"
     assert seen > 0
-    assert (await py_sandbox.run_python("i > 0")).text == "True"
+    assert (await sandbox.run_python("i > 0")).text == "True"
 
 
 async def test_a_gigabyte_of_shell_output_on_both_streams(py_sandbox: AsyncSandbox) -> None:
