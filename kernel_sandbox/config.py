@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from .limits import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_OUTPUT_BYTES
+
 __all__ = [
     "DEFAULT_IMAGE",
     "DISK_SHARES",
@@ -62,6 +64,15 @@ class SandboxConfig(BaseModel):
     ``disk_limit``, a full writable area gets the kernel OOM-killed before any write
     sees ENOSPC.  ``None`` turns the bound off: the root filesystem is then writable and
     unbounded, as in a plain container.
+
+    ``max_output_bytes`` bounds what one call keeps in host memory, whatever the code
+    prints: a cell's stream text (stdout and stderr together) and, separately, its rich
+    outputs (display data, results); a shell command's stdout and, separately, its
+    stderr.  Text over the cap keeps its first and last halves around a marker line
+    saying how much was dropped; rich outputs over it are replaced by one placeholder;
+    ``Execution.truncated_bytes`` / ``CommandResult.truncated_bytes`` count the rest.
+    ``max_file_bytes`` is the largest file ``sandbox.files.read`` brings to the host;
+    larger ones are refused with a :class:`~kernel_sandbox.errors.FileOperationError`.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -82,6 +93,16 @@ class SandboxConfig(BaseModel):
     startup_timeout: float = Field(default=30.0, gt=0)
     interrupt_grace: float = Field(
         default=2.0, gt=0, description="Seconds to wait after an interrupt before restarting."
+    )
+    max_output_bytes: int = Field(
+        default=DEFAULT_MAX_OUTPUT_BYTES,
+        gt=0,
+        description="Output bytes one call keeps; the middle of longer output is dropped.",
+    )
+    max_file_bytes: int = Field(
+        default=DEFAULT_MAX_FILE_BYTES,
+        gt=0,
+        description="Largest file files.read brings to the host; larger ones are refused.",
     )
     derive_image: bool = Field(
         default=True,

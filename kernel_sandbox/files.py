@@ -82,11 +82,12 @@ class AsyncFiles:
         )
 
     async def read(self, path: str) -> bytes:
-        """The bytes of a file."""
-        self._sandbox._check_open()
-        full = self._sandbox.resolve_path(path)
-        assert self._sandbox.container_id is not None
-        archive = await self._sandbox.backend.get_archive(self._sandbox.container_id, full)
+        """The bytes of a file; one over ``config.max_file_bytes`` is refused, unread."""
+        sb = self._sandbox
+        sb._check_open()
+        full = sb.resolve_path(path)
+        assert sb.container_id is not None
+        archive = await sb.backend.get_archive(sb.container_id, full, sb.config.max_file_bytes)
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             member = tar.next()
             if member is None:

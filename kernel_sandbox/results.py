@@ -72,6 +72,8 @@ class Execution:
     duration: float = 0.0
     state_lost: bool = False
     message: str = ""
+    #: Bytes of output dropped by ``SandboxConfig.max_output_bytes`` (0: nothing was).
+    truncated_bytes: int = 0
 
     @property
     def ok(self) -> bool:
@@ -112,12 +114,14 @@ class Execution:
 
 
 def format_size(n: int) -> str:
-    """A byte count for people and models: ``512 B``, ``23.4 KB``, ``1.2 MB``."""
+    """A byte count for people and models: ``512 B``, ``23.4 KB``, ``1.2 MB``, ``2.0 GB``."""
     if n < 1024:
         return f"{n} B"
     if n < 1024**2:
         return f"{n / 1024:.1f} KB"
-    return f"{n / 1024**2:.1f} MB"
+    if n < 1024**3:
+        return f"{n / 1024**2:.1f} MB"
+    return f"{n / 1024**3:.1f} GB"
 
 
 def decoded_size(payload: Any) -> int:
@@ -172,6 +176,8 @@ class CommandResult:
     stderr: str
     timed_out: bool = False
     duration: float = 0.0
+    #: Bytes of stdout and stderr dropped by ``SandboxConfig.max_output_bytes``.
+    truncated_bytes: int = 0
 
     @property
     def ok(self) -> bool:

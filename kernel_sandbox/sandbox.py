@@ -346,7 +346,9 @@ class AsyncSandbox:
         """Run code in the persistent kernel; variables survive between calls.
 
         Never raises for anything the code does: exceptions, timeouts and kernel
-        crashes come back as the ``status`` of the :class:`Execution`.
+        crashes come back as the ``status`` of the :class:`Execution`.  Output over
+        ``config.max_output_bytes`` keeps its head and tail; ``truncated_bytes`` of
+        the result counts what was dropped.
         """
         self._check_open()
         timeout = timeout or self.config.timeout
@@ -369,6 +371,7 @@ class AsyncSandbox:
                     interrupt_grace=self.config.interrupt_grace,
                     check_alive=self._check_alive,
                     on_output=on_output,
+                    max_output_bytes=self.config.max_output_bytes,
                 )
                 execution = await self._judge(raw, timeout, started)
                 if restarted and not execution.state_lost:
@@ -377,6 +380,8 @@ class AsyncSandbox:
                         state_lost=True,
                         message=f"the kernel had stopped before this call: {restarted}",
                     )
+                if raw.truncated_bytes:
+                    execution = dataclasses.replace(execution, truncated_bytes=raw.truncated_bytes)
         if self.listeners:
             await emit(self.listeners, PythonExecuted(self.id, code, execution, wall))
         return execution
@@ -490,7 +495,9 @@ class AsyncSandbox:
     ) -> CommandResult:
         """Run a shell command beside the kernel as the sandbox user.
 
-        On timeout the whole process group of the command is killed.
+        On timeout the whole process group of the command is killed.  stdout and
+        stderr each keep at most ``config.max_output_bytes`` (head and tail);
+        ``truncated_bytes`` of the result counts what was dropped.
         """
         self._check_open()
         assert self.container_id is not None
@@ -505,6 +512,7 @@ class AsyncSandbox:
                     user=self.config.user,
                     workdir=self.resolve_path(cwd or "."),
                     environment=env,
+                    max_output_bytes=self.config.max_output_bytes,
                 ),
                 timeout + 15,
             )
@@ -521,6 +529,7 @@ class AsyncSandbox:
                 stderr,
                 timed_out,
                 duration,
+                result.truncated_bytes,
             )
         except TimeoutError:
             outcome = CommandResult(

@@ -97,6 +97,8 @@ class ExecResult:
     exit_code: int
     stdout: bytes
     stderr: bytes
+    #: Bytes dropped from the middle of stdout and stderr by ``max_output_bytes``.
+    truncated_bytes: int = 0
 
 
 class Backend(abc.ABC):
@@ -169,16 +171,28 @@ class Backend(abc.ABC):
         user: str,
         workdir: str | None = None,
         environment: dict[str, str] | None = None,
+        max_output_bytes: int | None = None,
     ) -> ExecResult:
-        """Run a process in the container beside the kernel and wait for it."""
+        """Run a process in the container beside the kernel and wait for it.
+
+        With ``max_output_bytes``, stdout and stderr are each read as a stream and
+        keep only their head and tail within it (see :class:`~kernel_sandbox.limits.HeadTail`),
+        so a process printing gigabytes never fills host memory.
+        """
 
     @abc.abstractmethod
     async def put_archive(self, container_id: str, directory: str, tar_bytes: bytes) -> None:
         """Extract a tar archive into an existing directory of the container."""
 
     @abc.abstractmethod
-    async def get_archive(self, container_id: str, path: str) -> bytes:
-        """A tar archive of ``path`` in the container."""
+    async def get_archive(
+        self, container_id: str, path: str, max_bytes: int | None = None
+    ) -> bytes:
+        """A tar archive of ``path`` in the container.
+
+        With ``max_bytes``, a path whose content is larger is refused with a
+        :class:`~kernel_sandbox.errors.FileOperationError` before it is read into memory.
+        """
 
     @abc.abstractmethod
     async def logs(self, container_id: str, tail: int) -> str:

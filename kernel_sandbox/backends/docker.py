@@ -12,6 +12,7 @@ import contextlib
 import functools
 import io
 import os
+import sys
 import tarfile
 from typing import Any, TypeVar
 
@@ -31,6 +32,8 @@ from ..errors import (
     SandboxFileNotFoundError,
     SandboxStartError,
 )
+from ..limits import HeadTail
+from ..results import format_size
 from .base import REMOVED_REASON, Backend, ContainerSpec, ContainerState, ExecResult, ImageUser
 
 __all__ = ["INTERNAL_NETWORK", "DockerBackend", "docker_client"]
@@ -38,6 +41,8 @@ __all__ = ["INTERNAL_NETWORK", "DockerBackend", "docker_client"]
 T = TypeVar("T")
 #: Network without a route outside, used by the tcp transport when network is off.
 INTERNAL_NETWORK = "kernel-sandbox-internal"
+#: Room for tar headers and padding on top of ``get_archive``'s ``max_bytes``.
+_TAR_OVERHEAD = 64 * 1024
 
 ENGINE_HELP = (
     "Cannot reach the Docker engine{where}: {error}. Start it (`sudo systemctl start docker`, "
@@ -101,6 +106,15 @@ def _lookup(database: str, key: str) -> list[str] | None:
         if len(fields) >= 3 and key in (fields[0], fields[2]):
             return fields
     return None
+
+
+def _too_large(path: str, size: int | None, max_bytes: int) -> FileOperationError:
+    what = f"{path} is {format_size(size)}" if size is not None else f"{path} holds more than that"
+    return FileOperationError(
+        f"{what}; files are read whole into memory and the limit is {format_size(max_bytes)} "
+        "(SandboxConfig.max_file_bytes): read a part with the shell (head -c, tail -c, "
+        "split) or raise max_file_bytes"
+    )
 
 
 class DockerBackend(Backend):
@@ -315,14 +329,26 @@ class DockerBackend(Backend):
         user: str,
         workdir: str | None = None,
         environment: dict[str, str] | None = None,
+        max_output_bytes: int | None = None,
     ) -> ExecResult:
         def _exec() -> ExecResult:
             exec_id = self.api.exec_create(
                 container_id, argv, user=user, workdir=workdir, environment=environment
             )["Id"]
-            out, err = self.api.exec_start(exec_id, demux=True)
+            limit = max_output_bytes or sys.maxsize
+            out, err = HeadTail(limit), HeadTail(limit)
+            for out_chunk, err_chunk in self.api.exec_start(exec_id, stream=True, demux=True):
+                if out_chunk:
+                    out.add(out_chunk)
+                if err_chunk:
+                    err.add(err_chunk)
             code = self.api.exec_inspect(exec_id)["ExitCode"]
-            return ExecResult(int(code if code is not None else -1), out or b"", err or b"")
+            return ExecResult(
+                int(code if code is not None else -1),
+                out.value(),
+                err.value(),
+                out.dropped + err.dropped,
+            )
 
         try:
             return await _run(_exec)  # type: ignore[no-any-return]
@@ -343,10 +369,25 @@ class DockerBackend(Backend):
         if not ok:
             raise FileOperationError(f"the engine refused to write into {directory}")
 
-    async def get_archive(self, container_id: str, path: str) -> bytes:
+    async def get_archive(
+        self, container_id: str, path: str, max_bytes: int | None = None
+    ) -> bytes:
         def _get() -> bytes:
-            stream, _ = self.api.get_archive(container_id, path)
-            return b"".join(stream)
+            stream, stat = self.api.get_archive(container_id, path)
+            # The engine's stat header gives a file's size before any byte is read; the
+            # count below also bounds what it does not cover (a directory's content).
+            limit = sys.maxsize if max_bytes is None else max_bytes + _TAR_OVERHEAD
+            archive = bytearray()
+            try:
+                if max_bytes is not None and int(stat.get("size") or 0) > max_bytes:
+                    raise _too_large(path, int(stat["size"]), max_bytes)
+                for chunk in stream:
+                    archive += chunk
+                    if len(archive) > limit:
+                        raise _too_large(path, None, max_bytes or 0)
+            finally:
+                stream.close()  # drop the rest: the engine stops sending
+            return bytes(archive)
 
         try:
             return await _run(_get)  # type: ignore[no-any-return]

@@ -23,6 +23,7 @@ import zmq.asyncio
 from jupyter_client.asynchronous import AsyncKernelClient
 
 from ..errors import KernelError
+from ..limits import DEFAULT_MAX_OUTPUT_BYTES
 from .connection import PORT_NAMES, ConnectionInfo
 from .outputs import OutputCollector
 
@@ -37,18 +38,28 @@ AliveCheck = Callable[[], Awaitable[str | None]]
 
 #: How long the iopub stream may be silent before the kernel's liveness is checked.
 LIVENESS_POLL = 0.5
+#: How long past ``interrupt_grace`` an interrupted kernel may go on sending (output it
+#: queued before the interrupt) before it counts as stuck.
+DRAIN_LIMIT = 10.0
 #: How often a starting kernel's container is asked about (an engine call) while waiting.
 STARTUP_ALIVE_INTERVAL = 0.2
 
 
+Outcome = Literal["finished", "interrupted", "stuck", "died"]
+
+
 @dataclass
 class RawExecution:
-    """What the kernel said about one request, before the sandbox adds its judgement."""
+    """What the kernel said about one request, before the sandbox adds its judgement.
 
-    outcome: Literal["finished", "interrupted", "stuck", "died"]
+    ``truncated_bytes`` counts the output dropped by the output cap.
+    """
+
+    outcome: Outcome
     outputs: list[Output] = field(default_factory=list)
     reply: dict[str, Any] = field(default_factory=dict)
     death_reason: str = ""
+    truncated_bytes: int = 0
 
 
 def _shared_context() -> zmq.asyncio.Context:
@@ -164,33 +175,52 @@ class KernelSession:
         interrupt_grace: float,
         check_alive: AliveCheck,
         on_output: OutputCallback | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     ) -> RawExecution:
         """Run ``code``; collect its outputs until the kernel goes idle for this request.
 
-        At ``timeout`` the kernel is interrupted; if it is still busy ``interrupt_grace``
-        seconds later the outcome is ``stuck`` and the caller should restart it.
+        At ``timeout`` the kernel is interrupted; if it is silent but still busy
+        ``interrupt_grace`` seconds later, or still sending ``DRAIN_LIMIT`` seconds
+        after that, the outcome is ``stuck`` and the caller should restart it.  The
+        deadline is checked before every message, not only when iopub is silent: a
+        cell that prints without pause must be interrupted too.  At most
+        ``max_output_bytes`` of output is kept (see :class:`OutputCollector`), and
+        ``on_output`` sees nothing after the interrupt (the result has it all).
         """
         msg_id = self.client.execute(code, store_history=True, allow_stdin=False)
-        collector = OutputCollector()
+        collector = OutputCollector(max_output_bytes)
+
+        def result(outcome: Outcome, **details: Any) -> RawExecution:
+            return RawExecution(
+                outcome, collector.outputs, truncated_bytes=collector.truncated_bytes, **details
+            )
+
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         interrupted = False
         iopub = self.client.iopub_channel
+        drain_until = 0.0
         while True:
-            wait = max(0.0, min(deadline - loop.time(), LIVENESS_POLL))
+            now = loop.time()
+            if now >= deadline and not interrupted:
+                self.interrupt()
+                interrupted = True
+                deadline = now + interrupt_grace
+                drain_until = deadline + DRAIN_LIMIT
+            elif interrupted and now >= drain_until:
+                return result("stuck")
+            left = deadline - loop.time()
+            # past the grace, a kernel is stuck once it stays silent for a poll
+            wait = LIVENESS_POLL if interrupted and left <= 0 else min(left, LIVENESS_POLL)
             try:
-                msg = await self._get_msg(iopub, wait)
+                msg = await self._get_msg(iopub, max(0.0, wait))
             except Empty:
-                if loop.time() >= deadline:
-                    if interrupted:
-                        return RawExecution("stuck", collector.outputs)
-                    self.interrupt()
-                    interrupted = True
-                    deadline = loop.time() + interrupt_grace
-                    continue
-                reason = await check_alive()
-                if reason:
-                    return RawExecution("died", collector.outputs, death_reason=reason)
+                if loop.time() < deadline:  # silent before its deadline: dead, or busy?
+                    reason = await check_alive()
+                    if reason:
+                        return result("died", death_reason=reason)
+                elif interrupted:  # silent after the grace: the interrupt did not work
+                    return result("stuck")
                 continue
             if msg is None or msg["parent_header"].get("msg_id") != msg_id:
                 continue
@@ -200,10 +230,12 @@ class KernelSession:
                     break
                 continue
             shown = collector.add(msg)
-            if shown is not None and on_output is not None:
+            # Once interrupted, the queued backlog is drained at full speed: a slow
+            # listener must not make a kernel that did stop look stuck.
+            if shown is not None and on_output is not None and not interrupted:
                 await _notify(on_output, shown)
         reply = await self._reply(msg_id)
-        return RawExecution("interrupted" if interrupted else "finished", collector.outputs, reply)
+        return result("interrupted" if interrupted else "finished", reply=reply)
 
     async def _reply(self, msg_id: str) -> dict[str, Any]:
         """The execute_reply for ``msg_id`` (it may arrive just after iopub's idle)."""

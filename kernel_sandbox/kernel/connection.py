@@ -52,6 +52,25 @@ app = IPKernelApp.instance()
 # every message.  Together about 3-4 ms of a print(1+1) round trip (bench/).
 app.initialize(["-f", path, "--HistoryManager.enabled=False", "--IPythonKernel._execute_sleep=0"])
 app.log.setLevel("WARNING")
+# ipykernel sends what a stream got in 0.2 s as one message: a tight print loop made
+# messages of hundreds of MB, held whole in the kernel and then on the host.  Here a
+# stream flushes every 1 MiB and waits for the send, so messages stay small and a
+# writer cannot outrun the sender (the host caps what it keeps: max_output_bytes).
+from ipykernel.iostream import OutStream
+
+def _bounded_write(self, string, _write=OutStream.write, _chunk=1 << 20):
+    if not isinstance(string, str) or len(string) <= _chunk:
+        written = _write(self, string)  # None in a forked child: keep that
+        self._ks_pending = getattr(self, "_ks_pending", 0) + len(string)
+        if self._ks_pending > _chunk:
+            self._ks_pending = 0
+            self.flush()
+        return written
+    for start in range(0, len(string), _chunk):
+        _bounded_write(self, string[start : start + _chunk])
+    return len(string)
+
+OutStream.write = _bounded_write
 del sys.modules["debugpy"]
 os.umask(0o022)
 os.unlink(path)

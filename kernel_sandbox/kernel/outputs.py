@@ -8,7 +8,14 @@ this layer except as output dicts.
 
 from __future__ import annotations
 
+import json
+from collections import deque
+from collections.abc import Iterable
+from itertools import groupby
 from typing import Any
+
+from ..limits import DEFAULT_MAX_OUTPUT_BYTES, cap_notice, split_bytes, utf8_len
+from ..results import format_size
 
 __all__ = ["OUTPUT_MSG_TYPES", "OutputCollector"]
 
@@ -17,20 +24,64 @@ OUTPUT_MSG_TYPES = frozenset(
 )
 Message = dict[str, Any]
 Output = dict[str, Any]
+#: Tail chunks shorter than this take the next chunk of their stream in.
+_TAIL_CHUNK = 64 * 1024
 
 
 class OutputCollector:
-    """Accumulates the outputs of one execution.
+    """Accumulates the outputs of one execution, keeping at most ``max_bytes`` of each kind.
 
     ``add`` returns the output that a live listener should see (the new or updated
     output), or ``None`` when the message changed nothing visible yet.
+
+    Stream text (stdout and stderr together) keeps its first ``max_bytes // 2`` bytes
+    as usual; after that cut, chunks wait unmerged in a tail queue trimmed from its
+    front, so the last half of the budget always holds the latest text, and a marker
+    line in :attr:`outputs` stands for what was dropped.  Listeners get one notice at
+    the cut and no stream text after it.  Rich outputs (display data, results) count
+    against their own ``max_bytes``; past it each one is dropped and a single
+    placeholder says how many were.  Errors are always kept.  A rich output that the
+    tail's trimming passes over is kept, just before the marker.
     """
 
-    def __init__(self) -> None:
-        self.outputs: list[Output] = []
+    def __init__(self, max_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self._reset()
+
+    def _reset(self) -> None:
+        self._head: list[Output] = []
+        self._tail: deque[Output] = deque()  # after the cut: stream chunks and outputs
+        self._spilled: list[Output] = []  # non-stream outputs trimmed out of the tail
+        self._cut: str | None = None  # the stream the cut happened in, once it did
+        self._head_bytes = 0
+        self._tail_bytes = 0
+        self._stream_dropped = 0
+        self._lines_dropped = 0
+        self._rich_bytes = 0
+        self._rich_dropped = 0
+        self._rich_dropped_count = 0
+        self._rich_placeholder: Output | None = None
         self._clear_pending = False
-        # display_id -> indexes of outputs showing that display
-        self._displays: dict[str, list[int]] = {}
+        # display_id -> the outputs showing that display
+        self._displays: dict[str, list[Output]] = {}
+
+    @property
+    def truncated_bytes(self) -> int:
+        """Bytes of output dropped by the cap (stream text and rich outputs)."""
+        return self._stream_dropped + self._rich_dropped
+
+    @property
+    def outputs(self) -> list[Output]:
+        """The outputs so far as nbformat v4 dicts, with a marker where text was dropped."""
+        if not self._stream_dropped:  # past the head's budget but within the whole cap
+            return _merged([*self._head, *self._tail])
+        before = [*self._head, *self._spilled]
+        last = before[-1] if before else {}
+        # the marker starts a line of its own, even after a text cut mid-line
+        newline = last.get("name") == self._cut and not last["text"].endswith("\n")
+        notice = cap_notice(self._stream_dropped, self._lines_dropped, self.max_bytes)
+        marker = {"output_type": "stream", "name": self._cut, "text": "\n" * newline + notice}
+        return [*before, marker, *_merged(self._tail)]
 
     def add(self, msg: Message) -> Output | None:
         msg_type = msg["header"]["msg_type"]
@@ -39,41 +90,140 @@ class OutputCollector:
             if content.get("wait"):
                 self._clear_pending = True
             else:
-                self._clear()
+                self._reset()
             return None
         if msg_type == "update_display_data":
             return self._update_display(content)
         if msg_type not in OUTPUT_MSG_TYPES:
             return None
         if self._clear_pending:
-            self._clear()
-        output = _output_from(msg_type, content)
+            self._reset()
         if msg_type == "stream":
-            output["text"] = _carriage_return(output["text"])
-            last = self.outputs[-1] if self.outputs else None
-            if last and last["output_type"] == "stream" and last["name"] == output["name"]:
-                last["text"] = _carriage_return(last["text"] + output["text"])
-                return dict(output)
+            return self._add_stream(content["name"], _carriage_return(content["text"]))
+        output = _output_from(msg_type, content)
+        if msg_type != "error":
+            size = _bundle_size(output["data"])
+            if self._rich_bytes + size > self.max_bytes:
+                return self._drop_rich(size)
+            self._rich_bytes += size
         display_id = content.get("transient", {}).get("display_id")
         if display_id:
-            self._displays.setdefault(display_id, []).append(len(self.outputs))
-        self.outputs.append(output)
+            self._displays.setdefault(display_id, []).append(output)
+        self._place(output)
         return output
 
-    def _clear(self) -> None:
-        self.outputs.clear()
-        self._displays.clear()
-        self._clear_pending = False
+    def _place(self, output: Output) -> None:
+        (self._head if self._cut is None else self._tail).append(output)
+
+    def _add_stream(self, name: str, text: str) -> Output | None:
+        if self._cut is not None:
+            previous = self._tail[-1] if self._tail else {}
+            if previous.get("name") == name and len(previous["text"]) < _TAIL_CHUNK:
+                previous["text"] += text  # tiny messages must not cost a dict each
+            else:
+                self._tail.append({"output_type": "stream", "name": name, "text": text})
+            self._tail_bytes += utf8_len(text)
+            self._trim_tail()
+            return None
+        shown = {"output_type": "stream", "name": name, "text": text}
+        last = self._head[-1] if self._head else None
+        if last and last["output_type"] == "stream" and last["name"] == name:
+            before = utf8_len(last["text"])
+            last["text"] = _carriage_return(last["text"] + text)
+            self._head_bytes += utf8_len(last["text"]) - before
+        else:
+            last = dict(shown)
+            self._head.append(last)
+            self._head_bytes += utf8_len(text)
+        over = self._head_bytes - self.max_bytes // 2
+        if over <= 0:
+            return shown
+        last["text"], rest = split_bytes(last["text"], utf8_len(last["text"]) - over)
+        self._head_bytes -= utf8_len(rest)
+        self._cut = name
+        self._add_stream(name, rest)
+        live = text[: max(0, len(text) - len(rest))]
+        newline = "\n" if live and not live.endswith("\n") else ""
+        tail = format_size(self.max_bytes - self.max_bytes // 2)
+        shown["text"] = (
+            f"{live}{newline}[... output reached max_output_bytes={self.max_bytes:,}: the rest "
+            f"is not shown live; the result keeps its last {tail} ...]\n"
+        )
+        return shown
+
+    def _trim_tail(self) -> None:
+        """Drop the oldest tail text until the tail fits in its half of the budget."""
+        excess = self._tail_bytes - (self.max_bytes - self.max_bytes // 2)
+        while excess > 0:
+            first = self._tail[0]
+            if first["output_type"] != "stream":
+                self._spilled.append(self._tail.popleft())
+                continue
+            size = utf8_len(first["text"])
+            if size <= excess:
+                cut = self._tail.popleft()["text"]
+            else:
+                # at least one character, or a multi-byte one could stop the loop
+                cut, first["text"] = split_bytes(first["text"], excess)
+                if not cut:
+                    cut, first["text"] = first["text"][:1], first["text"][1:]
+                size = utf8_len(cut)
+            self._tail_bytes -= size
+            excess -= size
+            self._stream_dropped += size
+            self._lines_dropped += cut.count("\n")
+
+    def _drop_rich(self, size: int) -> Output | None:
+        """Count a rich output over the cap; one placeholder says how many were dropped."""
+        self._rich_dropped += size
+        self._rich_dropped_count += 1
+        text = (
+            f"[{self._rich_dropped_count:,} rich output(s) ({format_size(self._rich_dropped)}) "
+            f"dropped: this cell's rich outputs reached max_output_bytes={self.max_bytes:,}]"
+        )
+        if self._rich_placeholder is not None:
+            self._rich_placeholder["data"]["text/plain"] = text
+            return None
+        self._rich_placeholder = {
+            "output_type": "display_data",
+            "data": {"text/plain": text},
+            "metadata": {},
+        }
+        self._place(self._rich_placeholder)
+        return self._rich_placeholder
 
     def _update_display(self, content: dict[str, Any]) -> Output | None:
         display_id = content.get("transient", {}).get("display_id")
         updated = None
-        for index in self._displays.get(display_id or "", []):
-            output = self.outputs[index]
+        for output in self._displays.get(display_id or "", []):
+            size, old = _bundle_size(content["data"]), _bundle_size(output["data"])
+            if self._rich_bytes + size - old > self.max_bytes:
+                return self._drop_rich(size)
+            self._rich_bytes += size - old
             output["data"] = content["data"]
             output["metadata"] = content.get("metadata", {})
             updated = output
         return updated
+
+
+def _bundle_size(data: dict[str, Any]) -> int:
+    """Bytes a MIME bundle takes as sent (base64 text for binaries)."""
+    return sum(
+        utf8_len(v) if isinstance(v, str) else len(json.dumps(v, default=str))
+        for v in data.values()
+    )
+
+
+def _merged(outputs: Iterable[Output]) -> list[Output]:
+    """Chunks as outputs: consecutive chunks of one stream joined into one output."""
+    merged: list[Output] = []
+    for name, group in groupby(outputs, key=lambda o: o.get("name")):
+        if name is None:
+            merged.extend(group)
+        else:
+            text = _carriage_return("".join(o["text"] for o in group))
+            merged.append({"output_type": "stream", "name": name, "text": text})
+    return merged
 
 
 def _output_from(msg_type: str, content: dict[str, Any]) -> Output:

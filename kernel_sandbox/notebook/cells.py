@@ -132,6 +132,7 @@ def python_cell(
         duration=round(execution.duration, 4),
         state_lost=execution.state_lost,
         message=execution.message or None,
+        truncated_bytes=execution.truncated_bytes or None,
         started_at=iso_time(started_at) if started_at else None,
     )
     try:
@@ -177,6 +178,7 @@ def shell_cell(
         exit_code=result.exit_code,
         timed_out=result.timed_out,
         duration=round(result.duration, 4),
+        truncated_bytes=result.truncated_bytes or None,
         started_at=iso_time(started_at) if started_at else None,
     )
     return new_code_cell(f"%%sh\n{prefix}{command}", outputs=shell_outputs(result), metadata=meta)

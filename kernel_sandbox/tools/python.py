@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .base import Tool, ToolOptions, register_tool
-from .results import ToolResult, render_outputs
+from .results import ToolResult, capped_note, render_outputs
 from .texts import limits_text, where_text
 
 if TYPE_CHECKING:
@@ -78,6 +78,7 @@ class PythonExecutor(Tool):
         timeout = min(params.timeout or self.default_timeout(sandbox), self.options.max_timeout)
         execution = await sandbox.run_python(params.code, timeout=timeout)
         text, artifacts = render_outputs(execution.outputs)
+        text = capped_note(text, execution.truncated_bytes)
         if execution.message:
             text = f"{text}\n[{execution.message}]" if text else f"[{execution.message}]"
         error: str | None = None
@@ -97,6 +98,8 @@ class PythonExecutor(Tool):
             "kernel_status": execution.status,
             "state_lost": execution.state_lost,
         }
+        if execution.truncated_bytes:
+            metadata["truncated_bytes"] = execution.truncated_bytes
         if params.timeout and params.timeout > self.options.max_timeout:
             metadata["timeout_capped_at"] = self.options.max_timeout
         return ToolResult(

@@ -21,6 +21,7 @@ __all__ = [
     "Artifact",
     "ToolResult",
     "ToolStatus",
+    "capped_note",
     "render_outputs",
     "truncate_middle",
 ]
@@ -56,6 +57,21 @@ def truncate_middle(text: str, limit: int) -> tuple[str, int]:
     sep_head = "" if head.endswith("\n") else "\n"
     sep_tail = "" if not tail or tail.startswith("\n") else "\n"
     return f"{head}{sep_head}{marker}{sep_tail}{tail}", omitted
+
+
+def capped_note(text: str, truncated_bytes: int) -> str:
+    """``text`` ending with a line saying the sandbox dropped output, when it did.
+
+    The sandbox's own marker sits in the middle of the text, where a later cut for the
+    model (:func:`truncate_middle`) may remove it; the last line always survives.
+    """
+    if not truncated_bytes:
+        return text
+    note = (
+        f"[output capped by the sandbox: {format_size(truncated_bytes)} dropped from the "
+        "middle; print less, or write large output to a file and read parts of it]"
+    )
+    return f"{text}\n{note}" if text else note
 
 
 class Artifact(BaseModel):

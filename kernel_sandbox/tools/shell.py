@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from .base import Tool, ToolOptions, register_tool
-from .results import ToolResult
+from .results import ToolResult, capped_note
 from .texts import limits_text, where_text
 
 if TYPE_CHECKING:
@@ -80,6 +80,8 @@ class ShellExecutor(Tool):
         timeout = min(params.timeout or self.default_timeout(sandbox), self.options.max_timeout)
         result = await sandbox.run_shell(params.command, timeout=timeout, cwd=params.cwd)
         metadata: dict[str, Any] = {"exit_code": result.exit_code, "timed_out": result.timed_out}
+        if result.truncated_bytes:
+            metadata["truncated_bytes"] = result.truncated_bytes
         if result.exit_code == _CANNOT_START and "chdir to cwd" in result.stdout + result.stderr:
             where = sandbox.resolve_path(params.cwd or ".")
             return ToolResult.failure(
@@ -91,7 +93,7 @@ class ShellExecutor(Tool):
         parts = [result.stdout.rstrip("\n")]
         if result.stderr.strip():
             parts.append(f"[stderr]\n{result.stderr.strip(chr(10))}")
-        output = "\n".join(p for p in parts if p)
+        output = capped_note("\n".join(p for p in parts if p), result.truncated_bytes)
         if result.timed_out:
             return ToolResult(
                 status="timeout",

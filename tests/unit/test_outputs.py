@@ -106,3 +106,134 @@ def test_outputs_equal_what_nbformat_builds_and_validate() -> None:
         ours = c.add(m)
         assert ours == dict(output_from_msg(m))
         nbformat.validator.validate(ours, ours["output_type"], version=4)
+
+
+# -- the output cap -------------------------------------------------------------------
+
+
+def stdout_of(outputs: list[dict[str, Any]]) -> str:
+    return "".join(o["text"] for o in outputs if o.get("name") == "stdout")
+
+
+def test_capped_stream_keeps_head_and_tail_and_counts_what_was_dropped() -> None:
+    c = OutputCollector(max_bytes=1000)
+    lines = [f"line {i:04d}\n" for i in range(1000)]  # 10 bytes each, 10,000 in all
+    for line in lines:
+        c.add(stream("stdout", line))
+    text = stdout_of(c.outputs)
+    assert text.startswith("".join(lines[:50]))  # the first 500 bytes
+    assert text.endswith("".join(lines[-50:]))  # the last 500 bytes
+    assert c.truncated_bytes == 10_000 - 1000
+    assert "[... output capped: 9,000 bytes (900 lines) dropped here;" in text
+    kept = text.replace(c.outputs[1]["text"], "")
+    assert len(kept.encode()) == 1000
+
+
+def test_text_past_half_the_cap_but_within_it_is_kept_whole() -> None:
+    c = OutputCollector(max_bytes=100)
+    for _ in range(9):
+        c.add(stream("stdout", "z" * 10))
+    assert c.outputs == [{"output_type": "stream", "name": "stdout", "text": "z" * 90}]
+    assert c.truncated_bytes == 0
+
+
+def test_one_huge_chunk_is_cut_too() -> None:
+    c = OutputCollector(max_bytes=100)
+    c.add(stream("stdout", "H" * 50 + "x" * 10**6 + "T" * 50))
+    outputs = c.outputs
+    assert [o["text"] for o in outputs if "capped" not in o["text"]] == ["H" * 50, "T" * 50]
+    assert c.truncated_bytes == 10**6
+
+
+def test_a_listener_gets_one_notice_at_the_cut_and_no_text_after_it() -> None:
+    c = OutputCollector(max_bytes=100)
+    shown = [c.add(stream("stdout", "y" * 30 + "\n")) for _ in range(10)]
+    assert all(s is not None for s in shown[:1])
+    notices = [s for s in shown if s is not None and "not shown live" in s["text"]]
+    assert len(notices) == 1
+    assert shown[shown.index(notices[0]) + 1 :] == [None] * (9 - shown.index(notices[0]))
+
+
+def test_stdout_and_stderr_share_the_budget_and_keep_their_order() -> None:
+    c = OutputCollector(max_bytes=40)
+    c.add(stream("stdout", "a" * 10))
+    c.add(stream("stderr", "E" * 10))
+    for _ in range(20):
+        c.add(stream("stdout", "b" * 10))
+    c.add(stream("stderr", "last error\n"))
+    names = [o["name"] for o in c.outputs]
+    assert names[:2] == ["stdout", "stderr"] and names[-1] == "stderr"
+    assert c.outputs[-1]["text"] == "last error\n"
+
+
+def test_multibyte_text_is_never_cut_inside_a_character() -> None:
+    c = OutputCollector(max_bytes=101)
+    for _ in range(100):
+        c.add(stream("stdout", "é€😀"))  # 2 + 3 + 4 bytes
+    kept = [o["text"] for o in c.outputs if "capped" not in o["text"]]
+    assert all(t.encode().decode() == t for t in kept)
+    assert sum(len(t.encode()) for t in kept) <= 101
+    assert sum(len(t.encode()) for t in kept) + c.truncated_bytes == 900
+
+
+def test_rich_outputs_over_the_cap_become_one_placeholder() -> None:
+    c = OutputCollector(max_bytes=1000)
+    shown = [c.add(display({"image/png": "A" * 400})) for _ in range(10)]
+    kept = [o for o in c.outputs if "image/png" in o["data"]]
+    assert len(kept) == 2 and c.truncated_bytes == 8 * 400
+    placeholders = [o for o in c.outputs if "image/png" not in o["data"]]
+    assert len(placeholders) == 1
+    assert "8 rich output(s)" in placeholders[0]["data"]["text/plain"]
+    assert sum(s is not None for s in shown) == 3  # two images and the placeholder once
+
+
+def test_rich_output_between_dropped_text_is_kept_before_the_marker() -> None:
+    c = OutputCollector(max_bytes=100)
+    c.add(stream("stdout", "h" * 60))
+    c.add(display({"text/plain": "figure"}))
+    c.add(stream("stdout", "m" * 500))
+    c.add(stream("stdout", "t" * 50))
+    kinds = [o["output_type"] for o in c.outputs]
+    assert kinds == ["stream", "display_data", "stream", "stream"]
+    assert c.outputs[-1]["text"] == "t" * 50
+    assert c.outputs[0]["text"] == "h" * 50
+
+
+def test_clear_output_empties_a_capped_collector_too() -> None:
+    c = OutputCollector(max_bytes=20)
+    c.add(stream("stdout", "x" * 100))
+    c.add(msg("clear_output", wait=False))
+    c.add(stream("stdout", "fresh\n"))
+    assert c.outputs == [{"output_type": "stream", "name": "stdout", "text": "fresh\n"}]
+    assert c.truncated_bytes == 0
+
+
+def test_an_update_that_would_pass_the_cap_is_dropped_and_counted() -> None:
+    c = OutputCollector(max_bytes=100)
+    c.add(display({"text/plain": "v1"}, "d1"))
+    update = msg(
+        "update_display_data",
+        data={"text/plain": "v" * 200},
+        metadata={},
+        transient={"display_id": "d1"},
+    )
+    c.add(update)
+    assert c.outputs[0]["data"] == {"text/plain": "v1"}
+    assert c.truncated_bytes == 200
+
+
+def test_capped_outputs_are_a_valid_notebook_cell() -> None:
+    import nbformat
+
+    from kernel_sandbox.notebook.cells import python_cell
+    from kernel_sandbox.results import Execution
+
+    c = OutputCollector(max_bytes=100)
+    for _ in range(50):
+        c.add(stream("stdout", "x" * 9 + "\n"))
+        c.add(display({"image/png": "QUJD" * 10}))
+    c.add(msg("error", ename="E", evalue="v", traceback=["t"]))
+    ex = Execution("error", c.outputs, 1, truncated_bytes=c.truncated_bytes)
+    nb = nbformat.v4.new_notebook(cells=[python_cell("loop()", ex)])
+    nbformat.validate(nb)
+    assert nb.cells[0].metadata["kernel_sandbox"]["truncated_bytes"] == c.truncated_bytes

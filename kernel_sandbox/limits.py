@@ -1,0 +1,104 @@
+"""Output caps: what one call may keep in host memory, whatever the sandbox sends.
+
+Code in a sandbox can print a gigabyte in a second; the host must not hold it.  Long
+output keeps its head and its tail (the tail is where errors and final results are)
+and a marker line in between says how much was dropped.  The kernel's output
+collector (``kernel/outputs.py``) and the shell's exec stream (``backends/``) both
+cut this way and both use :func:`cap_notice`, so a user reads the same sentence.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from .results import format_size
+
+__all__ = [
+    "DEFAULT_MAX_FILE_BYTES",
+    "DEFAULT_MAX_OUTPUT_BYTES",
+    "HeadTail",
+    "cap_notice",
+    "split_bytes",
+    "utf8_len",
+]
+
+#: ``SandboxConfig.max_output_bytes`` by default: plenty for a person or a model to read.
+DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024**2
+#: ``SandboxConfig.max_file_bytes`` by default: a file read is held whole in memory.
+DEFAULT_MAX_FILE_BYTES = 100 * 1024**2
+
+
+def utf8_len(text: str) -> int:
+    """Bytes of ``text`` in UTF-8; O(1) for ASCII text (CPython flags it), the usual case.
+
+    A lone surrogate (JSON allows them) counts as one byte instead of raising.
+    """
+    return len(text) if text.isascii() else len(text.encode(errors="replace"))
+
+
+def split_bytes(text: str, size: int) -> tuple[str, str]:
+    """``text`` split after at most ``size`` UTF-8 bytes, never inside a character."""
+    if text.isascii():
+        return text[:size], text[size:]
+    # "replace" maps every character, even a lone surrogate, to at least one byte, so
+    # the characters that decode whole are exactly a prefix of ``text``.
+    keep = len(text.encode(errors="replace")[:size].decode(errors="ignore"))
+    return text[:keep], text[keep:]
+
+
+def cap_notice(dropped_bytes: int, dropped_lines: int, limit: int) -> str:
+    """The marker line that stands where output was dropped."""
+    return (
+        f"[... output capped: {dropped_bytes:,} bytes ({dropped_lines:,} lines) dropped here; "
+        f"max_output_bytes={limit:,} keeps the first and last {format_size(limit // 2)} ...]\n"
+    )
+
+
+class HeadTail:
+    """The first and last bytes of one byte stream within ``limit`` bytes.
+
+    The first half of the budget keeps the start of the stream; later chunks go to a
+    queue that is trimmed from its front, so it always holds the latest bytes.  What
+    falls out is only counted (bytes and lines): memory stays at ``limit`` bytes
+    however long the stream is, and each chunk costs one copy at most.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._head = bytearray()
+        self._tail: deque[bytes] = deque()
+        self._tail_size = 0
+        #: Bytes and newlines dropped from the middle.
+        self.dropped = 0
+        self.dropped_lines = 0
+
+    def add(self, chunk: bytes) -> None:
+        """Take the next chunk of the stream."""
+        room = self.limit // 2 - len(self._head)
+        if room > 0:
+            self._head += chunk[:room]
+            chunk = chunk[room:]
+        if not chunk:
+            return
+        self._tail.append(chunk)
+        self._tail_size += len(chunk)
+        excess = self._tail_size - (self.limit - self.limit // 2)
+        while excess > 0:
+            first = self._tail[0]
+            if len(first) <= excess:
+                cut = self._tail.popleft()
+            else:
+                cut, self._tail[0] = first[:excess], first[excess:]
+            self._tail_size -= len(cut)
+            excess -= len(cut)
+            self.dropped += len(cut)
+            self.dropped_lines += cut.count(b"\n")
+
+    def value(self) -> bytes:
+        """The kept bytes, with the marker line (UTF-8) where the middle was dropped."""
+        tail = b"".join(self._tail)
+        if not self.dropped:
+            return bytes(self._head) + tail
+        newline = b"" if self._head.endswith(b"\n") else b"\n"
+        notice = cap_notice(self.dropped, self.dropped_lines, self.limit).encode()
+        return bytes(self._head) + newline + notice + tail
