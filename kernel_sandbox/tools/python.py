@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .base import Tool, ToolOptions, register_tool
+from .base import Text, Tool, ToolOptions, register_tool
 from .results import ToolResult, render_outputs
 from .texts import limits_text, where_text
 
@@ -21,9 +21,12 @@ class PythonParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    code: str = Field(description="Python code to run, as in a Jupyter cell.")
+    code: Text = Field(description="Python code to run, as in a Jupyter cell.")
     timeout: float | None = Field(
-        default=None, gt=0, description="Seconds before the code is interrupted."
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Seconds before the code is interrupted.",
     )
 
 

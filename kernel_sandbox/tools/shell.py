@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .base import Tool, ToolOptions, register_tool
+from .base import PATH_MAX, OsText, Tool, ToolOptions, register_tool
 from .results import ToolResult
 from .texts import limits_text, where_text
 
@@ -24,9 +24,13 @@ class ShellParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    command: str = Field(description="A command for /bin/sh.")
-    timeout: float | None = Field(default=None, gt=0, description="Seconds before it is killed.")
-    cwd: str | None = Field(default=None, description="Directory to run in.")
+    command: OsText = Field(description="A command for /bin/sh.")
+    timeout: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False, description="Seconds before it is killed."
+    )
+    cwd: OsText | None = Field(
+        default=None, max_length=PATH_MAX, description="Directory to run in."
+    )
 
 
 class ShellExecutorOptions(ToolOptions):
