@@ -228,7 +228,7 @@ def called_name(name: object) -> str:
     Models send any JSON value as a tool name; echoing a 10 MB one back would flood the
     conversation, and a list cannot even be looked up.
     """
-    text = name if isinstance(name, str) else _short_repr(name)
+    text = _printable(name) if isinstance(name, str) else _short_repr(name)
     return text if len(text) <= 100 else text[:97] + "..."
 
 
