@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from .base import PATH_MAX, OsText, Tool, ToolOptions, register_tool
 from .results import ToolResult
@@ -17,6 +17,8 @@ __all__ = ["ShellExecutor", "ShellExecutorOptions", "ShellParams"]
 
 #: Exit status of ``docker exec`` when the process could not even start.
 _CANNOT_START = 126
+#: Longest single argument Linux passes to a program (MAX_ARG_STRLEN, with its NUL).
+_MAX_ARG_BYTES = 128 * 1024 - 1
 
 
 class ShellParams(BaseModel):
@@ -31,6 +33,19 @@ class ShellParams(BaseModel):
     cwd: OsText | None = Field(
         default=None, max_length=PATH_MAX, description="Directory to run in."
     )
+
+    @field_validator("command")
+    @classmethod
+    def _fits_in_argv(cls, value: str) -> str:
+        # longer commands fail in the kernel with "argument list too long" (E2BIG)
+        size = len(value.encode())
+        if size > _MAX_ARG_BYTES:
+            raise ValueError(
+                f"is {size:,} bytes long, more than the {_MAX_ARG_BYTES + 1:,} bytes a "
+                "command line can hold; write the script to a file with file_operation "
+                "and run it with `sh <file>`"
+            )
+        return value
 
 
 class ShellExecutorOptions(ToolOptions):
