@@ -99,6 +99,8 @@ class ShellExecutor(Tool):
         timeout = min(params.timeout or self.default_timeout(sandbox), self.options.max_timeout)
         result = await sandbox.run_shell(params.command, timeout=timeout, cwd=params.cwd)
         metadata: dict[str, Any] = {"exit_code": result.exit_code, "timed_out": result.timed_out}
+        if params.timeout and params.timeout > self.options.max_timeout:
+            metadata["timeout_capped_at"] = self.options.max_timeout
         if result.exit_code == _CANNOT_START and "chdir to cwd" in result.stdout + result.stderr:
             where = sandbox.resolve_path(params.cwd or ".")
             return ToolResult.failure(
