@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from ..sandbox import AsyncSandbox
 
 __all__ = [
+    "MIN_TIMEOUT",
     "PATH_MAX",
     "OsText",
     "Text",
@@ -71,6 +72,10 @@ def _no_nul(value: str) -> str:
     return value
 
 
+#: Shortest timeout a model may ask for, in seconds.  Shorter ones interrupt the code
+#: before it can start; on a loaded host the kernel may then miss the interrupt grace
+#: and be restarted, losing every variable over a typo such as 1e-3 for 1e3.
+MIN_TIMEOUT = 1.0
 #: Longest path Linux accepts (PATH_MAX), in characters; longer ones fail in the engine.
 PATH_MAX = 4096
 #: A string argument: any valid Unicode text.

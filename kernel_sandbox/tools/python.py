@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .base import Text, Tool, ToolOptions, register_tool
+from .base import MIN_TIMEOUT, Text, Tool, ToolOptions, register_tool
 from .results import ToolResult, render_outputs
 from .texts import limits_text, where_text
 
@@ -24,7 +24,7 @@ class PythonParams(BaseModel):
     code: Text = Field(description="Python code to run, as in a Jupyter cell.")
     timeout: float | None = Field(
         default=None,
-        gt=0,
+        ge=MIN_TIMEOUT,
         allow_inf_nan=False,
         description="Seconds before the code is interrupted.",
     )

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .base import PATH_MAX, OsText, Tool, ToolOptions, register_tool
+from .base import MIN_TIMEOUT, PATH_MAX, OsText, Tool, ToolOptions, register_tool
 from .results import ToolResult
 from .texts import limits_text, where_text
 
@@ -28,7 +28,10 @@ class ShellParams(BaseModel):
 
     command: OsText = Field(description="A command for /bin/sh.")
     timeout: float | None = Field(
-        default=None, gt=0, allow_inf_nan=False, description="Seconds before it is killed."
+        default=None,
+        ge=MIN_TIMEOUT,
+        allow_inf_nan=False,
+        description="Seconds before it is killed.",
     )
     cwd: OsText | None = Field(
         default=None, max_length=PATH_MAX, description="Directory to run in."
