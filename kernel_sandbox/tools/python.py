@@ -13,7 +13,13 @@ from .texts import limits_text, where_text
 if TYPE_CHECKING:
     from ..sandbox import AsyncSandbox
 
-__all__ = ["PythonExecutor", "PythonExecutorOptions", "PythonParams"]
+__all__ = ["MAX_CODE_CHARS", "PythonExecutor", "PythonExecutorOptions", "PythonParams"]
+
+#: Longest cell a model may send.  Megabytes of code keep the kernel compiling (and
+#: formatting the traceback of) one line where an interrupt cannot reach it: the call
+#: ends "stuck" and the kernel is restarted, losing every variable.  Data belongs in a
+#: file (file_operation), not in the source.
+MAX_CODE_CHARS = 256 * 1024
 
 
 class PythonParams(BaseModel):
@@ -21,7 +27,9 @@ class PythonParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    code: Text = Field(description="Python code to run, as in a Jupyter cell.")
+    code: Text = Field(
+        max_length=MAX_CODE_CHARS, description="Python code to run, as in a Jupyter cell."
+    )
     timeout: float | None = Field(
         default=None,
         ge=MIN_TIMEOUT,
