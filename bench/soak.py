@@ -132,7 +132,7 @@ class _Checker:
     def __init__(self, report: SoakReport) -> None:
         self.report = report
 
-    def _file(self, token: str, kind: str, got: str, expected: str) -> None:
+    def _file(self, token: str, kind: str, got: str, expected: str, detail: str = "") -> None:
         report = self.report
         report.kinds[kind] += 1
         found = TOKEN.findall(got)
@@ -143,7 +143,7 @@ class _Checker:
         elif len(found) > len(TOKEN.findall(expected)):
             report.duplicated += 1
         else:
-            report.lost.append(f"{kind} {token}: got {got[:200]!r}")
+            report.lost.append(f"{kind} {token}: got {got[:200]!r} {detail[:200]}".rstrip())
 
     async def python(self, sandbox: AsyncSandbox, token: str) -> None:
         execution = await sandbox.run_python(f"print({token!r})\n{token + '-ret'!r}", timeout=120)
@@ -155,7 +155,8 @@ class _Checker:
     async def shell(self, sandbox: AsyncSandbox, token: str) -> None:
         result = await sandbox.run_shell(f"echo {token}", timeout=120)
         got = f"{result.exit_code}|{result.stdout}"
-        self._file(token, "shell", got, f"0|{token}\n")
+        detail = f"(stderr {result.stderr!r}, {result.duration:.2f} s)"
+        self._file(token, "shell", got, f"0|{token}\n", detail)
 
     async def file(self, sandbox: AsyncSandbox, token: str) -> None:
         path = f"soak/{token}.txt"
