@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install images run demo test test-unit test-integration lint bench
+.PHONY: install images run demo test test-unit test-integration soak lint bench
 
 install:            ## install kernel_sandbox with its dev tools
 	$(PIP) install -q -e ".[dev]"
@@ -24,6 +24,9 @@ test-unit:
 
 test-integration:
 	$(PYTHON) -m pytest -q -rfEs tests/integration
+
+soak:               ## full load test: 10 000 checked calls on 20 sandboxes (table: bench/soak.py)
+	KS_SOAK_EXECUTIONS=10000 $(PYTHON) -m pytest -q -rfEs -s tests/integration/test_soak.py
 
 lint:
 	ruff check kernel_sandbox tests bench

@@ -31,7 +31,7 @@ from .config import SandboxConfig
 from .errors import ConfigError, SandboxNotFoundError
 from .pool import SandboxPool
 from .sandbox import AsyncSandbox
-from .tools.base import ToolSet, down_reason, make_tools
+from .tools.base import ToolSet, called_name, down_reason, make_tools
 from .tools.results import ToolResult
 from .tools.schema import SchemaFormat
 
@@ -300,12 +300,13 @@ class SandboxManager:
         return sid
 
     def _entry(self, sandbox_id: str) -> _Entry:
-        entry = self._entries.get(sandbox_id)
+        # an id that is not a string (a list, say) is unhashable: not found, not a TypeError
+        entry = self._entries.get(sandbox_id) if isinstance(sandbox_id, str) else None
         if entry is None:
             known = ", ".join(self._entries) or "none"
             raise SandboxNotFoundError(
-                f"no sandbox with id {sandbox_id!r} in this manager (known: {known}); "
-                "use the id create_sandbox returned"
+                f"no sandbox with id {called_name(sandbox_id)!r} in this manager (known: "
+                f"{known}); use the id create_sandbox returned"
             )
         return entry
 
@@ -415,7 +416,7 @@ class SandboxManager:
         entry = self._entry(sandbox_id)
         if entry.status == SandboxStatus.STOPPED:
             return ToolResult.failure(
-                tool_name,
+                called_name(tool_name),
                 f"sandbox {sandbox_id} is stopped; nothing was executed (its files and "
                 "variables are gone, a new sandbox is needed)",
             )

@@ -16,11 +16,12 @@ from __future__ import annotations
 import abc
 import json
 import logging
+import reprlib
 import time
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError, SandboxClosedError, SandboxError
 from .results import ToolResult, truncate_middle
@@ -30,10 +31,15 @@ if TYPE_CHECKING:
     from ..sandbox import AsyncSandbox
 
 __all__ = [
+    "MIN_TIMEOUT",
+    "PATH_MAX",
+    "OsText",
+    "Text",
     "Tool",
     "ToolOptions",
     "ToolSet",
     "available_tools",
+    "called_name",
     "down_reason",
     "make_tools",
     "register_tool",
@@ -42,6 +48,40 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ToolsConfig = Mapping[str, "Mapping[str, Any] | ToolOptions"]
+
+
+def _valid_unicode(value: str) -> str:
+    # JSON may carry lone surrogates ("\ud800"); they cannot be sent to the kernel, the
+    # engine or back to the model, so they are refused before anything runs.
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"contains {value[exc.start]!r} at position {exc.start}, which is not valid "
+            "Unicode text (a lone surrogate); send UTF-8 text"
+        ) from None
+    return value
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError(
+            f"contains a NUL character at position {value.index(chr(0))}; commands and "
+            "paths cannot hold one"
+        )
+    return value
+
+
+#: Shortest timeout a model may ask for, in seconds.  Shorter ones interrupt the code
+#: before it can start; on a loaded host the kernel may then miss the interrupt grace
+#: and be restarted, losing every variable over a typo such as 1e-3 for 1e3.
+MIN_TIMEOUT = 1.0
+#: Longest path Linux accepts (PATH_MAX), in characters; longer ones fail in the engine.
+PATH_MAX = 4096
+#: A string argument: any valid Unicode text.
+Text = Annotated[str, AfterValidator(_valid_unicode)]
+#: A string the operating system gets as a path or an argument: valid text, no NUL.
+OsText = Annotated[str, AfterValidator(_valid_unicode), AfterValidator(_no_nul)]
 
 
 class ToolOptions(BaseModel):
@@ -169,12 +209,32 @@ def make_tools(tools_config: ToolsConfig | None = None) -> list[Tool]:
     return tools
 
 
+#: Bounded reprs of what a model sent: two levels deep, long strings cut in the middle.
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxstring, _SHOWN.maxother = 2, 60, 60
+
+
+def _short_repr(value: Any) -> str:
+    """A repr of at most ~60 characters, whatever the value: huge, deeply nested, odd."""
+    try:
+        text = _SHOWN.repr(value)
+    except (ValueError, RecursionError):  # ints beyond the str() digit limit, deep nesting
+        text = "..."
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def _describe_value(value: Any) -> str:
-    text = repr(value)
-    kind = type(value).__name__
-    if len(text) > 60:
-        text = text[:57] + "..."
-    return f"{kind} {text}"
+    return f"{type(value).__name__} {_short_repr(value)}"
+
+
+def called_name(name: object) -> str:
+    """A name as a result or an error shows it: the name sent, cut short if it is absurd.
+
+    Models send any JSON value as a tool name; echoing a 10 MB one back would flood the
+    conversation, and a list cannot even be looked up.
+    """
+    text = _printable(name) if isinstance(name, str) else _short_repr(name)
+    return text if len(text) <= 100 else text[:97] + "..."
 
 
 def _expected(params: type[BaseModel]) -> str:
@@ -188,21 +248,24 @@ def argument_problems(exc: ValidationError) -> list[str]:
     """Pydantic errors as sentences that name the argument a model got wrong."""
     problems = []
     for err in exc.errors():
-        arg = ".".join(str(p) for p in err["loc"])
+        arg = _short_repr(".".join(str(p) for p in err["loc"]))
         kind = err["type"]
-        got = err.get("input")
+        got = _describe_value(err.get("input"))
         if kind == "missing":
-            problems.append(f"missing required argument {arg!r}")
+            problems.append(f"missing required argument {arg}")
         elif kind == "extra_forbidden":
-            problems.append(f"unexpected argument {arg!r}")
+            problems.append(f"unexpected argument {arg}")
         elif kind == "literal_error":
             expected = err.get("ctx", {}).get("expected", "")
-            problems.append(f"argument {arg!r} must be one of {expected}; got {got!r}")
+            shown = _short_repr(err.get("input"))
+            problems.append(f"argument {arg} must be one of {expected}; got {shown}")
         elif kind in ("string_type", "float_type", "float_parsing", "int_type", "int_parsing"):
             want = "a string" if kind == "string_type" else "a number"
-            problems.append(f"argument {arg!r} must be {want}; got {_describe_value(got)}")
+            problems.append(f"argument {arg} must be {want}; got {got}")
+        elif kind == "value_error":  # our own validators: their sentence says it all
+            problems.append(f"argument {arg} {err['ctx']['error']}")
         else:
-            problems.append(f"argument {arg!r}: {err['msg']}; got {_describe_value(got)}")
+            problems.append(f"argument {arg}: {err['msg']}; got {got}")
     return problems
 
 
@@ -219,11 +282,17 @@ def parse_arguments(arguments: str | Mapping[str, Any] | None) -> dict[str, Any]
     try:
         parsed = json.loads(arguments)
     except json.JSONDecodeError as exc:
-        snippet = arguments if len(arguments) <= 80 else arguments[:77] + "..."
         raise ValueError(
             f"the arguments are not valid JSON ({exc.msg} at line {exc.lineno} column "
-            f"{exc.colno}): {snippet!r}; send one JSON object with string values escaped"
+            f"{exc.colno}): {_short_repr(arguments)}; send one JSON object with string "
+            "values escaped"
         ) from None
+    except RecursionError:
+        raise ValueError(
+            "the arguments nest arrays or objects too deeply to be read; send one flat JSON object"
+        ) from None
+    except ValueError as exc:  # e.g. an integer beyond Python's digit limit
+        raise ValueError(f"the arguments cannot be read as JSON: {exc}") from None
     if not isinstance(parsed, dict):
         raise ValueError(f"the arguments must be a JSON object; got {_describe_value(parsed)}")
     return parsed
@@ -280,16 +349,21 @@ class ToolSet:
         started = time.monotonic()
         result = await self._execute(name, arguments)
         result.execution_time = time.monotonic() - started
-        tool = self._tools.get(name)
+        tool = self._lookup(name)
         limit = tool.options.max_output_chars if tool else ToolOptions().max_output_chars
-        return _truncate(result, limit)
+        return _fit_for_model(result, limit)
+
+    def _lookup(self, name: object) -> Tool | None:
+        # a model may send any JSON value as the name, a list included (unhashable)
+        return self._tools.get(name) if isinstance(name, str) else None
 
     async def _execute(self, name: str, arguments: str | Mapping[str, Any] | None) -> ToolResult:
-        tool = self._tools.get(name)
+        tool = self._lookup(name)
         if tool is None:
             available = ", ".join(self._tools) or "none"
             return ToolResult.failure(
-                str(name), f"unknown tool {name!r}; the available tools are: {available}"
+                called_name(name),
+                f"unknown tool {_short_repr(name)}; the available tools are: {available}",
             )
         try:
             raw = parse_arguments(arguments)
@@ -336,7 +410,11 @@ async def down_reason(sandbox: AsyncSandbox) -> str | None:
     return None if state.running else state.death_reason()
 
 
-def _truncate(result: ToolResult, limit: int) -> ToolResult:
+def _fit_for_model(result: ToolResult, limit: int) -> ToolResult:
+    """Cut long text, and make the text JSON can carry (a file read as utf-7 may decode
+    to lone surrogates, which would make ``model_dump_json`` raise in the agent)."""
+    result.output = _printable(result.output)
+    result.error = _printable(result.error) if result.error else result.error
     text, omitted = truncate_middle(result.output, limit)
     if omitted:
         result.full_output = result.output
@@ -346,3 +424,11 @@ def _truncate(result: ToolResult, limit: int) -> ToolResult:
     if result.error and len(result.error) > limit:
         result.error, _ = truncate_middle(result.error, limit)
     return result
+
+
+def _printable(text: str) -> str:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

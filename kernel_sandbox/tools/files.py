@@ -7,7 +7,6 @@ file work that never went through the kernel.
 
 from __future__ import annotations
 
-import codecs
 import time
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
@@ -16,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from ..errors import FileOperationError, SandboxFileNotFoundError
 from ..events import FileOperated, emit
 from ..results import FileInfo, format_size
-from .base import Tool, ToolOptions, down_reason, register_tool
+from .base import PATH_MAX, OsText, Text, Tool, ToolOptions, down_reason, register_tool
 from .results import ToolResult, truncate_middle
 from .schema import SchemaFormat
 from .texts import where_text
@@ -38,9 +37,11 @@ class FileParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     operation: Operation = Field(description="What to do.")
-    file_path: str = Field(description="Path in the sandbox.")
-    content: str | None = Field(default=None, description="Text for write and append.")
-    encoding: str | None = Field(default=None, description="Text encoding; utf-8 when null.")
+    file_path: OsText = Field(max_length=PATH_MAX, description="Path in the sandbox.")
+    content: Text | None = Field(default=None, description="Text for write and append.")
+    encoding: OsText | None = Field(
+        default=None, max_length=64, description="Text encoding; utf-8 when null."
+    )
 
 
 class FileOperationOptions(ToolOptions):
@@ -158,7 +159,8 @@ class FileOperation(Tool):
             return fail(self.name, "file_path is empty; give a path such as 'notes.txt'"), None
         encoding = params.encoding or "utf-8"
         try:
-            codecs.lookup(encoding)
+            # not codecs.lookup: it also knows bytes-to-bytes codecs such as 'rot13'
+            "".encode(encoding)
         except LookupError:
             return fail(self.name, f"unknown encoding {encoding!r}; use e.g. 'utf-8'"), None
         if op in ("write", "append") and params.content is None:
@@ -206,7 +208,16 @@ class FileOperation(Tool):
                 ), len(data)
             return ok(text, size=len(data)), len(data)
         if op in ("write", "append"):
-            payload = (params.content or "").encode(encoding)
+            try:
+                payload = (params.content or "").encode(encoding)
+            except UnicodeEncodeError as exc:
+                return ToolResult.failure(
+                    self.name,
+                    f"`content` cannot be written as {encoding} ({exc.reason}: "
+                    f"{exc.object[exc.start : exc.start + 1]!r} at position {exc.start}); "
+                    "use encoding 'utf-8'",
+                    metadata={"path": path},
+                ), None
             if op == "write":
                 await files.write(path, payload)
                 return ok(f"wrote {format_size(len(payload))} to {path}", size=len(payload)), len(

@@ -6,14 +6,20 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .base import Tool, ToolOptions, register_tool
+from .base import MIN_TIMEOUT, Text, Tool, ToolOptions, register_tool
 from .results import ToolResult, capped_note, render_outputs
 from .texts import limits_text, where_text
 
 if TYPE_CHECKING:
     from ..sandbox import AsyncSandbox
 
-__all__ = ["PythonExecutor", "PythonExecutorOptions", "PythonParams"]
+__all__ = ["MAX_CODE_CHARS", "PythonExecutor", "PythonExecutorOptions", "PythonParams"]
+
+#: Longest cell a model may send.  Megabytes of code keep the kernel compiling (and
+#: formatting the traceback of) one line where an interrupt cannot reach it: the call
+#: ends "stuck" and the kernel is restarted, losing every variable.  Data belongs in a
+#: file (file_operation), not in the source.
+MAX_CODE_CHARS = 256 * 1024
 
 
 class PythonParams(BaseModel):
@@ -21,9 +27,14 @@ class PythonParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    code: str = Field(description="Python code to run, as in a Jupyter cell.")
+    code: Text = Field(
+        max_length=MAX_CODE_CHARS, description="Python code to run, as in a Jupyter cell."
+    )
     timeout: float | None = Field(
-        default=None, gt=0, description="Seconds before the code is interrupted."
+        default=None,
+        ge=MIN_TIMEOUT,
+        allow_inf_nan=False,
+        description="Seconds before the code is interrupted.",
     )
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .base import Tool, ToolOptions, register_tool
+from .base import MIN_TIMEOUT, PATH_MAX, OsText, Tool, ToolOptions, register_tool
 from .results import ToolResult, capped_note
 from .texts import limits_text, where_text
 
@@ -17,6 +17,8 @@ __all__ = ["ShellExecutor", "ShellExecutorOptions", "ShellParams"]
 
 #: Exit status of ``docker exec`` when the process could not even start.
 _CANNOT_START = 126
+#: Longest single argument Linux passes to a program (MAX_ARG_STRLEN, with its NUL).
+_MAX_ARG_BYTES = 128 * 1024 - 1
 
 
 class ShellParams(BaseModel):
@@ -24,9 +26,29 @@ class ShellParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    command: str = Field(description="A command for /bin/sh.")
-    timeout: float | None = Field(default=None, gt=0, description="Seconds before it is killed.")
-    cwd: str | None = Field(default=None, description="Directory to run in.")
+    command: OsText = Field(description="A command for /bin/sh.")
+    timeout: float | None = Field(
+        default=None,
+        ge=MIN_TIMEOUT,
+        allow_inf_nan=False,
+        description="Seconds before it is killed.",
+    )
+    cwd: OsText | None = Field(
+        default=None, max_length=PATH_MAX, description="Directory to run in."
+    )
+
+    @field_validator("command")
+    @classmethod
+    def _fits_in_argv(cls, value: str) -> str:
+        # longer commands fail in the kernel with "argument list too long" (E2BIG)
+        size = len(value.encode())
+        if size > _MAX_ARG_BYTES:
+            raise ValueError(
+                f"is {size:,} bytes long, more than the {_MAX_ARG_BYTES + 1:,} bytes a "
+                "command line can hold; write the script to a file with file_operation "
+                "and run it with `sh <file>`"
+            )
+        return value
 
 
 class ShellExecutorOptions(ToolOptions):
@@ -82,6 +104,8 @@ class ShellExecutor(Tool):
         metadata: dict[str, Any] = {"exit_code": result.exit_code, "timed_out": result.timed_out}
         if result.truncated_bytes:
             metadata["truncated_bytes"] = result.truncated_bytes
+        if params.timeout and params.timeout > self.options.max_timeout:
+            metadata["timeout_capped_at"] = self.options.max_timeout
         if result.exit_code == _CANNOT_START and "chdir to cwd" in result.stdout + result.stderr:
             where = sandbox.resolve_path(params.cwd or ".")
             return ToolResult.failure(

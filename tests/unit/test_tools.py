@@ -261,7 +261,7 @@ async def test_extra_argument_is_named(tools: ToolSet, sandbox: FakeSandbox) -> 
 async def test_out_of_range_argument(tools: ToolSet) -> None:
     result = await tools.execute("python_executor", {"code": "1", "timeout": -5})
     assert "argument 'timeout'" in (result.error or "")
-    assert "greater than 0" in (result.error or "")
+    assert "greater than or equal to 1" in (result.error or "")
 
 
 async def test_unknown_enum_value_lists_the_choices(tools: ToolSet) -> None:
