@@ -51,6 +51,22 @@ app = IPKernelApp.instance()
 app.initialize(["-f", path, "--HistoryManager.enabled=False", "--IPythonKernel._execute_sleep=0"])
 app.log.setLevel("WARNING")
 del sys.modules["debugpy"]
+
+
+# A cell that closes sys.stdout/sys.stderr or sets them to None would break every later
+# cell (IPython fails before running one and never replies).  After each cell such a
+# stream is replaced by a fresh one; a stream the user swapped for a working object of
+# their own is left alone.  Two attribute reads per cell.
+def _restore_streams():
+    from ipykernel.iostream import OutStream
+
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is None or getattr(stream, "closed", False):
+            setattr(sys, name, OutStream(app.session, app.iopub_thread, name, watchfd=False))
+
+
+app.shell.events.register("post_execute", _restore_streams)
 os.umask(0o022)
 os.unlink(path)
 for module in os.environ.get("KERNEL_SANDBOX_PREIMPORT", "").split(","):
