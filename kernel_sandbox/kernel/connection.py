@@ -67,6 +67,10 @@ def _restore_streams():
 
 
 app.shell.events.register("post_execute", _restore_streams)
+# exit() and quit() would stop the kernel 0.1 s *after* it replied "ok", so the next call
+# would find it dead and lose every variable; in a sandbox they keep the kernel, as
+# exit(keep_kernel=True) does.
+app.shell.ask_exit = lambda: None
 os.umask(0o022)
 os.unlink(path)
 for module in os.environ.get("KERNEL_SANDBOX_PREIMPORT", "").split(","):
