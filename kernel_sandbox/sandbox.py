@@ -44,6 +44,16 @@ log = logging.getLogger(__name__)
 
 #: GNU timeout's exit status when it stopped the command.
 _TIMEOUT_EXIT = 124
+# GNU timeout puts the command in a new process group and, when time runs out, sends
+# SIGTERM to the group; it stops waiting (and never sends its -k SIGKILL) as soon as the
+# command itself has died.  Group members that survive SIGTERM (bash blocks it while
+# retrying a refused fork, as in a fork bomb) would go on filling the pids limit, so the
+# group is SIGKILLed (atomic against forks) after a timeout.  On a normal end, background
+# processes the command started are left running, as in any shell.
+_SHELL_RUNNER = (
+    'timeout -k 2 "$0" sh -c "$1" & wait $!; rc=$?; '
+    "if [ $rc = 124 ] || [ $rc = 137 ]; then kill -KILL -$! 2>/dev/null; fi; exit $rc"
+)
 
 
 def runtime_root() -> Path:
@@ -373,7 +383,7 @@ class AsyncSandbox:
         self._check_open()
         assert self.container_id is not None
         timeout = timeout or self.config.timeout
-        argv = ["timeout", "-k", "2", f"{timeout:g}", "sh", "-c", command]
+        argv = ["sh", "-c", _SHELL_RUNNER, f"{timeout:g}", command]
         wall, started = time.time(), time.monotonic()
         try:
             result = await asyncio.wait_for(
