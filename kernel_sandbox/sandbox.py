@@ -25,7 +25,13 @@ from typing import Any
 
 from .backends.base import Backend, ContainerSpec
 from .config import KERNEL_PYTHON, LABEL_PREFIX, SandboxConfig
-from .errors import KernelError, SandboxClosedError, SandboxError, SandboxStartError
+from .errors import (
+    FileOperationError,
+    KernelError,
+    SandboxClosedError,
+    SandboxError,
+    SandboxStartError,
+)
 from .events import Listener, PythonExecuted, ShellExecuted, emit
 from .files import AsyncFiles
 from .kernel.client import KernelSession, OutputCallback, RawExecution
@@ -419,7 +425,13 @@ class AsyncSandbox:
         return outcome
 
     def resolve_path(self, path: str) -> str:
-        """An absolute path in the sandbox; relative paths start at the working directory."""
+        """An absolute path in the sandbox; relative paths start at the working directory.
+
+        A NUL byte can be in no path; refused here, it would otherwise reach the engine,
+        whose error names the host's storage directories.
+        """
+        if "\0" in path:
+            raise FileOperationError(f"a path cannot contain a NUL byte: {path!r}")
         return posixpath.normpath(posixpath.join(self.config.working_dir, path))
 
     def __repr__(self) -> str:
