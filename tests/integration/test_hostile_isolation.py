@@ -219,6 +219,8 @@ TRICKS = [
     ("read", "/sandbox/self"),
     ("read", "/sandbox/rd/k-1"),
     ("read", "notes\x00/../../secret.txt"),
+    ("read", "/etc/hostname\x00.txt"),
+    ("write", "nul\x00name.txt"),
     ("read", "a/" * 3000 + "x"),
     ("write", "/data/new.txt"),
     ("write", "/sandbox/d/new.txt"),
@@ -250,6 +252,8 @@ async def test_file_operation_never_reaches_beyond_the_mounts(
     assert result.status in ("success", "error")
     if result.status == "error":
         assert result.error  # a sentence, not a traceback
+        # and nothing of the host's layout: not the engine's storage, not the mount source
+        assert "overlay2" not in result.error and str(host_dir) not in result.error
     after = host_tree(host_dir)
     # Nothing changed on the host, except a write through the rw mount that stays in it.
     changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
