@@ -53,16 +53,16 @@ app.log.setLevel("WARNING")
 del sys.modules["debugpy"]
 
 
-# A cell that closes sys.stdout/sys.stderr or sets them to None would break every later
-# cell (IPython fails before running one and never replies).  After each cell such a
-# stream is replaced by a fresh one; a stream the user swapped for a working object of
-# their own is left alone.  Two attribute reads per cell.
+# A cell that closes sys.stdout/sys.stderr or sets them to None (or anything without a
+# write method) would break every later cell (IPython fails before running one and never
+# replies).  After each cell such a stream is replaced by a fresh one; a stream the user
+# swapped for a working object of their own is left alone.  A few attribute reads a cell.
 def _restore_streams():
     from ipykernel.iostream import OutStream
 
     for name in ("stdout", "stderr"):
         stream = getattr(sys, name)
-        if stream is None or getattr(stream, "closed", False):
+        if getattr(stream, "closed", False) or not callable(getattr(stream, "write", None)):
             setattr(sys, name, OutStream(app.session, app.iopub_thread, name, watchfd=False))
 
 
