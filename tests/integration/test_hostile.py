@@ -262,15 +262,21 @@ async def test_exit_calls_are_an_ordinary_result(box: AsyncSandbox, code: str, s
         "import sys; sys.stdout = None",
         "import sys; sys.stderr.close(); sys.stderr = None",
         "import sys; sys.stdout = sys.stderr = None",
+        "import sys; sys.stdout = 5",
         "import os; os.close(1); os.close(2)",
     ],
 )
 async def test_the_next_cell_prints_after_a_cell_closed_its_streams(
     box: AsyncSandbox, code: str
 ) -> None:
-    await box.run_python(code)
-    ex = await box.run_python("import sys\nprint(6*7)\nprint('to stderr', file=sys.stderr)")
+    await box.run_python("kept_by_streams = 1")
+    closing = await box.run_python(code)
+    assert closing.status == "ok" and not closing.state_lost, closing.text
+    ex = await box.run_python(
+        "import sys\nprint(6*7)\nprint('to stderr', file=sys.stderr)\nkept_by_streams"
+    )
     assert (ex.status, ex.stdout, ex.stderr) == ("ok", "42\n", "to stderr\n"), ex.text
+    assert ex.text.endswith("1")  # same kernel, variables kept
 
 
 # -- 12: odd calls ----------------------------------------------------------------
