@@ -29,7 +29,13 @@ from typing import Any
 from . import rundirs
 from .backends.base import Backend, ContainerSpec, ContainerState
 from .config import KERNEL_PYTHON, LABEL_PREFIX, SandboxConfig
-from .errors import KernelError, SandboxClosedError, SandboxError, SandboxStartError
+from .errors import (
+    FileOperationError,
+    KernelError,
+    SandboxClosedError,
+    SandboxError,
+    SandboxStartError,
+)
 from .events import Listener, PythonExecuted, ShellExecuted, emit
 from .files import AsyncFiles
 from .kernel.client import KernelSession, OutputCallback, RawExecution
@@ -55,6 +61,16 @@ _TIMEOUT_EXIT = 124
 _ENGINE_POLL = 2.0
 #: Seconds the supervisor gets to report the end of a kernel it was told to kill.
 _KILL_LIMIT = 5.0
+# GNU timeout puts the command in a new process group and, when time runs out, sends
+# SIGTERM to the group; it stops waiting (and never sends its -k SIGKILL) as soon as the
+# command itself has died.  Group members that survive SIGTERM (bash blocks it while
+# retrying a refused fork, as in a fork bomb) would go on filling the pids limit, so the
+# group is SIGKILLed (atomic against forks) after a timeout.  On a normal end, background
+# processes the command started are left running, as in any shell.
+_SHELL_RUNNER = (
+    'timeout -k 2 "$0" sh -c "$1" & wait $!; rc=$?; '
+    "if [ $rc = 124 ] || [ $rc = 137 ]; then kill -KILL -$! 2>/dev/null; fi; exit $rc"
+)
 
 
 def runtime_root() -> Path:
@@ -502,7 +518,7 @@ class AsyncSandbox:
         self._check_open()
         assert self.container_id is not None
         timeout = timeout or self.config.timeout
-        argv = ["timeout", "-k", "2", f"{timeout:g}", "sh", "-c", command]
+        argv = ["sh", "-c", _SHELL_RUNNER, f"{timeout:g}", command]
         wall, started = time.time(), time.monotonic()
         try:
             result = await asyncio.wait_for(
@@ -540,7 +556,13 @@ class AsyncSandbox:
         return outcome
 
     def resolve_path(self, path: str) -> str:
-        """An absolute path in the sandbox; relative paths start at the working directory."""
+        """An absolute path in the sandbox; relative paths start at the working directory.
+
+        A NUL byte can be in no path; refused here, it would otherwise reach the engine,
+        whose error names the host's storage directories.
+        """
+        if "\0" in path:
+            raise FileOperationError(f"a path cannot contain a NUL byte: {path!r}")
         return posixpath.normpath(posixpath.join(self.config.working_dir, path))
 
     def __repr__(self) -> str:

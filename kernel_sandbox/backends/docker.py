@@ -117,6 +117,19 @@ def _too_large(path: str, size: int | None, max_bytes: int) -> FileOperationErro
     )
 
 
+def _sandbox_reason(exc: docker.errors.APIError) -> str:
+    """The engine's explanation, without the host paths it names for a link loop.
+
+    A loop of links in the sandbox (``ln -s a b; ln -s b a``) makes the engine answer
+    "too many links in /var/lib/docker/overlay2/<layer>/merged/...": the host's storage
+    layout, which is none of the sandbox's (or the model's) business.
+    """
+    explanation = str(exc.explanation or exc)
+    if "too many links" in explanation:
+        return "too many levels of symbolic links (a link loop?)"
+    return explanation
+
+
 class DockerBackend(Backend):
     """Runs sandbox containers on a local or remote Docker engine."""
 
@@ -394,7 +407,7 @@ class DockerBackend(Backend):
         except docker.errors.NotFound as exc:
             raise SandboxFileNotFoundError(f"no such file in the sandbox: {path}") from exc
         except docker.errors.APIError as exc:
-            raise FileOperationError(f"could not read {path}: {exc.explanation}") from exc
+            raise FileOperationError(f"could not read {path}: {_sandbox_reason(exc)}") from exc
 
     async def logs(self, container_id: str, tail: int) -> str:
         raw = await _run(self.api.logs, container_id, tail=tail)

@@ -12,6 +12,7 @@ import hmac
 import inspect
 import logging
 import os
+import stat
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -78,23 +79,59 @@ def _shared_context() -> zmq.asyncio.Context:
 _CONTEXT: zmq.asyncio.Context | None = None
 
 
+class _PinnedClient(AsyncKernelClient):
+    """A client whose ipc channels connect through descriptors opened by the host.
+
+    The ipc sockets live in a directory the sandbox can write to, so code inside could
+    replace one by a link to any unix socket on the host; ZMQ reconnects by path (after
+    a kernel dies, or while it starts) and would follow it.  Each socket is opened once
+    with ``O_PATH | O_NOFOLLOW``, checked to be a socket, and reached only as
+    ``/proc/self/fd/N``: every (re)connect goes to that same inode, whatever the path
+    holds later.
+    """
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        #: Channel name ("shell", "iopub", ...) to the URL it connects to instead.
+        self.pinned: dict[str, str] = {}
+
+    def _make_url(self, channel: str) -> str:
+        return self.pinned.get(channel) or super()._make_url(channel)
+
+
+def _open_socket(path: str) -> int:
+    """A descriptor of the unix socket at ``path``; refuses links and other files."""
+    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
+    if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+        os.close(fd)
+        kind = "a link" if os.path.islink(path) else "not a socket"
+        raise KernelError(f"the kernel's socket {path} is {kind}; refusing to connect to it")
+    return fd
+
+
 class KernelSession:
     """A jupyter_client connection to one running kernel."""
 
     def __init__(self, info: ConnectionInfo) -> None:
         self.info = info
-        self.client = AsyncKernelClient(context=_shared_context())
+        self.client = _PinnedClient(context=_shared_context())
         self.client.load_connection_info(dict(info))  # type: ignore[arg-type]
         self._readers: dict[int, zmq.Socket[bytes]] = {}
         self._alive_checked = 0.0
+        self._fds: list[int] = []
 
     async def connect(self, timeout: float, check_alive: AliveCheck) -> None:
         """Open the channels and wait until the kernel answers on shell *and* iopub."""
         deadline = time.monotonic() + timeout
         if self.info["transport"] == "ipc":
             paths = [f"{self.info['ip']}-{self.info[p]}" for p in PORT_NAMES]  # type: ignore[literal-required]
-            while not all(os.path.exists(p) for p in paths):
+            while not all(os.path.lexists(p) for p in paths):
                 await self._wait_or_fail(deadline, check_alive, 0.01)
+            self._fds = [_open_socket(p) for p in paths]
+            self.client.pinned = {
+                name.removesuffix("_port"): f"ipc:///proc/self/fd/{fd}"
+                for name, fd in zip(PORT_NAMES, self._fds, strict=True)
+            }
         self.client.start_channels(hb=False)
         # One probe at a time; ZMQ queues it until the kernel's socket is bound.  The
         # reply proves shell works; a status message proves iopub is subscribed (the
@@ -295,6 +332,9 @@ class KernelSession:
             self.client.stop_channels()
         except Exception:  # closing a half-open client must never hide the real error
             log.debug("error while closing kernel channels", exc_info=True)
+        for fd in self._fds:
+            os.close(fd)
+        self._fds = []
 
 
 async def _notify(callback: OutputCallback, output: Output) -> None:

@@ -72,6 +72,26 @@ def _bounded_write(self, string, _write=OutStream.write, _chunk=1 << 20):
 
 OutStream.write = _bounded_write
 del sys.modules["debugpy"]
+
+
+# A cell that closes sys.stdout/sys.stderr or sets them to None (or anything without a
+# write method) would break every later cell (IPython fails before running one and never
+# replies).  After each cell such a stream is replaced by a fresh one; a stream the user
+# swapped for a working object of their own is left alone.  A few attribute reads a cell.
+def _restore_streams():
+    from ipykernel.iostream import OutStream
+
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if getattr(stream, "closed", False) or not callable(getattr(stream, "write", None)):
+            setattr(sys, name, OutStream(app.session, app.iopub_thread, name, watchfd=False))
+
+
+app.shell.events.register("post_execute", _restore_streams)
+# exit() and quit() would stop the kernel 0.1 s *after* it replied "ok", so the next call
+# would find it dead and lose every variable; in a sandbox they keep the kernel, as
+# exit(keep_kernel=True) does.
+app.shell.ask_exit = lambda: None
 os.umask(0o022)
 os.unlink(path)
 for module in os.environ.get("KERNEL_SANDBOX_PREIMPORT", "").split(","):

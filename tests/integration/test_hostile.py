@@ -1,0 +1,373 @@
+"""Hostile code against a real sandbox, part 1: runaway processes, memory, kills, streams.
+
+Every case runs the hostile code for real and then checks two things: it was contained
+(by the limit the case names), and the sandbox (or its restarted kernel) still answers
+``print(6*7)``.  Recovery times are printed (run with ``-s`` to see them), never
+asserted: speed belongs in bench/.
+
+One sandbox with small limits serves the module; cases that leave it unusable for the
+next one make their own.  Part 2 (network, secrets, isolation, files) is
+test_hostile_isolation.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+import pytest_asyncio
+
+from kernel_sandbox.results import Execution
+from kernel_sandbox.sandbox import AsyncSandbox
+from tests.conftest import TEST_LABEL
+from tests.integration.conftest import PYTHON_IMAGE
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+PIDS_LIMIT = 64
+#: Small enough that a bomb reaches it in a second or two.
+MEMORY_LIMIT = "256m"
+LIMITS = {
+    "image": PYTHON_IMAGE,
+    "pids_limit": PIDS_LIMIT,
+    "memory_limit": MEMORY_LIMIT,
+    "interrupt_grace": 3.0,
+    "labels": TEST_LABEL,
+}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def box(docker_engine: object) -> AsyncIterator[AsyncSandbox]:
+    sandbox = await AsyncSandbox.create(**LIMITS)  # type: ignore[arg-type]
+    try:
+        yield sandbox
+    finally:
+        await sandbox.close()
+
+
+async def assert_works(sandbox: AsyncSandbox, what: str) -> float:
+    """The sandbox answers Python and shell again; prints and returns the seconds it took."""
+    started = time.monotonic()
+    ex = await sandbox.run_python("print(6*7)")
+    assert (ex.status, ex.stdout) == ("ok", "42\n"), (what, ex.status, ex.text)
+    shell = await sandbox.run_shell("echo $((6*7))")
+    assert (shell.exit_code, shell.stdout) == (0, "42\n"), (what, shell)
+    took = time.monotonic() - started
+    print(f"\n[hostile] {what}: answered again {took:.2f}s later")
+    return took
+
+
+def report(what: str, ex: Execution) -> None:
+    print(f"\n[hostile] {what}: {ex.status} after {ex.duration:.2f}s ({ex.message})")
+
+
+# -- 1, 2: code that never ends ---------------------------------------------------
+
+
+async def test_python_infinite_loop_is_interrupted_and_keeps_variables(box: AsyncSandbox) -> None:
+    await box.run_python("kept_by_loop = 'still here'")
+    ex = await box.run_python("while True:\n    pass", timeout=2)
+    report("while True: pass", ex)
+    assert ex.status == "timeout" and not ex.state_lost
+    assert ex.error is not None and ex.error.ename == "KeyboardInterrupt"
+    assert (await box.run_python("kept_by_loop")).text == "'still here'"
+    await assert_works(box, "after an interrupted loop")
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        pytest.param('import re\nre.match(r"(a+)+$", "a" * 40 + "b")', id="regex-backtracking"),
+        pytest.param("sum(range(10**12))", id="builtin-sum"),
+        pytest.param(
+            "import math\nmath.factorial(10**8)",
+            id="bigint-factorial",
+        ),
+    ],
+)
+async def test_c_loop_that_ignores_interrupts_restarts_the_kernel(
+    box: AsyncSandbox, code: str
+) -> None:
+    await box.run_python("lost_by_c_loop = 1")
+    ex = await box.run_python(code, timeout=2)
+    report(code.splitlines()[-1], ex)
+    assert ex.status == "timeout" and ex.state_lost
+    assert "did not stop when interrupted" in ex.message and "restarted" in ex.message
+    gone = await box.run_python("'lost_by_c_loop' in dir()")
+    assert gone.text == "False"
+    await assert_works(box, "after a C loop")
+
+
+# -- 3: memory --------------------------------------------------------------------
+
+
+async def test_python_memory_bomb_is_named_and_recovered(box: AsyncSandbox) -> None:
+    ex = await box.run_python("grow = bytearray()\nwhile True:\n    grow += b'x' * 10_000_000")
+    report("bytearray growth", ex)
+    assert ex.status == "kernel_died" and ex.state_lost
+    assert "out of memory" in ex.message and "memory_limit" in ex.message
+    await assert_works(box, "after a Python memory bomb")
+
+
+# -- 4: fork bombs ----------------------------------------------------------------
+
+PIDS = "/sys/fs/cgroup/pids"
+
+
+async def test_python_fork_bomb_stops_at_the_pids_limit(box: AsyncSandbox) -> None:
+    # Children only sleep (they are copies of the kernel and must not run its code);
+    # the parent tries far more forks than the limit allows.
+    ex = await box.run_python(
+        "import os, time\n"
+        "children, refused = [], None\n"
+        "try:\n"
+        "    for _ in range(1000):\n"
+        "        pid = os.fork()\n"
+        "        if pid == 0:\n"
+        "            time.sleep(120)\n"
+        "            os._exit(0)\n"
+        "        children.append(pid)\n"
+        "except OSError as exc:\n"
+        "    refused = exc\n"
+        f"tasks = int(open('{PIDS}/pids.current').read())\n"
+        "for pid in children:\n"
+        "    os.kill(pid, 9)\n"
+        "    os.waitpid(pid, 0)\n"
+        "print(len(children), type(refused).__name__, tasks)",
+        timeout=60,
+    )
+    report("os.fork() loop", ex)
+    forked, refused, tasks = ex.stdout.split()
+    assert refused == "BlockingIOError"  # EAGAIN from the pids cgroup
+    assert int(forked) < PIDS_LIMIT and int(tasks) <= PIDS_LIMIT
+    limit = await box.run_shell(f"cat {PIDS}/pids.max {PIDS}/pids.peak")
+    most, peak = (int(v) for v in limit.stdout.split())
+    assert most == PIDS_LIMIT and peak <= PIDS_LIMIT
+    await assert_works(box, "after a Python fork bomb")
+
+
+async def test_shell_fork_bomb_is_held_by_the_pids_limit_and_a_restart_clears_it(
+    docker_engine: object,
+) -> None:
+    sb = await AsyncSandbox.create(**LIMITS)  # type: ignore[arg-type]
+    try:
+        await sb.files.write("kept.txt", "file survives")
+        r = await sb.run_shell("bash -c ':(){ :|:& };:'", timeout=5)
+        assert "Resource temporarily unavailable" in r.stderr  # fork refused by the limit
+        # The bomb backgrounds itself, so the command ends and the bomb goes on, held at
+        # the limit (reading a file needs no fork: the kernel still answers and counts).
+        count = f"print(open('{PIDS}/pids.current').read())"
+        tasks = int((await sb.run_python(count)).stdout)
+        assert PIDS_LIMIT - 8 <= tasks <= PIDS_LIMIT
+        started = time.monotonic()
+        await sb.restart()
+        print(f"\n[hostile] shell fork bomb: restart took {time.monotonic() - started:.2f}s")
+        await assert_works(sb, "after a shell fork bomb and restart()")
+        assert int((await sb.run_python(count)).stdout) < PIDS_LIMIT // 2
+        assert await sb.files.read_text("kept.txt") == "file survives"
+    finally:
+        await sb.close()
+
+
+async def test_shell_fork_bomb_in_the_foreground_is_killed_at_its_timeout(
+    box: AsyncSandbox,
+) -> None:
+    count = f"print(open('{PIDS}/pids.current').read())"
+    before = int((await box.run_python(count)).stdout)
+    r = await box.run_shell("bash -c 'f() { f | f; }; f'", timeout=3)
+    assert r.timed_out and "process group was killed" in r.stderr
+    after = await wait_for_tasks(box, before)
+    print(f"\n[hostile] foreground shell fork bomb: {before} tasks before, {after} after")
+    assert after <= before
+    await assert_works(box, "after a foreground shell fork bomb")
+
+
+async def wait_for_tasks(sandbox: AsyncSandbox, most: int, deadline: float = 30) -> int:
+    """The sandbox's task count once it is at most ``most`` (or when the deadline passes)."""
+    end = time.monotonic() + deadline
+    while True:
+        ex = await sandbox.run_python(f"print(open('{PIDS}/pids.current').read())")
+        tasks = int(ex.stdout)
+        if tasks <= most or time.monotonic() > end:
+            return tasks
+        await asyncio.sleep(0.2)
+
+
+# -- 10: killing from inside ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("code", "reason"),
+    [
+        ("import os; os.kill(os.getpid(), 9)", "SIGKILL"),
+        ("import os; os.killpg(0, 9)", "SIGKILL"),
+        ("import os; os._exit(0)", "exited with code 0"),
+        ("import signal, time; signal.alarm(1); time.sleep(30)", "SIGALRM"),
+    ],
+)
+async def test_kernel_killed_from_inside_is_reported_and_restarted(
+    box: AsyncSandbox, code: str, reason: str
+) -> None:
+    await box.run_python("lost_by_kill = 1")
+    ex = await box.run_python(code)
+    report(code, ex)
+    assert ex.status == "kernel_died" and ex.state_lost
+    assert reason in ex.message and "restarted" in ex.message
+    assert (await box.run_python("'lost_by_kill' in dir()")).text == "False"
+    await assert_works(box, f"after {code}")
+
+
+@pytest.mark.parametrize("signum", [9, 15])
+async def test_signalling_pid_1_leaves_a_working_sandbox(box: AsyncSandbox, signum: int) -> None:
+    # PID 1 is the container's init: SIGKILL from inside is ignored, SIGTERM is passed
+    # to the kernel.  Either way the result says what happened and the sandbox works.
+    ex = await box.run_python(f"import os; os.kill(1, {signum})")
+    report(f"os.kill(1, {signum})", ex)
+    assert ex.status in ("ok", "kernel_died")
+    if ex.status == "kernel_died":
+        assert ex.state_lost and "restarted" in ex.message
+    await assert_works(box, f"after os.kill(1, {signum})")
+
+
+@pytest.mark.parametrize(
+    ("code", "status"),
+    [
+        ("import sys; sys.exit()", "error"),
+        ("import sys; sys.exit(3)", "error"),
+        ("raise SystemExit", "error"),
+        ("quit()", "ok"),
+        ("exit()", "ok"),
+    ],
+)
+async def test_exit_calls_are_an_ordinary_result(box: AsyncSandbox, code: str, status: str) -> None:
+    await box.run_python("kept_by_exit = 1")
+    ex = await box.run_python(code)
+    assert ex.status == status and not ex.state_lost, ex.text
+    if status == "error":
+        assert ex.error is not None and ex.error.ename == "SystemExit"
+    assert (await box.run_python("kept_by_exit")).text == "1"
+    await assert_works(box, f"after {code}")
+
+
+# -- 11: closed output streams ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import sys; sys.stdout.close()",
+        "import sys; sys.stdout = None",
+        "import sys; sys.stderr.close(); sys.stderr = None",
+        "import sys; sys.stdout = sys.stderr = None",
+        "import sys; sys.stdout = 5",
+        "import os; os.close(1); os.close(2)",
+    ],
+)
+async def test_the_next_cell_prints_after_a_cell_closed_its_streams(
+    box: AsyncSandbox, code: str
+) -> None:
+    await box.run_python("kept_by_streams = 1")
+    closing = await box.run_python(code)
+    assert closing.status == "ok" and not closing.state_lost, closing.text
+    ex = await box.run_python(
+        "import sys\nprint(6*7)\nprint('to stderr', file=sys.stderr)\nkept_by_streams"
+    )
+    assert (ex.status, ex.stdout, ex.stderr) == ("ok", "42\n", "to stderr\n"), ex.text
+    assert ex.text.endswith("1")  # same kernel, variables kept
+
+
+# -- 12: odd calls ----------------------------------------------------------------
+
+
+async def test_reading_stdin_is_an_error_not_a_hang(box: AsyncSandbox) -> None:
+    ex = await box.run_python("input('name? ')", timeout=10)
+    assert ex.status == "error" and ex.error is not None
+    assert ex.error.ename == "StdinNotImplementedError"
+    ex = await box.run_python("import sys\nsys.stdin.read()", timeout=10)
+    assert ex.status in ("ok", "error") and not ex.state_lost, ex.text
+    await assert_works(box, "after reading stdin")
+
+
+async def test_an_alarm_handler_raising_is_an_ordinary_error(box: AsyncSandbox) -> None:
+    ex = await box.run_python(
+        "import signal, time\n"
+        "def ring(*_):\n    raise TimeoutError('alarm rang')\n"
+        "signal.signal(signal.SIGALRM, ring)\nsignal.alarm(1)\ntime.sleep(30)",
+        timeout=20,
+    )
+    assert ex.status == "error" and ex.error is not None
+    assert ex.error.summary == "TimeoutError: alarm rang"
+    await assert_works(box, "after an alarm")
+
+
+async def test_setsid_does_not_stop_interrupts(box: AsyncSandbox) -> None:
+    await box.run_python("import os\ntry:\n    os.setsid()\nexcept OSError:\n    pass")
+    await box.run_python("kept_after_setsid = 1")
+    ex = await box.run_python("import time; time.sleep(60)", timeout=1)
+    assert ex.status == "timeout" and not ex.state_lost
+    assert (await box.run_python("kept_after_setsid")).text == "1"
+
+
+async def test_limits_cannot_be_raised_from_inside(box: AsyncSandbox) -> None:
+    # Raising a hard limit needs CAP_SYS_RESOURCE; the core size is pinned to 0.
+    ex = await box.run_python("import resource\nresource.setrlimit(resource.RLIMIT_CORE, (1, 1))")
+    assert ex.status == "error" and ex.error is not None
+    assert ex.error.summary == "ValueError: not allowed to raise maximum limit"
+
+
+@pytest.mark.parametrize(
+    ("command", "refusal"),
+    [
+        ("unshare -r id", "Operation not permitted"),
+        ("unshare -m true", "Operation not permitted"),
+        ("mkdir -p /tmp/m && mount -t tmpfs none /tmp/m", "must be superuser"),
+        ("su -c id root </dev/null", "Authentication failure"),
+        ("sudo id", "not found"),
+    ],
+)
+async def test_privilege_tools_fail(box: AsyncSandbox, command: str, refusal: str) -> None:
+    r = await box.run_shell(command, timeout=20)
+    assert not r.ok and refusal in r.stderr, r
+    assert "uid=0" not in r.stdout
+
+
+async def test_every_process_in_the_sandbox_is_the_sandbox_user(box: AsyncSandbox) -> None:
+    # So ptrace, signals and /proc reach nothing more privileged than the user's own
+    # code: the engine's processes are not in the sandbox's PID namespace at all.
+    ex = await box.run_python(
+        "import glob\nuids = set()\n"
+        "for status in glob.glob('/proc/[0-9]*/status'):\n"
+        "    try:\n        lines = open(status).read().splitlines()\n"
+        "    except OSError:\n        continue\n"
+        "    uids.update(*(l.split()[1:] for l in lines if l.startswith('Uid:')))\n"
+        "print(sorted(uids))"
+    )
+    assert ex.stdout.strip() == "['1000']", ex.text
+
+
+# Last: an OOM kill of a shell process marks the whole container OOMKilled until it is
+# restarted, so a later kernel death in this container would be reported as out of memory.
+@pytest.mark.parametrize(
+    "command",
+    [
+        pytest.param("python3 -c 'b = bytearray(2 * 1024**3)'", id="python-c"),
+        pytest.param('x="$(head -c 2000000000 /dev/zero | tr "\\0" x)"; echo done', id="head-c"),
+    ],
+)
+async def test_shell_memory_bomb_is_killed_and_the_kernel_lives(
+    box: AsyncSandbox, command: str
+) -> None:
+    await box.run_python("kept_by_shell_bomb = 1")
+    started = time.monotonic()
+    r = await box.run_shell(command, timeout=60)
+    took = time.monotonic() - started
+    print(f"\n[hostile] shell memory bomb: exit {r.exit_code} after {took:.2f}s")
+    assert not r.ok and "done" not in r.stdout
+    # Killed (137) or refused (MemoryError, exit 1): never allowed past memory_limit.
+    assert r.exit_code in (1, 2, 137), r
+    peak = await box.run_shell("cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes")
+    assert int(peak.stdout) <= 256 * 1024**2
+    assert (await box.run_python("kept_by_shell_bomb")).text == "1"
+    await assert_works(box, "after a shell memory bomb")
