@@ -34,6 +34,7 @@ from ..errors import (
 )
 from ..limits import HeadTail
 from ..results import format_size
+from .attach import STDERR, TruncatedStreamError, attach_body, read_frames
 from .base import REMOVED_REASON, Backend, ContainerSpec, ContainerState, ExecResult, ImageUser
 
 __all__ = ["INTERNAL_NETWORK", "DockerBackend", "docker_client"]
@@ -350,11 +351,15 @@ class DockerBackend(Backend):
             )["Id"]
             limit = max_output_bytes or sys.maxsize
             out, err = HeadTail(limit), HeadTail(limit)
-            for out_chunk, err_chunk in self.api.exec_start(exec_id, stream=True, demux=True):
-                if out_chunk:
-                    out.add(out_chunk)
-                if err_chunk:
-                    err.add(err_chunk)
+            # docker-py only opens the stream here; its own frame reader would skip
+            # what came in with the response headers (see attach.py), so read it here.
+            with self.api.exec_start(exec_id, stream=True)._response as response:
+                body = attach_body(response)
+                # the process may be silent for longer than the client's timeout;
+                # run_shell's own deadline (``timeout`` in the container) ends it
+                self.api._disable_socket_timeout(body.raw)
+                for stream, piece in read_frames(body):
+                    (err if stream == STDERR else out).add(piece)
             code = self.api.exec_inspect(exec_id)["ExitCode"]
             return ExecResult(
                 int(code if code is not None else -1),
@@ -367,6 +372,11 @@ class DockerBackend(Backend):
             return await _run(_exec)  # type: ignore[no-any-return]
         except docker.errors.APIError as exc:
             raise FileOperationError(f"could not run a process in the sandbox: {exc}") from exc
+        except TruncatedStreamError as exc:
+            raise FileOperationError(
+                f"the process's output was cut off: {exc}; its side effects may have happened, "
+                "so check before running it again"
+            ) from exc
 
     async def put_archive(self, container_id: str, directory: str, tar_bytes: bytes) -> None:
         try:
