@@ -9,6 +9,7 @@ path prefix (``{ip}-{port}`` is the socket file).
 from __future__ import annotations
 
 import json
+import posixpath
 import secrets
 import socket
 from typing import Literal, TypedDict
@@ -20,6 +21,7 @@ __all__ = [
     "LAUNCHER",
     "ConnectionInfo",
     "free_tcp_ports",
+    "ipc_socket_names",
     "launch_command",
     "new_connection_info",
 ]
@@ -127,6 +129,12 @@ def new_connection_info(
     }
     info.update(zip(PORT_NAMES, ports, strict=True))
     return info  # type: ignore[return-value]
+
+
+def ipc_socket_names(info: ConnectionInfo) -> set[str]:
+    """The file names of the kernel's five unix sockets in their directory (``ipc``)."""
+    prefix = posixpath.basename(info["ip"])
+    return {f"{prefix}-{info[name]}" for name in PORT_NAMES}  # type: ignore[literal-required]
 
 
 def launch_command(
