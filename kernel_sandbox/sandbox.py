@@ -3,7 +3,8 @@
 The kernel runs under a tiny supervisor, the container's main process (behind Docker's
 init), which restarts it in place so that files survive a kernel restart.  It is reached
 with jupyter_client over unix sockets in a per-sandbox host directory that is
-bind-mounted into the container, so the default sandbox has no network at all.
+bind-mounted into the container, so the default sandbox has no network at all; the
+sandbox cannot write to that directory while its kernel is connected (``statedir``).
 Shell commands and file operations go through the engine (exec / archive API), so a
 busy or dead kernel never blocks them.  The root filesystem is read-only: everything
 the sandbox writes lands in per-sandbox in-memory volumes bounded by ``disk_limit``.
