@@ -443,7 +443,6 @@ class AsyncSandbox:
                     f"the supervisor did not report the kernel's end within {_KILL_LIMIT:g}s"
                 )
             await asyncio.sleep(0.02)
-        self._state.open_for_kernel()
         await self._state.start_next()
         await self._connect()
 

@@ -5,10 +5,11 @@ See :mod:`kernel_sandbox.kernel.supervisor` for the protocol.  Two places hold i
 * :class:`HostRunDir` (``ipc`` transport): the per-sandbox host directory that is
   bind-mounted into the container and holds the kernel's unix sockets.  It is on the
   host's disk, so the sandbox must not be able to store anything in it: it is open to
-  the container user only while a kernel binds its sockets (at start and around a
-  restart, with the sticky bit so the host's files cannot be removed), and *sealed*
-  (mode 0755, every entry that is not this kernel's socket removed) as soon as the
-  host is connected.  The status channel is a FIFO the host keeps open for reading:
+  the container user only while a new container binds the kernel's sockets (see
+  ``BINDER`` in :mod:`~kernel_sandbox.kernel.connection`: they outlive kernel
+  restarts), with the sticky bit so the host's files cannot be removed, and *sealed*
+  (mode 0755, every entry that is not one of the sockets removed) as soon as the host
+  is connected.  The status channel is a FIFO the host keeps open for reading:
   a kernel's end is a local, non-blocking read, and whatever is written into it sits
   in a pipe buffer of at most 64 KiB, never on disk.
 * :class:`ContainerStateDir` (``tcp`` transport): a directory in the container's
@@ -78,7 +79,7 @@ class StateDir(ABC):
         """Create the file ``name`` in the state directory."""
 
     def open_for_kernel(self) -> None:  # noqa: B027 (nothing to do with tcp)
-        """Let a new kernel bind its sockets (the dead one's are removed)."""
+        """Let a new container bind the kernel's sockets (the old ones are removed)."""
 
     def seal(self) -> None:  # noqa: B027 (nothing to do with tcp)
         """The kernel is connected: take away what the sandbox should not have."""
@@ -147,9 +148,10 @@ class HostRunDir(StateDir):
     def seal(self) -> None:
         """Close the run directory to the container and remove anything it put there.
 
-        What the kernel binds is a socket with one of this kernel's names; anything
+        What the container binds is a socket with one of the kernel's names; anything
         else (files, directories, links) was written by sandbox code while the
-        directory was open, or is an old ``go-`` file.
+        directory was open, or is an old ``go-`` file.  Sealing is cheap and idempotent:
+        it is done after every connect.
         """
         os.chmod(self.path, _SEALED_MODE)
         keep = {rundirs.OWNER_FILE, STATUS_FILE}

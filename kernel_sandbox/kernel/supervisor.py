@@ -15,7 +15,8 @@ supervisor's state directory and one signal:
 3. SIGUSR1 (sent to the container, forwarded by Docker's init) makes the supervisor
    kill the kernel's process group; the kernel's end is then reported as in 2.
 4. The supervisor starts kernel ``n + 1`` only once the host created ``go-<n>``: the
-   host first learns why the kernel died and clears the dead kernel's sockets.
+   host first learns why the kernel died.  (With ``ipc`` every kernel listens on the
+   same sockets, bound once per container and inherited through the supervisor.)
 
 With the ``ipc`` transport ``status`` is a FIFO the host made and keeps open for
 reading, so a report is a local read on the host and nothing is stored on its disk
