@@ -169,7 +169,7 @@ class HostRunDir(StateDir):
                     os.unlink(entry.path)
 
     def _warn_if_owned(self, uid: int) -> None:
-        if uid == os.getuid() and uid != 0 and not self._warned:
+        if uid == os.getuid() and not self._warned:
             self._warned = True
             log.warning(
                 "the sandbox user has the same uid (%d) as this process, so sandbox code "
