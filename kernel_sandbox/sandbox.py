@@ -3,7 +3,8 @@
 The kernel runs under a tiny supervisor, the container's main process (behind Docker's
 init), which restarts it in place so that files survive a kernel restart.  It is reached
 with jupyter_client over unix sockets in a per-sandbox host directory that is
-bind-mounted into the container, so the default sandbox has no network at all.
+bind-mounted into the container, so the default sandbox has no network at all; the
+sandbox cannot write to that directory while its kernel is connected (``statedir``).
 Shell commands and file operations go through the engine (exec / archive API), so a
 busy or dead kernel never blocks them.  The root filesystem is read-only: everything
 the sandbox writes lands in per-sandbox in-memory volumes bounded by ``disk_limit``.
@@ -19,14 +20,12 @@ import logging
 import os
 import posixpath
 import secrets
-import shutil
 import socket
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from . import rundirs
 from .backends.base import Backend, ContainerSpec, ContainerState
 from .config import KERNEL_PYTHON, LABEL_PREFIX, SandboxConfig
 from .errors import (
@@ -43,11 +42,13 @@ from .kernel.connection import (
     CONTAINER_RUN_DIR,
     ConnectionInfo,
     free_tcp_ports,
+    ipc_socket_names,
     launch_command,
     new_connection_info,
 )
-from .kernel.supervisor import KILL_SIGNAL, STATUS_FILE, TCP_STATE_DIR, KernelEnd, parse_status
+from .kernel.supervisor import KILL_SIGNAL, TCP_STATE_DIR
 from .results import CommandResult, Execution, ExecutionError, ExecutionStatus, strip_ansi
+from .statedir import ContainerStateDir, HostRunDir, StateDir
 from .writable import create_writable_area
 
 __all__ = ["AsyncSandbox", "runtime_root"]
@@ -57,7 +58,7 @@ log = logging.getLogger(__name__)
 #: GNU timeout's exit status when it stopped the command.
 _TIMEOUT_EXIT = 124
 #: Seconds between engine checks of the container while the kernel's status is unknown
-#: (the supervisor's status file reports a dead kernel; the engine a dead container).
+#: (the supervisor's status reports a dead kernel; the engine a dead container).
 _ENGINE_POLL = 2.0
 #: Seconds the supervisor gets to report the end of a kernel it was told to kill.
 _KILL_LIMIT = 5.0
@@ -98,8 +99,8 @@ def _remove_unclosed() -> None:
             sandbox.backend.remove_volumes_blocking(sandbox._volumes)
         except Exception:  # exit must go on; `kernel-sandbox gc` finds what is left
             log.warning("could not remove sandbox %s at exit", sandbox.id, exc_info=True)
-        if sandbox._run_dir is not None:
-            shutil.rmtree(sandbox._run_dir, ignore_errors=True)
+        if sandbox._state is not None:
+            sandbox._state.close()
 
 
 def _default_backend() -> Backend:
@@ -123,9 +124,10 @@ class AsyncSandbox:
         self.image = config.image
         self.files = AsyncFiles(self)
         self._run_dir: Path | None = None
+        #: The supervisor's state directory: its reports of kernel ends, its go-aheads.
+        self._state: StateDir | None = None
         #: Names of the volumes that hold the writable area (removed on close).
         self._volumes: list[str] = []
-        self._run_dir_claim: int | None = None
         self._host_info: ConnectionInfo | None = None
         self._session: KernelSession | None = None
         self._engine_checked = 0.0
@@ -176,11 +178,9 @@ class AsyncSandbox:
         published: dict[int, int] = {}
         if cfg.transport == "ipc":
             self._run_dir = runtime_root() / self.id
-            self._run_dir.mkdir(mode=0o777)
-            self._run_dir_claim = rundirs.claim(self._run_dir)  # gc: in use
-            os.chmod(self._run_dir, 0o777)  # the container user creates the sockets here
-            volumes[str(self._run_dir)] = {"bind": CONTAINER_RUN_DIR, "mode": "rw"}
             container_info = new_connection_info("ipc", f"{CONTAINER_RUN_DIR}/k")
+            self._state = HostRunDir(self._run_dir, ipc_socket_names(container_info))
+            volumes[str(self._run_dir)] = {"bind": CONTAINER_RUN_DIR, "mode": "rw"}
             host_info = dict(container_info, ip=str(self._run_dir / "k"))
         else:
             ports = free_tcp_ports()
@@ -230,13 +230,16 @@ class AsyncSandbox:
         finally:
             if self.container_id is not None:
                 _unclosed[self.id] = self
-        if cfg.transport == "tcp" and not cfg.network_enabled:
-            host_info["ip"] = await self.backend.address(self.container_id)
+        if cfg.transport == "tcp":
+            self._state = ContainerStateDir(self.backend, self.container_id, cfg.user)
+            if not cfg.network_enabled:
+                host_info["ip"] = await self.backend.address(self.container_id)
         self._host_info = host_info  # type: ignore[assignment]
         await self._connect()
 
     async def _connect(self) -> None:
-        assert self._host_info is not None
+        """Connect to the kernel that starts now, then seal the run directory again."""
+        assert self._host_info is not None and self._state is not None
         session = KernelSession(self._host_info)
         try:
             await session.connect(self.config.startup_timeout, self._check_alive)
@@ -250,6 +253,7 @@ class AsyncSandbox:
             session.close()
             raise
         self._session = session
+        self._state.seal()
 
     async def _logs_tail(self) -> str:
         if self.container_id is None:
@@ -268,12 +272,12 @@ class AsyncSandbox:
     async def _check_alive(self) -> str | None:
         """None while the kernel lives, else a sentence saying why it died.
 
-        The supervisor's status file tells of a dead kernel (a local read with ``ipc``);
+        The supervisor's status tells of a dead kernel (a local read with ``ipc``);
         the engine, asked at most every ``_ENGINE_POLL`` seconds, of a dead container.
         """
-        if self.container_id is None:
+        if self.container_id is None or self._state is None:
             return "the container was not created"
-        end = await self._kernel_end()
+        end = await self._state.kernel_end()
         if end is not None:
             return ContainerState(False, end.exit_code, end.oom_killed).death_reason()
         if time.monotonic() - self._engine_checked < _ENGINE_POLL:
@@ -281,40 +285,6 @@ class AsyncSandbox:
         self._engine_checked = time.monotonic()
         state = await self.backend.state(self.container_id)
         return None if state.running else state.death_reason()
-
-    async def _kernel_end(self) -> KernelEnd | None:
-        """The supervisor's report of how the kernel ended, or None while it runs."""
-        if self._run_dir is not None:
-            try:
-                text = (self._run_dir / STATUS_FILE).read_text()
-            except OSError:
-                return None
-        else:
-            assert self.container_id is not None
-            try:
-                result = await self.backend.exec(
-                    self.container_id,
-                    ["cat", f"{self._state_dir}/{STATUS_FILE}"],
-                    user=self.config.user,
-                )
-            except SandboxError:  # the container is gone: the engine check says so
-                return None
-            text = result.stdout.decode(errors="replace") if result.exit_code == 0 else ""
-        return parse_status(text)
-
-    async def _clear_kernel_files(self) -> None:
-        """Remove the dead kernel's sockets, then its status: the supervisor starts a new one."""
-        if self._run_dir is not None:
-            for stale in self._run_dir.glob("k-*"):
-                stale.unlink(missing_ok=True)
-            (self._run_dir / STATUS_FILE).unlink(missing_ok=True)
-        else:
-            assert self.container_id is not None
-            await self.backend.exec(
-                self.container_id,
-                ["rm", "-f", f"{self._state_dir}/{STATUS_FILE}"],
-                user=self.config.user,
-            )
 
     async def close(self) -> None:
         """Remove the container, its volumes and the host-side run directory.  Safe twice."""
@@ -330,11 +300,8 @@ class AsyncSandbox:
                 await self.backend.remove(self.container_id)
             await self.backend.remove_volumes(self._volumes)  # in use until the container goes
         finally:
-            if self._run_dir is not None:
-                shutil.rmtree(self._run_dir, ignore_errors=True)
-            if self._run_dir_claim is not None:
-                rundirs.release(self._run_dir_claim)
-                self._run_dir_claim = None
+            if self._state is not None:
+                self._state.close()
 
     async def __aenter__(self) -> AsyncSandbox:
         return self
@@ -461,8 +428,8 @@ class AsyncSandbox:
         except SandboxError as exc:
             why = str(exc)
         log.warning("sandbox %s: restarting the container: %s", self.id, why)
-        with contextlib.suppress(SandboxError):  # a stopped container cannot be asked
-            await self._clear_kernel_files()
+        assert self._state is not None
+        self._state.open_for_kernel()
         try:
             await self.backend.restart(self.container_id)
         except Exception as exc:
@@ -470,6 +437,7 @@ class AsyncSandbox:
                 f"the kernel could not be restarted in place ({why}), "
                 f"nor could the container: {exc}"
             ) from exc
+        self._state.container_restarted()
         await self._connect()
         return (
             f"the kernel could not be restarted in place ({why}), so the whole container "
@@ -482,16 +450,16 @@ class AsyncSandbox:
 
         Signalling a stopped container fails: the caller restarts the container then.
         """
-        assert self.container_id is not None
+        assert self.container_id is not None and self._state is not None
         await self.backend.signal(self.container_id, KILL_SIGNAL)
         deadline = time.monotonic() + _KILL_LIMIT
-        while await self._kernel_end() is None:
+        while await self._state.kernel_end() is None:
             if time.monotonic() > deadline:
                 raise KernelError(
                     f"the supervisor did not report the kernel's end within {_KILL_LIMIT:g}s"
                 )
             await asyncio.sleep(0.02)
-        await self._clear_kernel_files()
+        await self._state.start_next()
         await self._connect()
 
     async def restart(self) -> None:

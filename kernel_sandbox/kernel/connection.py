@@ -9,6 +9,7 @@ path prefix (``{ip}-{port}`` is the socket file).
 from __future__ import annotations
 
 import json
+import posixpath
 import secrets
 import socket
 from typing import Literal, TypedDict
@@ -16,10 +17,12 @@ from typing import Literal, TypedDict
 from .supervisor import SUPERVISOR
 
 __all__ = [
+    "BINDER",
     "CONTAINER_RUN_DIR",
     "LAUNCHER",
     "ConnectionInfo",
     "free_tcp_ports",
+    "ipc_socket_names",
     "launch_command",
     "new_connection_info",
 ]
@@ -28,19 +31,55 @@ __all__ = [
 CONTAINER_RUN_DIR = "/run/kernel-sandbox"
 PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
-# Runs inside the container as the kernel (a child of the supervisor).  Unix sockets must be
-# connectable by whichever host user drives the sandbox, so they are bound with an
-# open umask (the run directory's parent on the host is private to that user);
-# the umask is restored before any user code runs.
+# With ipc, the container's main process until it execs the supervisor: it binds the
+# kernel's five unix sockets once, while the host keeps the run directory open, and
+# hands the listening descriptors down.  The supervisor holds them across kernel
+# restarts and every kernel listens on them (ZMQ_USE_FD), so no restart needs write
+# access to the run directory: the host seals it for the container's life.  The sockets
+# must be connectable by whichever host user drives the sandbox, so they are bound with
+# an open umask (the run directory's parent on the host is private to that user).
+BINDER = """\
+import json
+import os
+import socket
+import sys
+
+info = json.loads(os.environ["KERNEL_SANDBOX_CONNECTION"])
+os.umask(0)
+bound = []
+for name in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"):
+    path = "%s-%s" % (info["ip"], info[name])
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(path)
+    s.listen(128)
+    s.set_inheritable(True)
+    bound.append("ipc://%s=%d" % (path, s.detach()))
+os.umask(0o022)
+os.environ["KERNEL_SANDBOX_FDS"] = ",".join(bound)
+os.execvp("sh", ["sh"] + sys.argv[1:])
+"""
+
+# Runs inside the container as the kernel (a child of the supervisor).
 LAUNCHER = """\
 import os
 import sys
 import tempfile
 
+import zmq
+
 fd, path = tempfile.mkstemp(prefix="kernel-", suffix=".json")
 os.write(fd, os.environ.pop("KERNEL_SANDBOX_CONNECTION").encode())
 os.close(fd)
-os.umask(0)
+# ipc: bind to the sockets the binder made (see BINDER) instead of making new ones.
+prebound = os.environ.pop("KERNEL_SANDBOX_FDS", "")
+prebound = dict(item.rsplit("=", 1) for item in prebound.split(",") if item)
+
+def _bind(self, addr, _bind=zmq.Socket.bind):
+    if addr in prebound:
+        self.set(zmq.USE_FD, int(prebound[addr]))
+    return _bind(self, addr)
+
+zmq.Socket.bind = _bind
 # Without debugpy ipykernel starts ~100 ms sooner (no debugger: nobody attaches one to a
 # sandbox); user code can still import debugpy afterwards.
 sys.modules["debugpy"] = None
@@ -92,7 +131,6 @@ app.shell.events.register("post_execute", _restore_streams)
 # would find it dead and lose every variable; in a sandbox they keep the kernel, as
 # exit(keep_kernel=True) does.
 app.shell.ask_exit = lambda: None
-os.umask(0o022)
 os.unlink(path)
 for module in os.environ.get("KERNEL_SANDBOX_PREIMPORT", "").split(","):
     if module:
@@ -149,15 +187,23 @@ def new_connection_info(
     return info  # type: ignore[return-value]
 
 
+def ipc_socket_names(info: ConnectionInfo) -> set[str]:
+    """The file names of the kernel's five unix sockets in their directory (``ipc``)."""
+    prefix = posixpath.basename(info["ip"])
+    return {f"{prefix}-{info[name]}" for name in PORT_NAMES}  # type: ignore[literal-required]
+
+
 def launch_command(
     python: str, info: ConnectionInfo, state_dir: str
 ) -> tuple[list[str], dict[str, str]]:
     """The container's command and the environment that carries the connection info.
 
-    The command is the :mod:`~kernel_sandbox.kernel.supervisor`, which keeps its status
-    in ``state_dir`` and runs the kernel, again after each restart, with the same
-    environment.  Nothing is written to disk on the host, so the same command works on
-    a remote engine (tcp transport) where no directory can be shared.
+    The command is the :mod:`~kernel_sandbox.kernel.supervisor` (with ``ipc``, after
+    :data:`BINDER`), which keeps its status in ``state_dir`` and runs the kernel, again
+    after each restart, with the same environment.  Nothing is written to disk on the
+    host, so the tcp command works on a remote engine where no directory can be shared.
     """
     command = ["sh", "-c", SUPERVISOR, "kernel-sandbox-supervisor", state_dir]
+    if info["transport"] == "ipc":
+        command = [python, "-c", BINDER, *command[1:]]
     return [*command, python, "-c", LAUNCHER], {"KERNEL_SANDBOX_CONNECTION": json.dumps(info)}

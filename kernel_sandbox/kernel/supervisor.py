@@ -2,19 +2,30 @@
 
 Restarting the whole container to get a fresh kernel would wipe every file on the
 sandbox's RAM-backed storage, so the kernel is a child of this supervisor instead
-(which runs behind Docker's init).  The protocol with the host, all through files in
-the supervisor's state directory and one signal:
+(which runs behind Docker's init).  The protocol with the host, all through the
+supervisor's state directory and one signal:
 
-1. The supervisor starts the kernel in its own session (``setsid``), so one
-   ``kill -KILL -<pgid>`` ends the kernel and every process it spawned.
-2. When the kernel ends, the rest of its process group is killed and the file
-   ``status`` is written: ``<exit status> <oom kills before> <oom kills after>``.
+1. The supervisor numbers its kernels 1, 2, ... and starts each in its own session
+   (``setsid``), so one ``kill -KILL -<pgid>`` ends the kernel and every process it
+   spawned.
+2. When kernel ``n`` ends, the rest of its process group is killed and the line
+   ``<n> <exit status> <oom kills before> <oom kills after>`` is written to ``status``.
    The cgroup's OOM-kill counter tells an OOM kill apart from any other SIGKILL;
    Docker's ``OOMKilled`` flag cannot, it stays set for the container's life.
 3. SIGUSR1 (sent to the container, forwarded by Docker's init) makes the supervisor
    kill the kernel's process group; the kernel's end is then reported as in 2.
-4. The supervisor starts a new kernel only once the host removed ``status``: the host
-   first learns why the kernel died and clears the dead kernel's sockets.
+4. The supervisor starts kernel ``n + 1`` only once the host created ``go-<n>``: the
+   host first learns why the kernel died.  (With ``ipc`` every kernel listens on the
+   same sockets, bound once per container and inherited through the supervisor.)
+
+With the ``ipc`` transport ``status`` is a FIFO the host made and keeps open for
+reading, so a report is a local read on the host and nothing is stored on its disk
+(the state directory is the host's run directory, which the sandbox cannot write to,
+see :mod:`kernel_sandbox.statedir`).  With ``tcp`` it is a plain file in the
+container's ``/tmp``.  Sandbox code runs as the same user as the supervisor, so it can
+write lines of its own to ``status``: the kernel number and the blank line before
+each report keep them from being taken for another kernel's end, and the worst a
+forged line does is restart the sandbox's own kernel.
 
 SIGTERM, SIGINT and SIGHUP are caught and ignored (a caught signal, unlike an ignored
 one, is reset for the kernel), so user code signalling PID 1 cannot end the container.
@@ -26,6 +37,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 __all__ = [
+    "GO_PREFIX",
     "KILL_SIGNAL",
     "STATUS_FILE",
     "SUPERVISOR",
@@ -34,16 +46,19 @@ __all__ = [
     "parse_status",
 ]
 
-#: The file the supervisor writes when the kernel has ended, and the host removes.
+#: Where the supervisor reports each kernel's end (a FIFO with ``ipc``, else a file).
 STATUS_FILE = "status"
+#: ``go-<n>``, created by the host, lets the supervisor start the kernel after kernel n.
+GO_PREFIX = "go-"
 #: The supervisor's state directory with the tcp transport (no directory is shared with
 #: the host then; with ``ipc`` it is the bind-mounted run directory).
 TCP_STATE_DIR = "/tmp/kernel-sandbox"
 #: Sent to the container's main process to kill the kernel's process group.
 KILL_SIGNAL = "SIGUSR1"
 
-# $1 is the state directory, the rest is the kernel's command.  A status left by an
-# earlier container run (the state directory may outlive it) is not this kernel's.
+# $1 is the state directory, the rest is the kernel's command.  A status file and go
+# files left by an earlier container run (the state directory may outlive it) are not
+# this run's; a FIFO is the host's, which drains it when the container restarts.
 # `wait` returns early (above 128) when a caught signal arrives, so it is repeated
 # while the kernel lives.
 SUPERVISOR = f"""\
@@ -52,7 +67,7 @@ trap 'kill -KILL -"$kernel" 2>/dev/null' USR1
 dir=$1
 shift
 mkdir -p "$dir"
-rm -f "$dir/{STATUS_FILE}"
+[ -p "$dir/{STATUS_FILE}" ] || rm -f "$dir/{STATUS_FILE}" "$dir"/{GO_PREFIX}*
 oom_kills() {{
     for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
         if [ -r "$f" ]; then
@@ -63,7 +78,9 @@ oom_kills() {{
     done
     echo 0
 }}
+n=0
 while :; do
+    n=$((n + 1))
     before=$(oom_kills)
     setsid "$@" &
     kernel=$!
@@ -73,9 +90,8 @@ while :; do
         kill -0 "$kernel" 2>/dev/null || break
     done
     kill -KILL -"$kernel" 2>/dev/null
-    echo "$code $before $(oom_kills)" >"$dir/{STATUS_FILE}.new"
-    mv -f "$dir/{STATUS_FILE}.new" "$dir/{STATUS_FILE}"
-    while [ -e "$dir/{STATUS_FILE}" ]; do sleep 0.05; done
+    printf '\\n%s %s %s %s\\n' "$n" "$code" "$before" "$(oom_kills)" >"$dir/{STATUS_FILE}"
+    until [ -e "$dir/{GO_PREFIX}$n" ]; do sleep 0.05; done
 done
 """
 
@@ -87,10 +103,15 @@ class KernelEnd(NamedTuple):
     oom_killed: bool
 
 
-def parse_status(text: str) -> KernelEnd | None:
-    """The content of the status file, or None if it is not (yet) a complete report."""
-    fields = text.split()
-    if len(fields) != 3 or not all(f.isdigit() for f in fields):
-        return None
-    code, before, after = (int(f) for f in fields)
-    return KernelEnd(code, after > before)
+def parse_status(text: str, kernel: int) -> KernelEnd | None:
+    """The last report of kernel number ``kernel``'s end in ``text``, if there is one.
+
+    Lines that are not complete reports of that kernel (unfinished, older kernels,
+    anything sandbox code wrote) are skipped.
+    """
+    for line in reversed(text.split("\n")[:-1]):
+        fields = line.split()
+        if len(fields) == 4 and all(f.isdigit() for f in fields) and int(fields[0]) == kernel:
+            code, before, after = (int(f) for f in fields[1:])
+            return KernelEnd(code, after > before)
+    return None

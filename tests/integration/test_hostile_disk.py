@@ -1,4 +1,5 @@
-"""Hostile code against the disk: fillers are stopped at ``disk_limit``, the root is read-only.
+"""Hostile code against the disk: fillers are stopped at ``disk_limit``, the root is read-only,
+and the run directory on the host (``ipc`` transport) takes nothing.
 
 Every filler is capped far above the bound (``ATTEMPT``) so that, were the bound gone, the
 test would fail on the numbers instead of filling the machine's disk.
@@ -11,6 +12,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +24,7 @@ from click.testing import CliRunner
 from kernel_sandbox.cli.main import cli
 from kernel_sandbox.config import LABEL_PREFIX
 from kernel_sandbox.errors import FileOperationError, SandboxStartError
+from kernel_sandbox.kernel.connection import PORT_NAMES
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.tools import ToolSet
 from tests.integration.conftest import PYTHON_IMAGE
@@ -282,3 +285,142 @@ async def test_places_that_coincide_share_one_volume_with_both_shares(
 async def test_a_user_the_image_does_not_have_is_a_start_error(make_sandbox: Any) -> None:
     with pytest.raises(SandboxStartError, match="user 'nobody-here' does not exist in image"):
         await make_sandbox(image=PYTHON_IMAGE, user="nobody-here")
+
+
+# -- the host run directory (ipc transport) --------------------------------------------
+
+RUN_DIR_WRITES = """
+import errno, json, os
+codes = {}
+for name in ("new-file", "status.new", "go-1", "k-9"):
+    try:
+        with open("/run/kernel-sandbox/" + name, "w") as f:
+            f.write("x" * 1000)
+        codes[name] = 0
+    except OSError as exc:
+        codes[name] = exc.errno
+try:
+    os.mkdir("/run/kernel-sandbox/d")
+    codes["mkdir"] = 0
+except OSError as exc:
+    codes["mkdir"] = exc.errno
+print(json.dumps(codes))
+"""
+
+
+def host_entries(sandbox: AsyncSandbox) -> set[str]:
+    """What the sandbox's run directory on the host holds (only the host's files, sealed)."""
+    assert sandbox._run_dir is not None
+    return set(os.listdir(sandbox._run_dir))
+
+
+def expected_entries(sandbox: AsyncSandbox) -> set[str]:
+    assert sandbox._host_info is not None
+    sockets = {f"k-{sandbox._host_info[p]}" for p in PORT_NAMES}  # type: ignore[literal-required]
+    return {*sockets, ".owner", "status"}
+
+
+async def assert_run_dir_refuses_writes(sandbox: AsyncSandbox) -> None:
+    """From Python and from the shell, nothing can be created in /run/kernel-sandbox."""
+    ex = await sandbox.run_python(RUN_DIR_WRITES)
+    assert ex.status == "ok", ex.text
+    codes = json.loads(ex.stdout)
+    assert codes == dict.fromkeys(codes, errno.EACCES), codes
+    shell = await sandbox.run_shell(
+        "echo owned > /run/kernel-sandbox/new-file; "
+        "head -c 8388608 /dev/zero > /run/kernel-sandbox/big; mkdir /run/kernel-sandbox/d"
+    )
+    assert shell.exit_code != 0
+    assert shell.stderr.count("Permission denied") == 3, shell.stderr
+    assert host_entries(sandbox) == expected_entries(sandbox)
+
+
+async def test_run_dir_refuses_writes_after_start_and_every_kind_of_restart(
+    make_sandbox: Any,
+) -> None:
+    sandbox: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE)
+    await assert_run_dir_refuses_writes(sandbox)
+    await sandbox.restart()  # in place
+    await assert_run_dir_refuses_writes(sandbox)
+    crash = await sandbox.run_python("import os; os._exit(3)")
+    assert crash.status == "kernel_died" and "container" not in crash.message, crash.message
+    await assert_run_dir_refuses_writes(sandbox)
+    # A killed supervisor stops the container: the fallback restarts all of it.
+    fallback = await sandbox.run_python(
+        "import os, signal, time\nos.kill(os.getppid(), signal.SIGKILL)\ntime.sleep(60)"
+    )
+    assert "container was restarted" in fallback.message, fallback.message
+    await assert_run_dir_refuses_writes(sandbox)
+
+
+# A writer outside the kernel's process group (it survives kernel restarts) that tries,
+# every few ms, to leave a file and a directory in the run directory, or to open a file
+# there and keep it (deleted, its data would stay on the host's disk while it is open).
+WINDOW_WRITER = (
+    "setsid sh -c 'i=0; while [ $i -lt 20000 ]; do echo $i > /tmp/n && mv /tmp/n /tmp/tries; "
+    "echo x > /run/kernel-sandbox/junk-$i 2>/dev/null && echo $i >> /tmp/got-in; "
+    "mkdir /run/kernel-sandbox/dir-$i 2>/dev/null && echo $i >> /tmp/got-in; "
+    "(exec 3>/run/kernel-sandbox/held-$i && rm /run/kernel-sandbox/held-$i "
+    "&& echo $i >> /tmp/got-in && sleep 1000) 2>/dev/null & "
+    "i=$((i + 1)); sleep 0.002; done' >/dev/null 2>&1 </dev/null &"
+)
+
+
+async def test_kernel_restarts_never_open_the_run_directory(make_sandbox: Any) -> None:
+    """Every kernel listens on the sockets bound once per container: nothing to reopen."""
+    sandbox: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE)
+    started = await sandbox.run_shell(WINDOW_WRITER)
+    assert started.exit_code == 0, started.stderr
+    tries = []
+    for _ in range(5):
+        await sandbox.restart()
+        crash = await sandbox.run_python("import os; os._exit(1)")
+        assert "restarted" in crash.message and "container" not in crash.message, crash.message
+        tries.append((await sandbox.run_shell("cat /tmp/tries")).stdout.strip())
+    got_in = (await sandbox.run_shell("cat /tmp/got-in 2>/dev/null | wc -l")).stdout.strip()
+    print(f"the writer tried {tries[-1]} times over 10 restarts and got in {got_in} times")
+    assert got_in == "0"
+    assert len(set(tries)) == len(tries)  # it was trying all along
+    assert host_entries(sandbox) == expected_entries(sandbox)
+    assert (await sandbox.run_python("6 * 7")).text == "42"
+
+
+STATUS_FLOOD = """
+import os, threading
+path = "/run/kernel-sandbox/status"
+fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+stored = 0
+try:
+    while stored < 10 * 1024 * 1024:
+        stored += os.write(fd, b"y" * 4096)
+except BlockingIOError:
+    pass
+os.close(fd)
+print(stored)
+
+def flood():  # blocking writes: each waits until the host has read the last
+    with open(path, "wb") as f:
+        for _ in range(160):
+            f.write(b"z" * 65536)
+
+threading.Thread(target=flood, daemon=True).start()
+"""
+
+
+async def test_the_status_channel_stores_nothing_on_the_host(make_sandbox: Any) -> None:
+    sandbox: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE)
+    assert sandbox._run_dir is not None
+    ex = await sandbox.run_python(STATUS_FLOOD)
+    assert ex.status == "ok", ex.text
+    stored = int(ex.stdout)
+    status = os.stat(sandbox._run_dir / "status")
+    print(f"10 MiB offered to the status channel: {stored} B taken (a pipe buffer)")
+    assert stored <= MiB  # a pipe's buffer (64 KiB; at most 1 MiB if enlarged)
+    assert stat.S_ISFIFO(status.st_mode) and status.st_size == 0
+    for _ in range(3):  # the flood goes on in the kernel: the sandbox still works
+        assert (await sandbox.run_python("6 * 7")).text == "42"
+    crash = await sandbox.run_python("import os; os._exit(5)")
+    assert crash.status == "kernel_died", crash.message  # the report got through the junk
+    assert "exited with code 5" in crash.message and "container" not in crash.message
+    assert (await sandbox.run_python("6 * 7")).text == "42"
+    assert host_entries(sandbox) == expected_entries(sandbox)

@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from kernel_sandbox.kernel.supervisor import STATUS_FILE, SUPERVISOR, KernelEnd, parse_status
+from kernel_sandbox.kernel.supervisor import (
+    GO_PREFIX,
+    STATUS_FILE,
+    SUPERVISOR,
+    KernelEnd,
+    parse_status,
+)
 
 # A stand-in kernel that starts a grandchild, so killing only the kernel would leave one.
 KERNEL = 'sleep 1000 & echo "$$ $!" > "$1/pids.new"; mv "$1/pids.new" "$1/pids"; wait'
@@ -67,26 +73,59 @@ def test_kill_signal_ends_the_process_group_and_reports_it(
 ) -> None:
     kernel, child = kernel_pids(tmp_path)
     supervisor.send_signal(signal.SIGUSR1)
-    status = tmp_path / STATUS_FILE
-    wait_for(status.exists, "the status file")
-    assert parse_status(status.read_text()) == KernelEnd(128 + signal.SIGKILL, False)
+    end = wait_for_end(tmp_path, 1)
+    assert end == KernelEnd(128 + signal.SIGKILL, False)
     assert not alive(kernel) and not alive(child)
 
 
-def test_a_new_kernel_starts_only_when_the_status_is_removed(
+def wait_for_end(tmp_path: Path, kernel: int) -> KernelEnd:
+    status = tmp_path / STATUS_FILE
+    wait_for(lambda: status.exists() and parse_status(status.read_text(), kernel), "the report")
+    end = parse_status(status.read_text(), kernel)
+    assert end is not None
+    return end
+
+
+def test_a_new_kernel_starts_only_after_the_go_file_of_the_last(
     supervisor: subprocess.Popen[bytes], tmp_path: Path
 ) -> None:
     first = kernel_pids(tmp_path)
     os.kill(first[0], signal.SIGSEGV)  # a crash: the rest of its group goes too
-    status = tmp_path / STATUS_FILE
-    wait_for(status.exists, "the status file")
-    assert parse_status(status.read_text()) == KernelEnd(128 + signal.SIGSEGV, False)
+    assert wait_for_end(tmp_path, 1) == KernelEnd(128 + signal.SIGSEGV, False)
     wait_for(lambda: not alive(first[1]), "the crashed kernel's child to be killed")
     (tmp_path / "pids").unlink()
+    (tmp_path / f"{GO_PREFIX}2").touch()  # not the go-ahead for kernel 1
     time.sleep(0.3)  # a blind respawn would have started a kernel by now
     assert not (tmp_path / "pids").exists()
-    status.unlink()
-    assert kernel_pids(tmp_path) != first
+    (tmp_path / f"{GO_PREFIX}1").touch()
+    second = kernel_pids(tmp_path)
+    assert second != first
+    os.kill(second[0], signal.SIGKILL)
+    assert wait_for_end(tmp_path, 2) == KernelEnd(128 + signal.SIGKILL, False)
+
+
+def test_reports_go_into_a_fifo_without_blocking_a_reader(tmp_path: Path) -> None:
+    """With ipc the status is the host's FIFO: the supervisor writes, the host reads."""
+    fifo = tmp_path / STATUS_FILE
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    proc = subprocess.Popen(
+        ["sh", "-c", SUPERVISOR, "supervisor", str(tmp_path), "sh", "-c", "exit 7"]
+    )
+    try:
+        read = b""
+        deadline = time.monotonic() + 30
+        while parse_status(read.decode(), 1) is None:
+            assert time.monotonic() < deadline, "no report in the FIFO"
+            with contextlib.suppress(BlockingIOError):
+                read += os.read(reader, 4096)
+            time.sleep(0.02)
+        assert parse_status(read.decode(), 1) == KernelEnd(7, False)
+        assert fifo.exists() and proc.poll() is None  # the FIFO is kept; it waits for go-1
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(reader)
 
 
 def test_termination_signals_are_ignored(
@@ -96,22 +135,25 @@ def test_termination_signals_are_ignored(
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         supervisor.send_signal(sig)
     supervisor.send_signal(signal.SIGUSR1)  # handled after the three above
-    wait_for((tmp_path / STATUS_FILE).exists, "the status file")
+    wait_for_end(tmp_path, 1)
     assert supervisor.poll() is None and not alive(kernel)
 
 
 @pytest.mark.parametrize(
     ("text", "end"),
     [
-        ("3 0 0\n", KernelEnd(3, False)),
-        ("137 1 2\n", KernelEnd(137, True)),
-        ("137 2 2", KernelEnd(137, False)),
+        ("\n2 3 0 0\n", KernelEnd(3, False)),
+        ("\n2 137 1 2\n", KernelEnd(137, True)),
+        ("junk\n2 137 2 2\n1 0 0 0\nmore junk", KernelEnd(137, False)),
+        ("\n2 1 0 0\n\n2 9 0 0\n", KernelEnd(9, False)),
     ],
 )
-def test_status_is_parsed(text: str, end: KernelEnd) -> None:
-    assert parse_status(text) == end
+def test_the_last_report_of_the_kernel_is_parsed(text: str, end: KernelEnd) -> None:
+    assert parse_status(text, 2) == end
 
 
-@pytest.mark.parametrize("text", ["", "3 0", "3 0 x", "-1 0 0"])
-def test_incomplete_status_is_not_an_end(text: str) -> None:
-    assert parse_status(text) is None
+@pytest.mark.parametrize(
+    "text", ["", "2 3 0 0", "\n2 3 0\n", "\n2 3 0 x\n", "\n2 -1 0 0\n", "\n1 3 0 0\n"]
+)
+def test_no_complete_report_of_the_kernel_is_not_an_end(text: str) -> None:
+    assert parse_status(text, 2) is None

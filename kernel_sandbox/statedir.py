@@ -1,0 +1,219 @@
+"""The host's side of the supervisor's state directory: kernel ends in, "go ahead" out.
+
+See :mod:`kernel_sandbox.kernel.supervisor` for the protocol.  Two places hold it:
+
+* :class:`HostRunDir` (``ipc`` transport): the per-sandbox host directory that is
+  bind-mounted into the container and holds the kernel's unix sockets.  It is on the
+  host's disk, so the sandbox must not be able to store anything in it: it is open to
+  the container user only while a new container binds the kernel's sockets (see
+  ``BINDER`` in :mod:`~kernel_sandbox.kernel.connection`: they outlive kernel
+  restarts), with the sticky bit so the host's files cannot be removed, and *sealed*
+  (mode 0755, every entry that is not one of the sockets removed) as soon as the host
+  is connected.  The status channel is a FIFO the host keeps open for reading:
+  a kernel's end is a local, non-blocking read, and whatever is written into it sits
+  in a pipe buffer of at most 64 KiB, never on disk.
+* :class:`ContainerStateDir` (``tcp`` transport): a directory in the container's
+  ``/tmp`` (bounded by ``disk_limit`` like the rest of the sandbox), read through
+  the engine since nothing is shared with the host.
+
+If the host user has the same uid as the container user, the container owns the run
+directory and could make it writable again: :meth:`HostRunDir.seal` logs a warning
+then (use the ``tcp`` transport or another host user to close that hole).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import stat
+from abc import ABC, abstractmethod
+from pathlib import Path
+
+from . import rundirs
+from .backends.base import Backend
+from .errors import SandboxError
+from .kernel.supervisor import GO_PREFIX, STATUS_FILE, TCP_STATE_DIR, KernelEnd, parse_status
+
+__all__ = ["ContainerStateDir", "HostRunDir", "StateDir"]
+
+log = logging.getLogger(__name__)
+
+#: At most this much is read from the status FIFO per check: a sandbox that writes into
+#: it without pause cannot keep the host reading.
+_READ_LIMIT = 1 << 20
+#: An unfinished line longer than this is not a report (they are ~20 bytes): dropped.
+_LINE_LIMIT = 256
+#: The run directory while a kernel binds its sockets: writable, but nobody removes or
+#: renames what is not theirs (sticky).  Sealed, the container user may only look.
+_OPEN_MODE, _SEALED_MODE = 0o1777, 0o755
+
+
+class StateDir(ABC):
+    """Which kernel the supervisor runs now, and how to hear of its end or start the next."""
+
+    def __init__(self) -> None:
+        #: The number of the kernel that runs now (the supervisor counts from 1).
+        self.kernel = 1
+        self._end: KernelEnd | None = None
+
+    async def kernel_end(self) -> KernelEnd | None:
+        """How the current kernel ended, or None while it runs."""
+        if self._end is None:  # a report is read once: remember it
+            self._end = await self._read_end()
+        return self._end
+
+    @abstractmethod
+    async def _read_end(self) -> KernelEnd | None:
+        """The supervisor's report of the current kernel's end, if it is there yet."""
+
+    async def start_next(self) -> None:
+        """Let the supervisor start the next kernel; call once its sockets are cleared."""
+        await self._go(f"{GO_PREFIX}{self.kernel}")
+        self.kernel += 1
+        self._end = None
+
+    @abstractmethod
+    async def _go(self, name: str) -> None:
+        """Create the file ``name`` in the state directory."""
+
+    def open_for_kernel(self) -> None:  # noqa: B027 (nothing to do with tcp)
+        """Let a new container bind the kernel's sockets (the old ones are removed)."""
+
+    def seal(self) -> None:  # noqa: B027 (nothing to do with tcp)
+        """The kernel is connected: take away what the sandbox should not have."""
+
+    def container_restarted(self) -> None:
+        """A new supervisor runs: its first kernel is number 1."""
+        self.kernel = 1
+        self._end = None
+
+    def close(self) -> None:  # noqa: B027 (nothing to do with tcp)
+        """Release every host-side resource."""
+
+
+class HostRunDir(StateDir):
+    """The ``ipc`` run directory on the host, sealed while a kernel is connected."""
+
+    def __init__(self, path: Path, sockets: set[str]) -> None:
+        """Make ``path`` (open for the first kernel) with its claim and status FIFO."""
+        super().__init__()
+        self.path = path
+        self._sockets = sockets
+        self._claim: int | None = None
+        self._fifo: int | None = None
+        self._pending = b""
+        self._warned = False
+        path.mkdir(mode=0o700)
+        self._claim = rundirs.claim(path)  # gc: in use
+        fifo = path / STATUS_FILE
+        os.mkfifo(fifo)
+        os.chmod(fifo, 0o622)  # the container user writes, only the host reads
+        # A reader that never blocks, and is always there: the supervisor's writes
+        # never block either (unless the sandbox filled the pipe; the next read frees it).
+        self._fifo = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        os.chmod(path, _OPEN_MODE)
+
+    async def _read_end(self) -> KernelEnd | None:
+        return parse_status(self._read_lines().decode(errors="replace"), self.kernel)
+
+    def _read_lines(self) -> bytes:
+        """The complete lines written to the FIFO since the last read."""
+        assert self._fifo is not None
+        data, total = self._pending, 0
+        while total < _READ_LIMIT:
+            try:
+                chunk = os.read(self._fifo, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:  # no writer at the moment
+                break
+            data += chunk
+            total += len(chunk)
+        cut = data.rfind(b"\n") + 1
+        complete, self._pending = data[:cut], data[cut:]
+        if len(self._pending) > _LINE_LIMIT:
+            self._pending = b""
+        return complete
+
+    async def _go(self, name: str) -> None:
+        (self.path / name).touch()
+
+    def open_for_kernel(self) -> None:
+        for name in self._sockets:
+            (self.path / name).unlink(missing_ok=True)
+        os.chmod(self.path, _OPEN_MODE)
+
+    def seal(self) -> None:
+        """Close the run directory to the container and remove anything it put there.
+
+        What the container binds is a socket with one of the kernel's names; anything
+        else (files, directories, links) was written by sandbox code while the
+        directory was open, or is an old ``go-`` file.  Sealing is cheap and idempotent:
+        it is done after every connect.
+        """
+        os.chmod(self.path, _SEALED_MODE)
+        keep = {rundirs.OWNER_FILE, STATUS_FILE}
+        for entry in os.scandir(self.path):
+            if entry.name in keep:
+                continue
+            info = entry.stat(follow_symlinks=False)
+            if entry.name in self._sockets and stat.S_ISSOCK(info.st_mode):
+                self._warn_if_owned(info.st_uid)
+                continue
+            if stat.S_ISDIR(info.st_mode):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
+
+    def _warn_if_owned(self, uid: int) -> None:
+        if uid == os.getuid() and not self._warned:
+            self._warned = True
+            log.warning(
+                "the sandbox user has the same uid (%d) as this process, so sandbox code "
+                "could make its run directory %s writable again and write to this host's "
+                "disk; run as another user or use transport='tcp'",
+                uid,
+                self.path,
+            )
+
+    def container_restarted(self) -> None:
+        super().container_restarted()
+        self._read_lines()  # whatever the old container wrote is not about the new one
+        self._pending = b""
+
+    def close(self) -> None:
+        if self._fifo is not None:
+            os.close(self._fifo)
+            self._fifo = None
+        shutil.rmtree(self.path, ignore_errors=True)
+        if self._claim is not None:
+            rundirs.release(self._claim)
+            self._claim = None
+
+
+class ContainerStateDir(StateDir):
+    """The ``tcp`` state directory in the container's ``/tmp``, read through the engine."""
+
+    def __init__(self, backend: Backend, container_id: str, user: str) -> None:
+        super().__init__()
+        self._backend = backend
+        self._container_id = container_id
+        self._user = user
+
+    async def _read_end(self) -> KernelEnd | None:
+        try:
+            result = await self._backend.exec(
+                self._container_id, ["cat", f"{TCP_STATE_DIR}/{STATUS_FILE}"], user=self._user
+            )
+        except SandboxError:  # the container is gone: the engine check says so
+            return None
+        text = result.stdout.decode(errors="replace") if result.exit_code == 0 else ""
+        return parse_status(text, self.kernel)
+
+    async def _go(self, name: str) -> None:
+        await self._backend.exec(
+            self._container_id, ["touch", f"{TCP_STATE_DIR}/{name}"], user=self._user
+        )

@@ -1,0 +1,37 @@
+"""The ipc binder, run with the host's Python and sh (no daemon)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+from kernel_sandbox.kernel.connection import BINDER, ipc_socket_names, new_connection_info
+
+# Stands in for the supervisor: says which descriptors it got and what they are.
+REPORT = """echo "$KERNEL_SANDBOX_FDS"
+for fd in $(echo "$KERNEL_SANDBOX_FDS" | tr , '\\n' | sed 's/.*=//'); do
+    readlink /proc/$$/fd/$fd
+done"""
+
+
+def test_binder_binds_the_sockets_once_and_hands_the_listeners_down(tmp_path: Path) -> None:
+    info = new_connection_info("ipc", str(tmp_path / "k"))
+    done = subprocess.run(
+        [sys.executable, "-c", BINDER, "-c", REPORT],
+        env={**os.environ, "KERNEL_SANDBOX_CONNECTION": json.dumps(info)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    handed, *targets = done.stdout.split()
+    pairs = dict(item.rsplit("=", 1) for item in handed.split(","))
+    assert set(pairs) == {f"ipc://{tmp_path}/{name}" for name in ipc_socket_names(info)}
+    # still open in the shell the binder became
+    assert len(targets) == 5 and all(t.startswith("socket:") for t in targets)
+    for name in ipc_socket_names(info):
+        mode = (tmp_path / name).stat().st_mode
+        assert stat.S_ISSOCK(mode) and stat.S_IMODE(mode) == 0o777  # any host user connects

@@ -1,0 +1,105 @@
+"""The host's run directory for ipc sandboxes, without a daemon: sealing and the status FIFO."""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernel_sandbox.kernel.supervisor import KernelEnd
+from kernel_sandbox.rundirs import OWNER_FILE
+from kernel_sandbox.statedir import HostRunDir
+
+SOCKETS = {"k-1", "k-2"}
+
+
+@pytest.fixture
+def run_dir(tmp_path: Path) -> Iterator[HostRunDir]:
+    state = HostRunDir(tmp_path / "run", SOCKETS)
+    yield state
+    state.close()
+
+
+def bind(path: Path) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(str(path))
+    return s
+
+
+def write_status(state: HostRunDir, data: bytes) -> None:
+    fd = os.open(state.path / "status", os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def test_seal_keeps_only_the_kernel_sockets_and_the_host_files(run_dir: HostRunDir) -> None:
+    path = run_dir.path
+    assert stat.S_IMODE(path.stat().st_mode) == 0o1777  # open for the first kernel
+    sockets = [bind(path / name) for name in SOCKETS]
+    (path / "junk").write_bytes(b"x" * 1000)
+    (path / "k-3").write_text("not a socket of this kernel")
+    (path / "k-1.bak").symlink_to("/etc/passwd")
+    (path / "deep" / "er").mkdir(parents=True)
+    (path / "deep" / "er" / "file").write_text("x")
+    (path / "go-1").touch()
+    run_dir.seal()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o755
+    assert sorted(os.listdir(path)) == sorted([*SOCKETS, OWNER_FILE, "status"])
+    assert stat.S_ISFIFO((path / "status").stat().st_mode)
+    for s in sockets:
+        s.close()
+
+
+def test_open_for_kernel_removes_the_dead_kernel_sockets(run_dir: HostRunDir) -> None:
+    sockets = [bind(run_dir.path / name) for name in SOCKETS]
+    run_dir.seal()
+    run_dir.open_for_kernel()
+    assert stat.S_IMODE(run_dir.path.stat().st_mode) == 0o1777
+    assert sorted(os.listdir(run_dir.path)) == sorted([OWNER_FILE, "status"])
+    for s in sockets:
+        s.close()
+
+
+async def test_the_fifo_report_is_found_among_junk_and_remembered(run_dir: HostRunDir) -> None:
+    assert await run_dir.kernel_end() is None  # nobody wrote: no block, no end
+    write_status(run_dir, b"junk without newline")
+    assert await run_dir.kernel_end() is None
+    write_status(run_dir, b"\n1 137 0 1\n")
+    assert await run_dir.kernel_end() == KernelEnd(137, True)
+    assert await run_dir.kernel_end() == KernelEnd(137, True)  # read once, kept
+    await run_dir.start_next()
+    assert (run_dir.path / "go-1").exists()
+    assert await run_dir.kernel_end() is None  # kernel 2 runs
+    write_status(run_dir, b"\n1 0 0 0\n")  # a late or forged report of kernel 1
+    assert await run_dir.kernel_end() is None
+    write_status(run_dir, b"\n2 3 0 0\n")
+    assert await run_dir.kernel_end() == KernelEnd(3, False)
+
+
+async def test_a_full_fifo_is_drained_and_holds_at_most_a_pipe(run_dir: HostRunDir) -> None:
+    fd = os.open(run_dir.path / "status", os.O_WRONLY | os.O_NONBLOCK)
+    written = 0
+    try:
+        while True:
+            written += os.write(fd, b"y" * 4096)
+    except BlockingIOError:
+        pass
+    finally:
+        os.close(fd)
+    assert written <= 1 << 20  # the kernel's pipe buffer, not the disk, holds it
+    assert await run_dir.kernel_end() is None
+    write_status(run_dir, b"\n1 9 0 0\n")  # there is room again
+    assert await run_dir.kernel_end() == KernelEnd(9, False)
+
+
+def test_close_removes_the_directory(tmp_path: Path) -> None:
+    state = HostRunDir(tmp_path / "run", SOCKETS)
+    state.seal()
+    state.close()
+    assert not (tmp_path / "run").exists()
