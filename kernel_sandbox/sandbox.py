@@ -46,7 +46,7 @@ from .kernel.connection import (
     launch_command,
     new_connection_info,
 )
-from .kernel.supervisor import KILL_SIGNAL, TCP_STATE_DIR
+from .kernel.supervisor import KILL_ALL_SIGNAL, KILL_SIGNAL, TCP_STATE_DIR
 from .results import CommandResult, Execution, ExecutionError, ExecutionStatus, strip_ansi
 from .statedir import ContainerStateDir, HostRunDir, StateDir
 from .writable import create_writable_area
@@ -412,18 +412,19 @@ class AsyncSandbox:
         except SandboxError as exc:
             return f"restarting the kernel failed: {exc}"
 
-    async def _restart_kernel(self) -> str:
+    async def _restart_kernel(self, kill_all: bool = False) -> str:
         """Restart the kernel in place, else the whole container; say what was lost.
 
-        The container restart is the fallback for a container that stopped (its
-        supervisor was killed) or a supervisor that cannot start a new kernel in time.
+        ``kill_all`` ends every process of the sandbox, not only the kernel's.  The
+        container restart is the fallback for a container that stopped (its supervisor
+        was killed) or a supervisor that cannot start a new kernel in time.
         """
         if self._session is not None:
             self._session.close()
             self._session = None
         assert self.container_id is not None
         try:
-            await self._restart_in_place()
+            await self._restart_in_place(KILL_ALL_SIGNAL if kill_all else KILL_SIGNAL)
             return "the kernel was restarted and all variables were lost"
         except SandboxError as exc:
             why = str(exc)
@@ -445,13 +446,13 @@ class AsyncSandbox:
             "be lost too"
         )
 
-    async def _restart_in_place(self) -> None:
-        """Have the supervisor kill the kernel's process group, then start a new kernel.
+    async def _restart_in_place(self, kill_signal: str) -> None:
+        """Have the supervisor kill the kernel (see ``kill_signal``), then start a new one.
 
         Signalling a stopped container fails: the caller restarts the container then.
         """
         assert self.container_id is not None and self._state is not None
-        await self.backend.signal(self.container_id, KILL_SIGNAL)
+        await self.backend.signal(self.container_id, kill_signal)
         deadline = time.monotonic() + _KILL_LIMIT
         while await self._state.kernel_end() is None:
             if time.monotonic() > deadline:
@@ -463,10 +464,14 @@ class AsyncSandbox:
         await self._connect()
 
     async def restart(self) -> None:
-        """Restart the kernel: every variable is lost, files in the sandbox are kept."""
+        """Restart the kernel: every variable is lost, files in the sandbox are kept.
+
+        Every process in the sandbox ends too, including what shell commands left
+        running in the background.
+        """
         self._check_open()
         async with self._lock:
-            await self._restart_kernel()
+            await self._restart_kernel(kill_all=True)
 
     # -- shell -------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from typing import NamedTuple
 
 __all__ = [
     "GO_PREFIX",
+    "KILL_ALL_SIGNAL",
     "KILL_SIGNAL",
     "STATUS_FILE",
     "SUPERVISOR",
@@ -55,6 +56,9 @@ GO_PREFIX = "go-"
 TCP_STATE_DIR = "/tmp/kernel-sandbox"
 #: Sent to the container's main process to kill the kernel's process group.
 KILL_SIGNAL = "SIGUSR1"
+#: Sent to kill every process of the sandbox but the supervisor (and Docker's init):
+#: an explicit restart also ends shell commands' leftovers, e.g. a backgrounded fork bomb.
+KILL_ALL_SIGNAL = "SIGUSR2"
 
 # $1 is the state directory, the rest is the kernel's command.  A status file and go
 # files left by an earlier container run (the state directory may outlive it) are not
@@ -64,6 +68,7 @@ KILL_SIGNAL = "SIGUSR1"
 SUPERVISOR = f"""\
 trap : HUP INT TERM
 trap 'kill -KILL -"$kernel" 2>/dev/null' USR1
+trap 'kill -KILL -1 2>/dev/null' USR2
 dir=$1
 shift
 mkdir -p "$dir"

@@ -372,8 +372,7 @@ async def test_kernel_restarts_never_open_the_run_directory(make_sandbox: Any) -
     started = await sandbox.run_shell(WINDOW_WRITER)
     assert started.exit_code == 0, started.stderr
     tries = []
-    for _ in range(5):
-        await sandbox.restart()
+    for _ in range(10):  # crash restarts end only the kernel's processes, not the writer
         crash = await sandbox.run_python("import os; os._exit(1)")
         assert "restarted" in crash.message and "container" not in crash.message, crash.message
         tries.append((await sandbox.run_shell("cat /tmp/tries")).stdout.strip())
@@ -382,6 +381,11 @@ async def test_kernel_restarts_never_open_the_run_directory(make_sandbox: Any) -
     assert got_in == "0"
     assert len(set(tries)) == len(tries)  # it was trying all along
     assert host_entries(sandbox) == expected_entries(sandbox)
+    # An explicit restart ends every process of the sandbox, the writer included.
+    writers = "grep -l 'junk-[$]i' /proc/[0-9]*/cmdline 2>/dev/null | wc -l"  # not itself
+    assert int((await sandbox.run_shell(writers)).stdout) > 0
+    await sandbox.restart()
+    assert int((await sandbox.run_shell(writers)).stdout) == 0
     assert (await sandbox.run_python("6 * 7")).text == "42"
 
 
