@@ -159,8 +159,18 @@ def gc(remove_all: bool, dry_run: bool) -> None:
     rows = _sandboxes()
     containers = _orphan_containers(backend, rows, remove_all)
     leftovers = containers + _orphan_volumes(backend, remove_all) + _stale_run_dirs(rows)
+    failed = 0
     for leftover in leftovers:
         click.echo(f"{'would remove' if dry_run else 'removing'} {leftover.what}")
         if not dry_run:
-            leftover.remove()
-    click.echo(f"{len(leftovers)} leftover(s) {'to remove' if dry_run else 'removed'}")
+            try:
+                leftover.remove()
+            except Exception as exc:  # one wedged container must not keep the rest
+                click.echo(f"could not remove {leftover.what}: {exc}", err=True)
+                failed += 1
+    click.echo(
+        f"{len(leftovers) - failed} leftover(s) {'to remove' if dry_run else 'removed'}"
+        + (f", {failed} could not be removed" if failed else "")
+    )
+    if failed:
+        raise SystemExit(1)
