@@ -48,6 +48,7 @@ from .kernel.connection import (
 )
 from .kernel.supervisor import KILL_ALL_SIGNAL, KILL_SIGNAL, TCP_STATE_DIR
 from .results import CommandResult, Execution, ExecutionError, ExecutionStatus, strip_ansi
+from .shell import run_command
 from .statedir import ContainerStateDir, HostRunDir, StateDir
 from .writable import create_writable_area
 
@@ -55,23 +56,11 @@ __all__ = ["AsyncSandbox", "runtime_root"]
 
 log = logging.getLogger(__name__)
 
-#: GNU timeout's exit status when it stopped the command.
-_TIMEOUT_EXIT = 124
 #: Seconds between engine checks of the container while the kernel's status is unknown
 #: (the supervisor's status reports a dead kernel; the engine a dead container).
 _ENGINE_POLL = 2.0
 #: Seconds the supervisor gets to report the end of a kernel it was told to kill.
 _KILL_LIMIT = 5.0
-# GNU timeout puts the command in a new process group and, when time runs out, sends
-# SIGTERM to the group; it stops waiting (and never sends its -k SIGKILL) as soon as the
-# command itself has died.  Group members that survive SIGTERM (bash blocks it while
-# retrying a refused fork, as in a fork bomb) would go on filling the pids limit, so the
-# group is SIGKILLed (atomic against forks) after a timeout.  On a normal end, background
-# processes the command started are left running, as in any shell.
-_SHELL_RUNNER = (
-    'timeout -k 2 "$0" sh -c "$1" & wait $!; rc=$?; '
-    "if [ $rc = 124 ] || [ $rc = 137 ]; then kill -KILL -$! 2>/dev/null; fi; exit $rc"
-)
 
 
 def runtime_root() -> Path:
@@ -490,40 +479,17 @@ class AsyncSandbox:
         """
         self._check_open()
         assert self.container_id is not None
-        timeout = timeout or self.config.timeout
-        argv = ["sh", "-c", _SHELL_RUNNER, f"{timeout:g}", command]
-        wall, started = time.time(), time.monotonic()
-        try:
-            result = await asyncio.wait_for(
-                self.backend.exec(
-                    self.container_id,
-                    argv,
-                    user=self.config.user,
-                    workdir=self.resolve_path(cwd or "."),
-                    environment=env,
-                    max_output_bytes=self.config.max_output_bytes,
-                ),
-                timeout + 15,
-            )
-            duration = time.monotonic() - started
-            timed_out = result.exit_code == _TIMEOUT_EXIT or (
-                result.exit_code == 137 and duration >= timeout
-            )
-            stderr = result.stderr.decode(errors="replace")
-            if timed_out:
-                stderr += f"\n[command timed out after {timeout:g}s; its process group was killed]"
-            outcome = CommandResult(
-                result.exit_code,
-                result.stdout.decode(errors="replace"),
-                stderr,
-                timed_out,
-                duration,
-                result.truncated_bytes,
-            )
-        except TimeoutError:
-            outcome = CommandResult(
-                -1, "", "the command did not end", True, time.monotonic() - started
-            )
+        wall = time.time()
+        outcome = await run_command(
+            self.backend,
+            self.container_id,
+            command,
+            timeout=timeout or self.config.timeout,
+            user=self.config.user,
+            workdir=self.resolve_path(cwd or "."),
+            env=env,
+            max_output_bytes=self.config.max_output_bytes,
+        )
         if self.listeners:
             await emit(self.listeners, ShellExecuted(self.id, command, outcome, wall, cwd))
         return outcome
