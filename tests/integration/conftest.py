@@ -7,7 +7,11 @@ that made it; a session-end check removes (and reports) anything left behind.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +20,31 @@ from tests.conftest import TEST_LABEL, require
 
 PYTHON_IMAGE = "kernel-sandbox:python"
 DATASCIENCE_IMAGE = "kernel-sandbox:datascience"
+
+#: A program that opens one sandbox, prints its id and waits (to be killed, or to exit).
+ORPHAN_MAKER = """
+import sys
+from kernel_sandbox.sync import Sandbox
+sb = Sandbox.create(image="kernel-sandbox:python", labels={"kernel-sandbox.test": "1"})
+print(sb.id, flush=True)
+sys.stdin.read()  # wait to be killed
+"""
+
+
+def orphan_of_killed_owner() -> str:
+    """Run ``ORPHAN_MAKER``, SIGKILL it once its sandbox is up; the orphan's sandbox id."""
+    maker = subprocess.Popen(
+        [sys.executable, "-c", ORPHAN_MAKER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
+    assert maker.stdout is not None
+    sandbox_id = maker.stdout.readline().strip()
+    os.kill(maker.pid, signal.SIGKILL)
+    maker.wait()
+    return sandbox_id
 
 
 def _engine():  # type: ignore[no-untyped-def]

@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from click.testing import CliRunner
 
 from kernel_sandbox.cli.main import cli
+from tests.integration.conftest import orphan_of_killed_owner
 
 pytestmark = pytest.mark.integration
-
-ORPHAN_MAKER = """
-import sys
-from kernel_sandbox.sync import Sandbox
-sb = Sandbox.create(image="kernel-sandbox:python", labels={"kernel-sandbox.test": "1"})
-print(sb.id, flush=True)
-sys.stdin.read()  # wait to be killed
-"""
 
 
 def test_run_prints_outputs_saves_images_and_fails_on_error(docker_engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -43,17 +30,7 @@ def test_shell_exits_with_the_command_status(docker_engine) -> None:  # type: ig
 
 
 def test_gc_removes_sandboxes_whose_owner_was_killed(docker_engine) -> None:  # type: ignore[no-untyped-def]
-    maker = subprocess.Popen(
-        [sys.executable, "-c", ORPHAN_MAKER],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).parents[2],
-    )
-    assert maker.stdout is not None
-    sandbox_id = maker.stdout.readline().strip()
-    os.kill(maker.pid, signal.SIGKILL)
-    maker.wait()
+    sandbox_id = orphan_of_killed_owner()
     label = f"kernel-sandbox.id={sandbox_id}"
     assert docker_engine.containers.list(all=True, filters={"label": label})
     listed = CliRunner().invoke(cli, ["ps"])

@@ -11,7 +11,6 @@ import errno
 import json
 import os
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -27,7 +26,7 @@ from kernel_sandbox.errors import FileOperationError, SandboxStartError
 from kernel_sandbox.kernel.connection import PORT_NAMES
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.tools import ToolSet
-from tests.integration.conftest import PYTHON_IMAGE
+from tests.integration.conftest import ORPHAN_MAKER, PYTHON_IMAGE, orphan_of_killed_owner
 
 pytestmark = pytest.mark.integration
 
@@ -230,27 +229,8 @@ async def test_volumes_carry_the_sandbox_labels_and_go_on_close(
     assert sandbox_volumes(docker_engine, sandbox.id) == []
 
 
-ORPHAN_MAKER = """
-import sys
-from kernel_sandbox.sync import Sandbox
-sb = Sandbox.create(image="kernel-sandbox:python", labels={"kernel-sandbox.test": "1"})
-print(sb.id, flush=True)
-sys.stdin.read()  # wait to be killed
-"""
-
-
 def test_gc_removes_the_volumes_of_a_killed_owner(docker_engine: Any) -> None:
-    maker = subprocess.Popen(
-        [sys.executable, "-c", ORPHAN_MAKER],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).parents[2],
-    )
-    assert maker.stdout is not None
-    sandbox_id = maker.stdout.readline().strip()
-    os.kill(maker.pid, signal.SIGKILL)
-    maker.wait()
+    sandbox_id = orphan_of_killed_owner()
     assert len(sandbox_volumes(docker_engine, sandbox_id)) == 3
     result = CliRunner().invoke(cli, ["gc"])
     assert result.exit_code == 0, result.output
