@@ -49,7 +49,7 @@ _LAZY = {
     "ReplayReport": "notebook",
     "export_notebook": "notebook",
     "replay": "notebook",
-    "replay_notebook": "notebook",
+    "async_replay": "notebook",
     "SandboxPool": "pool",
 }
 
@@ -113,7 +113,7 @@ __all__ = [
     "ToolResult",
     "ToolSet",
     "__version__",
+    "async_replay",
     "export_notebook",
     "replay",
-    "replay_notebook",
 ]

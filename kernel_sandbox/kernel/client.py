@@ -61,6 +61,8 @@ class RawExecution:
     reply: dict[str, Any] = field(default_factory=dict)
     death_reason: str = ""
     truncated_bytes: int = 0
+    display_ids: dict[str, list[int]] = field(default_factory=dict)
+    display_updates: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _shared_context() -> zmq.asyncio.Context:
@@ -228,8 +230,17 @@ class KernelSession:
         collector = OutputCollector(max_output_bytes)
 
         def result(outcome: Outcome, **details: Any) -> RawExecution:
+            outputs = collector.outputs
+            updates = {
+                k: {"data": d, "metadata": m} for k, (d, m) in collector.display_updates.items()
+            }
             return RawExecution(
-                outcome, collector.outputs, truncated_bytes=collector.truncated_bytes, **details
+                outcome,
+                outputs,
+                truncated_bytes=collector.truncated_bytes,
+                display_ids=collector.display_ids(outputs),
+                display_updates=updates,
+                **details,
             )
 
         loop = asyncio.get_running_loop()
