@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -91,8 +92,13 @@ def _raster_item(kind: str, mime: str, payload: Any) -> Item:
     return Item(kind, mime, f"<{mime} {raster.size}>", raster)
 
 
+#: matplotlib's figure repr names the size the image already shows ("size only")
+_FIGURE_SIZE = re.compile(r"<Figure size \d+(?:\.\d+)?x\d+(?:\.\d+)? with")
+
+
 def _bundle_items(kind: str, data: Mapping[str, Any]) -> list[Item]:
     items = []
+    has_raster = any(mime in _RASTERS for mime in data)
     for mime in sorted(data):
         value = data[mime]
         text = "".join(value) if isinstance(value, list) else value
@@ -106,7 +112,10 @@ def _bundle_items(kind: str, data: Mapping[str, Any]) -> list[Item]:
         elif mime.startswith(_TEXT_MIMES) or mime.endswith("+json"):
             if not isinstance(text, str):
                 text = json.dumps(text, sort_keys=True, default=str)
-            items.append(Item(kind, mime, normalise_text(text)))
+            text = normalise_text(text)
+            if has_raster and mime == "text/plain":
+                text = _FIGURE_SIZE.sub("<Figure size … with", text)
+            items.append(Item(kind, mime, text))
         else:
             items.append(Item(kind, mime, "<binary>"))
     return items

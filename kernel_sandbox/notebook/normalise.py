@@ -46,6 +46,13 @@ _SUBSTITUTIONS: list[tuple[re.Pattern[str], str]] = [
     # a repr's memory address: "<Foo object at 0x7f3a...>", "<function f at 0x...>"
     (re.compile(r"\bat 0x[0-9a-fA-F]{6,16}\b"), "at 0x…"),
     (re.compile(r"/tmp/ipykernel_\d+/\d+\.py"), "<cell>"),
+    # a version-4 UUID is random by definition (uuid1/3/5 ones are data: kept)
+    (
+        re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}\b"),
+        "<uuid4>",
+    ),
+    # display(..., display_id=True) draws a random uuid4().hex
+    (re.compile(r"<DisplayHandle display_id=[0-9a-f]{32}>"), "<DisplayHandle display_id=…>"),
     (re.compile(r"/tmp/tmp[a-z0-9_]{6,}"), "/tmp/<tmp>"),
     # %timeit, IPython >= 7: "1.2 ms ± 3 µs per loop (mean ± std. dev. of 7 runs, 1,000 loops each)"
     (
@@ -59,8 +66,8 @@ _SUBSTITUTIONS: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"[\d,]+ loops?, best of \d+: [\d.]+[ \t]?[nµum]?s per loop"), "<timeit>"),
     (
         re.compile(
-            r"The slowest run took [\d.]+ times longer than the fastest\.[^\n]*"
-            r"(?:\n[^\n]*intermediate result is being cached\.?)?"
+            r"The slowest run took [\d.]+ times longer than the fastest\.[^\n]*\n?"
+            r"(?:[^\n]*intermediate result is being cached\.?\n?)?"
         ),
         "",
     ),
@@ -91,7 +98,7 @@ def normalise_text(text: str | list[str]) -> str:
             _DURATION.sub("<duration>", line) if _TIMING_WORDS.search(line) else line
             for line in text.split("\n")
         )
-    return _TRAILING_SPACES.sub("", text).rstrip()
+    return _TRAILING_SPACES.sub("", text).strip("\n").rstrip()
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ replayed.  The image is the recorded one unless overridden, else the default ima
 
 Display ids work across cells as in Jupyter: ``handle.update()`` or a second
 ``display(..., display_id=x)`` in a later cell rewrites the earlier cell's output, the
-way nbclient's ``_update_display_id`` does, and that earlier cell is judged again.
+way nbclient's ``_update_display_id`` does; cells showing a display id are judged
+after the last cell, on their final outputs.
 Cell tags (``nbval-skip``, ``nbval-ignore-output``, ``raises-exception``,
 ``nondeterministic``; see :mod:`.tags`) steer what is run and compared.
 
@@ -165,6 +166,8 @@ class _Replay:
         # display id -> (cell index, output index) of every output showing it, as
         # nbclient's NotebookClient._display_id_map
         self.displays: dict[str, list[tuple[int, int]]] = {}
+        # cells showing a display id, judged at the end: index -> execution status
+        self.pending: dict[int, str] = {}
 
     def finish(self) -> None:
         """Drop the recorded outputs of ``same`` cells: the outputs shown are equivalent."""
@@ -202,12 +205,19 @@ class _Replay:
         meta["replay"] = {"status": status, "recorded_outputs": recorded}
         if never_ran:
             meta["replay"]["unrecorded"] = True
-        self._touched: set[int] = set()
         if execution is not None:
             self._apply_displays(index, execution)
-        self.publish(self._judge(index, cell, status))
-        for touched in sorted(self._touched):
-            self.publish(self._judge(touched, self.nb.cells[touched]))
+        if execution is not None and execution.display_ids:
+            self.pending[index] = status  # a later cell may still update its displays
+            self.save()
+        else:
+            self.publish(self._judge(index, cell, status))
+
+    def judge_pending(self) -> None:
+        """Judge the cells that show display ids, now that no later cell can update them."""
+        for index, status in sorted(self.pending.items()):
+            self.publish(self._judge(index, self.nb.cells[index], status))
+        self.pending.clear()
 
     def _apply_displays(self, index: int, execution: Any) -> None:
         """Apply this cell's display updates to earlier cells; remember its display ids."""
@@ -218,7 +228,6 @@ class _Replay:
                 output = self.nb.cells[cell_index].outputs[output_index]
                 output["data"] = nbformat.from_dict(jsonable(update["data"]))
                 output["metadata"] = nbformat.from_dict(jsonable(update["metadata"]))
-                self._touched.add(cell_index)
         for display_id, positions in execution.display_ids.items():
             self.displays.setdefault(display_id, []).extend((index, p) for p in positions)
 
@@ -278,8 +287,8 @@ async def async_replay(
     (async or blocking) to use an existing one (it is not closed);
     ``sandbox_options`` are extra ``AsyncSandbox.create`` settings.  ``tolerance``
     loosens or tightens the comparison (see :class:`~.compare.Tolerance`).
-    ``on_cell`` sees each result as it is known, and again if a later cell's display
-    update changes an earlier cell.
+    ``on_cell`` sees each result as it is known; cells that show a display id are
+    judged after the last cell, since a later cell may still update them.
     """
     if isinstance(notebook, NotebookNode):
         original = notebook
@@ -315,6 +324,7 @@ async def async_replay(
                 state.publish(CellReplay(index, "file", "skipped", cell.source, why))
             elif cell.cell_type == "code" and cell.source.strip():
                 await state.run(sandbox, index, cell, timeout)
+        state.judge_pending()
     finally:
         if owned:
             await sandbox.close()

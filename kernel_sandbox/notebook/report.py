@@ -31,16 +31,28 @@ VERDICTS: tuple[Verdict, ...] = (
     "unrecorded",
 )
 _ARROW = re.compile(r"^-+>\s*(?:\d+\s)?(.*)$")
+_CELL_FRAME = re.compile(r"Cell In\s*\[|<ipython-input-|/tmp/ipykernel_\d+/")
 
 
 def failing_line(traceback: list[str]) -> str:
-    """The line of the cell that raised, from an IPython traceback (``----> 3 1/0``)."""
+    """The line of the cell that raised, from an IPython traceback (``----> 3 1/0``).
+
+    The cell's own frame (``Cell In[n]``, or ``<ipython-input-n>`` in older IPython)
+    of the last exception in a chain wins; else the first arrowed line.
+    """
+    cell_line = first_line = ""
     for entry in traceback:
-        for line in strip_ansi(entry).splitlines():
+        text = strip_ansi(entry)
+        arrowed = ""
+        for line in text.splitlines():
             match = _ARROW.match(line.strip())
             if match and match.group(1).strip():
-                return match.group(1).strip()
-    return ""
+                arrowed = match.group(1).strip()
+                break
+        first_line = first_line or arrowed
+        if arrowed and _CELL_FRAME.search(text.split("\n", 1)[0]):
+            cell_line = arrowed
+    return cell_line or first_line
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,9 @@ tag                        replay
 =========================  ==========================================================
 
 Tags live in ``cell.metadata.tags`` (nbformat's standard place), so Jupyter, nbval and
-nbclient see the same tags.  The recorder adds ``nondeterministic`` when the agent
+nbclient see the same tags.  nbval's older spellings count too: the tag
+``nbval-raises-exception`` and comment lines ``# NBVAL_SKIP``, ``# NBVAL_IGNORE_OUTPUT``
+(``# PYTEST_VALIDATE_IGNORE_OUTPUT``) and ``# NBVAL_RAISES_EXCEPTION`` in the source.  The recorder adds ``nondeterministic`` when the agent
 says so (``metadata={"nondeterministic": True}``) or when :func:`nondeterminism`
 recognises timed or unseeded random code.
 """
@@ -55,10 +57,27 @@ _SEED = re.compile(
 )
 
 
+_ALIASES = {
+    "nbval-raises-exception": RAISES_EXCEPTION,
+    "NBVAL_RAISES_EXCEPTION": RAISES_EXCEPTION,
+    "NBVAL_IGNORE_OUTPUT": IGNORE_OUTPUT,
+    "PYTEST_VALIDATE_IGNORE_OUTPUT": IGNORE_OUTPUT,
+    "NBVAL_SKIP": "nbval-skip",
+}
+
+
 def cell_tags(cell: Mapping[str, Any]) -> set[str]:
-    """The tags of a cell (``metadata.tags``), ignoring anything malformed."""
-    tags = cell.get("metadata", {}).get("tags", [])
-    return {t for t in tags if isinstance(t, str)} if isinstance(tags, list) else set()
+    """The tags of a cell (``metadata.tags`` and nbval's comment markers), aliases resolved."""
+    raw = cell.get("metadata", {}).get("tags", [])
+    tags = {t for t in raw if isinstance(t, str)} if isinstance(raw, list) else set()
+    source = cell.get("source", "")
+    for line in ("".join(source) if isinstance(source, list) else source).splitlines():
+        line = line.strip()
+        if line.startswith("#"):
+            marker = line.lstrip("#").strip()
+            if marker in _ALIASES:
+                tags.add(marker)
+    return {_ALIASES.get(t, t) for t in tags}
 
 
 def seeds_randomness(code: str) -> bool:
