@@ -16,10 +16,11 @@ tag                        replay
 
 Tags live in ``cell.metadata.tags`` (nbformat's standard place), so Jupyter, nbval and
 nbclient see the same tags.  nbval's older spellings count too: the tag
-``nbval-raises-exception`` and comment lines ``# NBVAL_SKIP``, ``# NBVAL_IGNORE_OUTPUT``
-(``# PYTEST_VALIDATE_IGNORE_OUTPUT``) and ``# NBVAL_RAISES_EXCEPTION`` in the source.  The recorder adds ``nondeterministic`` when the agent
-says so (``metadata={"nondeterministic": True}``) or when :func:`nondeterminism`
-recognises timed or unseeded random code.
+``nbval-raises-exception`` and the comment lines ``# NBVAL_SKIP``,
+``# NBVAL_IGNORE_OUTPUT`` (``# PYTEST_VALIDATE_IGNORE_OUTPUT``) and
+``# NBVAL_RAISES_EXCEPTION`` in the source.  The recorder adds ``nondeterministic``
+when the agent says so (``metadata={"nondeterministic": True}``) or when
+:func:`nondeterminism` recognises timed or unseeded random code.
 """
 
 from __future__ import annotations
