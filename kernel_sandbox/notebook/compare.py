@@ -3,10 +3,13 @@
 Outputs are first reduced to :class:`Item` values: runs of consecutive stream outputs
 merged per stream (how chunks and stdout/stderr interleave depends on timing); errors
 reduced to ``Name: value`` (tracebacks name cell numbers and temp files); each entry
-of a MIME bundle on its own.  Text goes through :func:`~.normalise.normalise_text`
-and then matches when it differs only in floats within :class:`Tolerance`; images,
-SVG and HTML are compared as :mod:`.media` describes.  ``execution_count`` and output
-metadata are ignored.  The README's "What replay ignores" table sums this up.
+of a MIME bundle on its own, except a ``text/plain`` fallback beside a representation
+that Jupyter shows instead (an image, HTML, LaTeX...): readers never see it, and for
+a plot it is a repr like ``<Figure size 640x480 with 1 Axes>``.  Text goes through
+:func:`~.normalise.normalise_text` and then matches when it differs only in floats
+within :class:`Tolerance`; images, SVG and HTML are compared as :mod:`.media`
+describes.  ``execution_count`` and output metadata are ignored.  The README's
+"What replay ignores" table sums this up.
 
 Verdicts: ``same``; ``differs``; ``size only`` (every difference is a raster image
 drawn at another pixel size, so its content could not be compared: both sizes are
@@ -17,8 +20,8 @@ the recording did not).
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -43,7 +46,7 @@ __all__ = [
 ]
 
 CellVerdict = Literal["same", "differs", "size only", "new error"]
-_TEXT_MIMES = ("text/", "application/json", "application/javascript")
+_TEXT_MIMES = ("text/", "application/json", "application/javascript", "application/xml")
 _RASTERS = ("image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp")
 
 
@@ -92,14 +95,27 @@ def _raster_item(kind: str, mime: str, payload: Any) -> Item:
     return Item(kind, mime, f"<{mime} {raster.size}>", raster)
 
 
-#: matplotlib's figure repr names the size the image already shows ("size only")
-_FIGURE_SIZE = re.compile(r"<Figure size \d+(?:\.\d+)?x\d+(?:\.\d+)? with")
+#: MIME types a front end shows instead of ``text/plain`` (nbconvert's and JupyterLab's
+#: display priority); ``text/plain`` beside one of them is a fallback nobody reads.
+_SHOWN_BEFORE_PLAIN = frozenset(
+    {
+        "application/javascript",
+        "text/html",
+        "text/markdown",
+        "text/latex",
+        "image/svg+xml",
+        "application/pdf",
+        *_RASTERS,
+    }
+)
 
 
 def _bundle_items(kind: str, data: Mapping[str, Any]) -> list[Item]:
     items = []
-    has_raster = any(mime in _RASTERS for mime in data)
+    richer = any(mime in _SHOWN_BEFORE_PLAIN for mime in data)
     for mime in sorted(data):
+        if mime == "text/plain" and richer:
+            continue
         value = data[mime]
         text = "".join(value) if isinstance(value, list) else value
         if mime in _RASTERS:
@@ -109,15 +125,13 @@ def _bundle_items(kind: str, data: Mapping[str, Any]) -> list[Item]:
             items.append(Item(kind, mime, canonical if canonical is not None else text))
         elif mime == "text/html" and isinstance(text, str):
             items.append(Item(kind, mime, normalise_text(html_text(text))))
-        elif mime.startswith(_TEXT_MIMES) or mime.endswith("+json"):
+        elif mime.startswith(_TEXT_MIMES) or mime.endswith(("+json", "+xml")):
             if not isinstance(text, str):
                 text = json.dumps(text, sort_keys=True, default=str)
-            text = normalise_text(text)
-            if has_raster and mime == "text/plain":
-                text = _FIGURE_SIZE.sub("<Figure size … with", text)
-            items.append(Item(kind, mime, text))
-        else:
-            items.append(Item(kind, mime, "<binary>"))
+            items.append(Item(kind, mime, normalise_text(text)))
+        else:  # another binary type (PDF...): its bytes, as base64 text
+            digest = hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+            items.append(Item(kind, mime, f"<{mime} sha256:{digest[:16]}>"))
     return items
 
 

@@ -64,21 +64,30 @@ _ALIASES = {
     "NBVAL_IGNORE_OUTPUT": IGNORE_OUTPUT,
     "PYTEST_VALIDATE_IGNORE_OUTPUT": IGNORE_OUTPUT,
     "NBVAL_SKIP": "nbval-skip",
+    "NBVAL_CHECK_OUTPUT": "nbval-check-output",
 }
 
 
 def cell_tags(cell: Mapping[str, Any]) -> set[str]:
-    """The tags of a cell (``metadata.tags`` and nbval's comment markers), aliases resolved."""
+    """The tags of a cell (``metadata.tags`` and nbval's comment markers), aliases resolved.
+
+    As in nbval, a comment marker wins over a metadata tag: ``# NBVAL_CHECK_OUTPUT``
+    undoes an ``nbval-ignore-output`` tag, and ``# NBVAL_IGNORE_OUTPUT`` an
+    ``nbval-check-output`` one.
+    """
     raw = cell.get("metadata", {}).get("tags", [])
-    tags = {t for t in raw if isinstance(t, str)} if isinstance(raw, list) else set()
+    tags = (
+        {_ALIASES.get(t, t) for t in raw if isinstance(t, str)} if isinstance(raw, list) else set()
+    )
     source = cell.get("source", "")
+    markers = set()
     for line in ("".join(source) if isinstance(source, list) else source).splitlines():
         line = line.strip()
-        if line.startswith("#"):
-            marker = line.lstrip("#").strip()
-            if marker in _ALIASES:
-                tags.add(marker)
-    return {_ALIASES.get(t, t) for t in tags}
+        if line.startswith("#") and line.lstrip("#").strip() in _ALIASES:
+            markers.add(_ALIASES[line.lstrip("#").strip()])
+    if "nbval-check-output" in markers and IGNORE_OUTPUT not in markers:
+        tags.discard(IGNORE_OUTPUT)
+    return tags | markers
 
 
 def seeds_randomness(code: str) -> bool:

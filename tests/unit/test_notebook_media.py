@@ -90,9 +90,21 @@ def test_another_figure_size_is_size_only_with_both_sizes_and_does_not_fail() ->
     assert comparison.verdict == "size only"
     assert "600x400 recorded, 640x480 now" in comparison.diff
     # a size change next to a real change is still a change
-    changed = plot(figure(rising))
-    changed[0]["data"]["text/plain"] = "<Figure size 640x480 with 2 Axes>"
-    assert compare_outputs(old, changed).verdict == "differs"
+    changed = [*plot(figure(rising)), {"output_type": "stream", "name": "stdout", "text": "2\n"}]
+    assert compare_outputs([*old, changed[1]], changed).verdict == "size only"
+    changed[1] = {"output_type": "stream", "name": "stdout", "text": "3\n"}
+    assert compare_outputs([*old, {**changed[1], "text": "2\n"}], changed).verdict == "differs"
+
+
+def test_text_plain_beside_an_image_is_a_fallback_but_alone_it_is_compared() -> None:
+    figure_repr = {"text/plain": "<matplotlib.figure.Figure at 0x10866ae90>"}
+    new_repr = {"text/plain": "<Figure size 640x480 with 1 Axes>"}
+    image = {"image/png": figure(rising)}
+    shown = [{"output_type": "display_data", "data": {**image, **figure_repr}, "metadata": {}}]
+    again = [{"output_type": "display_data", "data": {**image, **new_repr}, "metadata": {}}]
+    assert compare_outputs(shown, again).same
+    alone = [{"output_type": "display_data", "data": figure_repr, "metadata": {}}]
+    assert compare_outputs(alone, [{**alone[0], "data": new_repr}]).verdict == "differs"
 
 
 def test_unreadable_images_still_compare() -> None:
