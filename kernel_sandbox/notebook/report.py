@@ -116,6 +116,11 @@ class ReplayReport:
         """True when no replayed cell's outputs changed."""
         return not any(c.failed for c in self.cells)
 
+    @property
+    def cells_by_index(self) -> dict[int, CellReplay]:
+        """The results keyed by the cell's index in the notebook."""
+        return {c.index: c for c in self.cells}
+
     def count(self, verdict: Verdict) -> int:
         """How many cells got ``verdict``."""
         return sum(1 for c in self.cells if c.verdict == verdict)
