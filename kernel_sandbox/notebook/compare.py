@@ -12,8 +12,8 @@ describes.  ``execution_count`` and output metadata are ignored.  The README's
 "What replay ignores" table sums this up.
 
 Verdicts: ``same``; ``differs``; ``size only`` (every difference is a raster image
-drawn at another pixel size, so its content could not be compared: both sizes are
-reported, and it does not fail a replay); ``new error`` (the replay raised where
+that shows the same picture at another pixel size, by its perceptual hash: both
+sizes are reported, and it does not fail a replay); ``new error`` (the replay raised where
 the recording did not).
 """
 
@@ -26,7 +26,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .media import DEFAULT_IMAGE_RMS, Raster, decode_raster, html_text, image_rms, svg_canonical
+from .media import (
+    DEFAULT_HUE_SHIFT,
+    DEFAULT_IMAGE_RMS,
+    DEFAULT_SIZE_HASH_DISTANCE,
+    Raster,
+    decode_raster,
+    html_text,
+    hue_shift,
+    image_rms,
+    perceptual_distance,
+    svg_canonical,
+)
 from .normalise import (
     DEFAULT_ABS_TOL,
     DEFAULT_REL_TOL,
@@ -55,12 +66,17 @@ class Tolerance:
     """How different a replayed output may be and still be called the same.
 
     ``rel_tol`` / ``abs_tol`` apply to floats in text (integers must be equal);
-    ``image_rms`` is the largest RMS difference (0-255) between same-size images.
+    ``image_rms`` is the largest RMS difference (0-255) between same-size images;
+    ``size_hash_distance`` and ``hue_shift`` how far apart images of different
+    sizes may be (perceptual hash bits, mean hue in degrees) to count as the same
+    picture ("size only").
     """
 
     rel_tol: float = DEFAULT_REL_TOL
     abs_tol: float = DEFAULT_ABS_TOL
     image_rms: float = DEFAULT_IMAGE_RMS
+    size_hash_distance: int = DEFAULT_SIZE_HASH_DISTANCE
+    hue_shift: float = DEFAULT_HUE_SHIFT
 
     @property
     def numbers(self) -> NumberTolerance:
@@ -185,8 +201,19 @@ def _match(a: Item, b: Item, tol: Tolerance, notes: list[str]) -> Literal["yes",
         return "no"
     if a.raster is not None and b.raster is not None:
         if (a.raster.width, a.raster.height) != (b.raster.width, b.raster.height):
-            notes.append(f"{a.mime}: size only: {a.raster.size} recorded, {b.raster.size} now")
-            return "size"
+            sizes = f"{a.raster.size} recorded, {b.raster.size} now"
+            distance = perceptual_distance(a.raster, b.raster)
+            shift = hue_shift(a.raster, b.raster)
+            if distance <= tol.size_hash_distance and shift <= tol.hue_shift:
+                notes.append(f"{a.mime}: size only: {sizes} (the same picture)")
+                return "size"
+            why = (
+                f"shapes: perceptual distance {distance} > {tol.size_hash_distance}"
+                if distance > tol.size_hash_distance
+                else f"colours: hue moved {shift:.0f}° > {tol.hue_shift:g}°"
+            )
+            notes.append(f"{a.mime}: {sizes}, and the picture changed ({why})")
+            return "no"
         rms = image_rms(a.raster, b.raster)
         if rms <= tol.image_rms:
             return "yes"

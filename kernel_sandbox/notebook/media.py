@@ -5,8 +5,13 @@
   of the RGB values (0-255, transparency composited onto white).  A re-rendered plot
   (another font hinting, another antialiasing) stays under
   :data:`DEFAULT_IMAGE_RMS`; a line drawn the other way, another curve or another
-  colour does not.  Images of different pixel sizes are not compared by content: the
-  verdict is "size only" and both sizes are reported.
+  colour does not.  Images of different pixel sizes cannot be compared pixel by
+  pixel; they are compared by what does not depend on the size: a perceptual hash of
+  the grey image (pHash: the signs of the lowest 8x8 DCT frequencies of the image
+  scaled to 32x32, as the imagehash library computes it) for the shapes, and the mean
+  hue of the coloured pixels for the colours.  Close on both gives the verdict "size
+  only" (the same picture drawn at another size, e.g. matplotlib's old 432x288
+  default); otherwise "differs".  Both sizes are reported either way.
 - **SVG** is parsed as XML and compared as a canonical text: generated ids (which
   matplotlib derives from hashes) are renumbered in order of appearance, the
   ``<metadata>`` block (creation date, producer) is dropped, and numbers in
@@ -26,14 +31,19 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from html.parser import HTMLParser
+from typing import Any
 
 __all__ = [
+    "DEFAULT_HUE_SHIFT",
     "DEFAULT_IMAGE_RMS",
+    "DEFAULT_SIZE_HASH_DISTANCE",
     "MAX_IMAGE_PIXELS",
     "Raster",
     "decode_raster",
     "html_text",
+    "hue_shift",
     "image_rms",
+    "perceptual_distance",
     "svg_canonical",
 ]
 
@@ -41,8 +51,19 @@ __all__ = [
 #: A re-rendered matplotlib plot measures 0-3 here; a mirrored line about 10 and
 #: more; pytest-mpl's default tolerance is 2.  See ``tests/unit/test_notebook_media.py``.
 DEFAULT_IMAGE_RMS = 4.0
+#: Hash bits (of 63) by which two images of different sizes may differ and still be the
+#: same picture.  Measured on matplotlib plots: the same plot at 432x288 and 640x480
+#: differs by 0-6, the corpus's 2015 plots redrawn by today's matplotlib (new style,
+#: new margins) by 4-14; a line against its mirror image, a sine, a histogram, bars in
+#: another order by 24-34.
+DEFAULT_SIZE_HASH_DISTANCE = 18
+#: Degrees by which the mean hue may move between sizes: matplotlib's old pure blue vs
+#: today's tab:blue is 35; blue vs green 85, blue vs red 155.
+DEFAULT_HUE_SHIFT = 60.0
 #: Larger images are compared by their bytes only (decoding them could eat the host).
 MAX_IMAGE_PIXELS = 25_000_000
+_HASH_SIZE = 32
+_HUE_SIDE = 512
 
 
 @dataclass(frozen=True)
@@ -98,6 +119,70 @@ def image_rms(a: Raster, b: Raster) -> float:
     x = np.frombuffer(a.rgb, dtype=np.uint8).astype(np.float64)
     y = np.frombuffer(b.rgb, dtype=np.uint8).astype(np.float64)
     return float(np.sqrt(np.mean((x - y) ** 2)))
+
+
+def _image(raster: Raster) -> Any:
+    from PIL import Image
+
+    assert raster.rgb is not None
+    return Image.frombytes("RGB", (raster.width, raster.height), raster.rgb)
+
+
+def _phash(raster: Raster) -> Any:
+    """A 63-bit perceptual hash: signs of the lowest 8x8 DCT terms of the 32x32 grey image."""
+    import numpy as np
+    from PIL import Image
+
+    n = _HASH_SIZE
+    k = np.arange(n)
+    dct = np.cos(np.pi * (2 * k[None, :] + 1) * k[:, None] / (2 * n))
+    grey = _image(raster).convert("L").resize((n, n), Image.Resampling.LANCZOS)
+    low = (dct @ np.asarray(grey, dtype=np.float64) @ dct.T)[:8, :8].flatten()[1:]
+    return low > np.median(low)  # the DC (mean) term left out
+
+
+def _hue(raster: Raster) -> float | None:
+    """The mean hue (degrees) of the clearly coloured pixels, or None for a grey image."""
+    import numpy as np
+    from PIL import Image
+
+    image = _image(raster)
+    scale = max(1, max(image.size) // _HUE_SIDE)
+    if scale > 1:  # nearest pixels: a thin line keeps its full colour, unlike a blur
+        image = image.resize(
+            (image.width // scale, image.height // scale), Image.Resampling.NEAREST
+        )
+    rgb = np.asarray(image, dtype=np.float64) / 255
+    top, low = rgb.max(axis=-1), rgb.min(axis=-1)
+    chroma = top - low
+    coloured = chroma > 0.25
+    if coloured.mean() < 0.0002:
+        return None
+    r, g, b = (rgb[..., i][coloured] for i in range(3))
+    c, m = chroma[coloured], top[coloured]
+    hue = np.where(m == r, (g - b) / c % 6, np.where(m == g, (b - r) / c + 2, (r - g) / c + 4))
+    angle = np.radians(hue * 60)
+    mean = np.degrees(np.arctan2((np.sin(angle) * c).sum(), (np.cos(angle) * c).sum()))
+    return float(mean % 360)
+
+
+def perceptual_distance(a: Raster, b: Raster) -> int:
+    """Hash bits (of 63) by which two pictures differ, whatever their sizes (0: alike)."""
+    if a.digest == b.digest:
+        return 0
+    if a.rgb is None or b.rgb is None:
+        return 64
+    return int((_phash(a) != _phash(b)).sum())
+
+
+def hue_shift(a: Raster, b: Raster) -> float:
+    """Degrees between the mean hues of two pictures (180 when only one has colour)."""
+    if a.rgb is None or b.rgb is None:
+        return 0.0
+    x, y = _hue(a), _hue(b)
+    if x is None or y is None:
+        return 0.0 if x is None and y is None else 180.0
+    return abs((x - y + 180) % 360 - 180)
 
 
 _SVG_NS = "{http://www.w3.org/2000/svg}"

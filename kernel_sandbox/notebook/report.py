@@ -90,12 +90,17 @@ class CellReplay:
     def headline(self) -> str:
         """The line to show for the cell: the line that raised, else its first code line.
 
-        Magics (``%matplotlib inline``), comments and blank lines are passed over.
+        Magics (``%matplotlib inline``), comments and blank lines are passed over, except
+        ``%%writefile NAME``, which says what a file cell does.
         """
         line = self.error_line
         if not line:
             lines = [ln.strip() for ln in self.source.splitlines()]
-            code = [ln for ln in lines if ln and not ln.startswith(("%", "#"))]
+            code = [
+                ln
+                for ln in lines
+                if ln.startswith("%%writefile") or (ln and not ln.startswith(("%", "#")))
+            ]
             line = code[0] if code else next((ln for ln in lines if ln), "")
         return line if len(line) <= 70 else line[:67] + "..."
 

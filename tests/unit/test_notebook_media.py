@@ -2,7 +2,8 @@
 
 The thresholds here are the figures :data:`DEFAULT_IMAGE_RMS` is chosen from: a plot
 drawn again measures 0, a thicker line (1.5 -> 1.6 pt, the kind of change a new
-matplotlib makes) under 1, a line mirrored or recoloured more than 10.
+matplotlib makes) under 1, a line mirrored or recoloured more than 10.  Across sizes
+the perceptual hash decides (:data:`DEFAULT_SIZE_HASH_DISTANCE`).
 """
 
 from __future__ import annotations
@@ -94,6 +95,22 @@ def test_another_figure_size_is_size_only_with_both_sizes_and_does_not_fail() ->
     assert compare_outputs([*old, changed[1]], changed).verdict == "size only"
     changed[1] = {"output_type": "stream", "name": "stdout", "text": "3\n"}
     assert compare_outputs([*old, {**changed[1], "text": "2\n"}], changed).verdict == "differs"
+
+
+@pytest.mark.parametrize(
+    "changed",
+    [
+        lambda ax: ax.plot(X, 10 - X),
+        lambda ax: ax.plot(X, 5 + 5 * np.sin(X)),
+        lambda ax: ax.plot(X, X, color="green"),
+        lambda ax: ax.bar(["a", "b", "c"], [1, 3, 2]),
+    ],
+)
+def test_a_changed_picture_at_another_size_differs_with_both_sizes(changed: Draw) -> None:
+    old = plot(figure(rising, size=(6, 4)))
+    comparison = compare_outputs(old, plot(figure(changed)))
+    assert comparison.verdict == "differs"
+    assert "600x400 recorded, 640x480 now, and the picture changed" in comparison.diff
 
 
 def test_text_plain_beside_an_image_is_a_fallback_but_alone_it_is_compared() -> None:
