@@ -46,9 +46,10 @@ PAIRS: list[tuple[str, str]] = [
         "rng = np.random.default_rng(7)\nrng.normal(size=3)",
         "rng = np.random.default_rng(8)\nrng.normal(size=3)",
     ),
-    ("h = display('v1', display_id='d')", "h = display('v0', display_id='d')"),
+    # the update changes nothing in its own cell: the display cell before it differs
     ("h.update('v2')", "h.update('v3')"),
 ]
+DISPLAY = "h = display('v1', display_id='d')"
 # noise only: the same source must pass
 NOISE = [
     "%timeit sum(range(100))",
@@ -68,7 +69,7 @@ async def _executed(notebook: Any, make_sandbox: Any) -> Any:
 async def test_same_notebook_rerun_passes_and_every_changed_value_differs(
     make_sandbox: Any,
 ) -> None:
-    cells = [SETUP, *(a for a, _ in PAIRS), *NOISE]
+    cells = [SETUP, DISPLAY, *(a for a, _ in PAIRS), *NOISE]
     recorded = (
         await _executed(new_notebook(cells=[new_code_cell(c) for c in cells]), make_sandbox)
     ).notebook
@@ -78,15 +79,16 @@ async def test_same_notebook_rerun_passes_and_every_changed_value_differs(
     assert again.ok
 
     changed = nbformat.from_dict(recorded)
-    for index, (_, new) in enumerate(PAIRS, start=1):
+    for index, (_, new) in enumerate(PAIRS, start=2):
         changed.cells[index].source = new
     report = await _executed(changed, make_sandbox)
     verdicts = {c.source: c.verdict for c in report.cells}
-    for _, new in PAIRS:
+    for _, new in PAIRS[:-1]:
         assert verdicts[new] == "differs", (new, report.cells_by_index)
-    # the display of cell "h = display(...)" was rewritten by the update in the next cell
-    display_cell = report.notebook.cells[len(PAIRS) - 1]
-    assert display_cell.outputs[0]["data"]["text/plain"] == "'v3'"
+    # the display cell was rewritten by the changed update, as Jupyter would show it
+    assert verdicts[DISPLAY] == "differs" and verdicts[PAIRS[-1][1]] == "same"
+    assert report.notebook.cells[1].outputs[0]["data"]["text/plain"] == "'v3'"
+    assert "+[display_data text/plain] 'v3'" in report.cells_by_index[1].diff
 
 
 DISPLAYS = [
