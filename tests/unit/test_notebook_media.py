@@ -170,3 +170,18 @@ def test_html_text_keeps_table_rows_and_cells_and_drops_styles() -> None:
         "</table><script>alert(1)</script>"
     )
     assert html_text(html) == "Title\n\tx\n0\t1.5\n1\tNaN"
+
+
+def test_an_image_too_large_to_decode_is_compared_by_its_bytes() -> None:
+    from PIL import Image
+
+    def huge(colour: str) -> str:
+        buffer = io.BytesIO()
+        Image.new("RGB", (4000, 2100), colour).save(buffer, format="PNG")
+        return base64.b64encode(buffer.getvalue()).decode()
+
+    white, black = huge("white"), huge("black")
+    raster = decode_raster(white)
+    assert raster is not None and raster.rgb is None and raster.size == "4000x2100"
+    assert compare_outputs(plot(white), plot(white)).same
+    assert compare_outputs(plot(white), plot(black)).verdict == "differs"
