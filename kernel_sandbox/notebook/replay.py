@@ -284,7 +284,8 @@ async def async_replay(
     ``image`` overrides the recorded image (default image when none is recorded).
     ``output`` is where the replayed notebook goes; for a path input it defaults to
     :func:`replayed_path`, and it is rewritten after every cell.  Pass ``sandbox``
-    (async or blocking) to use an existing one (it is not closed);
+    (an ``AsyncSandbox``; :func:`replay` also takes a blocking ``Sandbox``) to use an
+    existing one (it is not closed);
     ``sandbox_options`` are extra ``AsyncSandbox.create`` settings.  ``tolerance``
     loosens or tightens the comparison (see :class:`~.compare.Tolerance`).
     ``on_cell`` sees each result as it is known; cells that show a display id are
