@@ -191,10 +191,10 @@ class RetryPolicy(BaseModel):
     def retrying(self, on_retry: RetryCallback | None = None) -> tenacity.AsyncRetrying:
         """A tenacity retrier for one model call: ``await policy.retrying(cb)(fn)``.
 
-        ``fn`` must be an ``async def``: tenacity awaits only coroutine functions, not a
-        plain callable that returns an awaitable (such as the SDK's ``create``).
         It re-raises the last error when retries run out or the error is not
         retryable; ``on_retry`` is awaited before each wait (the agent emits its event).
+        ``fn`` must be an ``async def``: tenacity awaits only coroutine functions, not a
+        plain callable that returns an awaitable (such as the SDK's ``create``).
         """
 
         async def before_sleep(state: tenacity.RetryCallState) -> None:
@@ -211,24 +211,25 @@ class RetryPolicy(BaseModel):
             reraise=True,
         )
 
+    def delay(self, retry: int, exc: BaseException | None = None) -> float:
+        """Seconds to wait before retry number ``retry`` (1-based): the hint, else backoff."""
+        hinted = _retry_after(exc) if exc is not None else None
+        if hinted is not None:
+            return min(hinted, self.max_delay)
+        base = self.initial_delay * self.multiplier ** (retry - 1)
+        return min(base * (1 + self.jitter * random.random()), self.max_delay)
+
 
 class _Backoff(tenacity.wait.wait_base):
-    """The server's ``Retry-After`` hint, else exponential backoff plus a jitter fraction."""
+    """tenacity's wait hook: :meth:`RetryPolicy.delay` for the attempt that just failed."""
 
     def __init__(self, policy: RetryPolicy) -> None:
         self.policy = policy
-        self.exponential = tenacity.wait_exponential(
-            multiplier=policy.initial_delay, exp_base=policy.multiplier, max=policy.max_delay
-        )
 
     def __call__(self, retry_state: tenacity.RetryCallState) -> float:
         outcome = retry_state.outcome
         error = outcome.exception() if outcome is not None else None
-        hinted = _retry_after(error) if error is not None else None
-        if hinted is not None:
-            return min(hinted, self.policy.max_delay)
-        delay = self.exponential(retry_state) * (1 + self.policy.jitter * random.random())
-        return min(delay, self.policy.max_delay)
+        return self.policy.delay(retry_state.attempt_number, error)
 
 
 def _retry_after(exc: BaseException) -> float | None:
