@@ -292,7 +292,9 @@ class KernelSession:
         Kept hand-written for speed: ``bench/handwritten.py --n 2000`` (a local kernel
         answering ``kernel_info_request``, both readers taking turns) measured a median
         round trip of 0.82 ms with ``get_msg`` and 0.77 ms with this, so about 50 µs a
-        message; a ``print(1+1)`` call reads five.  A message that is already queued is read at once, without a future and an
+        message; a ``print(1+1)`` call reads five.
+
+        A message that is already queued is read at once, without a future and an
         event-loop turn; headers are not searched for ISO dates to parse with dateutil
         (nothing here reads them).  Raises ``Empty`` after ``timeout`` seconds; returns
         None for a message with a bad signature (dropped, as a forged one would be).
