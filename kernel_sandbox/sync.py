@@ -154,6 +154,11 @@ class Sandbox:
         return self._inner.closed
 
     @property
+    def labels(self) -> dict[str, str]:
+        """Labels put on the container, so orphans can always be found and removed."""
+        return self._inner.labels
+
+    @property
     def async_sandbox(self) -> AsyncSandbox:
         """The async sandbox this facade drives."""
         return self._inner
