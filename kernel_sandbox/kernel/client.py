@@ -287,7 +287,12 @@ class KernelSession:
         return {}
 
     async def _get_msg(self, channel: Any, timeout: float) -> dict[str, Any] | None:
-        """``channel.get_msg`` made cheaper for the per-call path (about 0.5 ms a call).
+        """``channel.get_msg`` made cheaper for the per-call path.
+
+        Kept hand-written for speed: ``bench/handwritten.py --n 2000`` (a local kernel
+        answering ``kernel_info_request``, both readers taking turns) measured a median
+        round trip of 0.82 ms with ``get_msg`` and 0.77 ms with this, so about 50 µs a
+        message; a ``print(1+1)`` call reads five.
 
         A message that is already queued is read at once, without a future and an
         event-loop turn; headers are not searched for ISO dates to parse with dateutil
