@@ -172,12 +172,17 @@ class Backend(abc.ABC):
         workdir: str | None = None,
         environment: dict[str, str] | None = None,
         max_output_bytes: int | None = None,
+        stdin: bytes | None = None,
+        deadline: float | None = None,
     ) -> ExecResult:
         """Run a process in the container beside the kernel and wait for it.
 
         With ``max_output_bytes``, stdout and stderr are each read as a stream and
         keep only their head and tail within it (see :class:`~kernel_sandbox.limits.HeadTail`),
-        so a process printing gigabytes never fills host memory.
+        so a process printing gigabytes never fills host memory.  ``stdin`` is sent to
+        the process, then closed.  With ``deadline`` (seconds) the host stops waiting
+        then and raises :class:`~kernel_sandbox.errors.FileOperationError`: a process the
+        sandbox can stop (its own user's) must never hold the host.
         """
 
     @abc.abstractmethod

@@ -12,8 +12,10 @@ import contextlib
 import functools
 import io
 import os
+import socket
 import sys
 import tarfile
+import time
 from typing import Any, TypeVar
 
 import docker
@@ -107,6 +109,17 @@ def _lookup(database: str, key: str) -> list[str] | None:
         if len(fields) >= 3 and key in (fields[0], fields[2]):
             return fields
     return None
+
+
+def _socket_of(body: io.BufferedReader) -> socket.socket:
+    """The socket under an exec stream's reader (to write stdin and bound the waits)."""
+    raw: Any = body.raw
+    sock = getattr(raw, "_sock", raw)
+    if not isinstance(sock, socket.socket):
+        raise FileOperationError(
+            f"this engine connection ({type(sock).__name__}) cannot carry a process's input"
+        )
+    return sock
 
 
 def _too_large(path: str, size: int | None, max_bytes: int) -> FileOperationError:
@@ -344,22 +357,42 @@ class DockerBackend(Backend):
         workdir: str | None = None,
         environment: dict[str, str] | None = None,
         max_output_bytes: int | None = None,
+        stdin: bytes | None = None,
+        deadline: float | None = None,
     ) -> ExecResult:
         def _exec() -> ExecResult:
             exec_id = self.api.exec_create(
-                container_id, argv, user=user, workdir=workdir, environment=environment
+                container_id,
+                argv,
+                user=user,
+                workdir=workdir,
+                environment=environment,
+                stdin=stdin is not None,
             )["Id"]
             limit = max_output_bytes or sys.maxsize
             out, err = HeadTail(limit), HeadTail(limit)
+            ends = None if deadline is None else time.monotonic() + deadline
             # docker-py only opens the stream here; its own frame reader would skip
             # what came in with the response headers (see attach.py), so read it here.
             with self.api.exec_start(exec_id, stream=True)._response as response:
                 body = attach_body(response)
-                # the process may be silent for longer than the client's timeout;
-                # run_shell's own deadline (``timeout`` in the container) ends it
-                self.api._disable_socket_timeout(body.raw)
+                sock = _socket_of(body)
+                if ends is None:
+                    # the process may be silent for longer than the client's timeout;
+                    # run_shell's own deadline (``timeout`` in the container) ends it
+                    self.api._disable_socket_timeout(body.raw)
+                else:
+                    sock.settimeout(deadline)
+                if stdin is not None:
+                    sock.sendall(stdin)
+                    sock.shutdown(socket.SHUT_WR)  # the process reads its end of input
                 for stream, piece in read_frames(body):
                     (err if stream == STDERR else out).add(piece)
+                    if ends is not None:  # a trickle must not stretch the deadline
+                        left = ends - time.monotonic()
+                        if left <= 0:
+                            raise TimeoutError
+                        sock.settimeout(left)
             code = self.api.exec_inspect(exec_id)["ExitCode"]
             return ExecResult(
                 int(code if code is not None else -1),
@@ -370,6 +403,11 @@ class DockerBackend(Backend):
 
         try:
             return await _run(_exec)  # type: ignore[no-any-return]
+        except TimeoutError as exc:  # socket.timeout too
+            raise FileOperationError(
+                f"the process in the sandbox did not finish within {deadline:g}s (stopped or "
+                "blocked by sandbox code?); the host stopped waiting for it"
+            ) from exc
         except docker.errors.APIError as exc:
             raise FileOperationError(f"could not run a process in the sandbox: {exc}") from exc
         except TruncatedStreamError as exc:
