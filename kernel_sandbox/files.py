@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from .errors import FileOperationError, SandboxFileNotFoundError
 from .kernel.connection import CONTAINER_RUN_DIR
@@ -25,7 +25,11 @@ if TYPE_CHECKING:
 
 __all__ = ["LIST_LIMIT", "AsyncFiles"]
 
-_TYPES = {"f": "file", "d": "directory", "l": "symlink"}
+_TYPES: dict[str, Literal["file", "directory", "symlink"]] = {
+    "f": "file",
+    "d": "directory",
+    "l": "symlink",
+}
 # Exit statuses of the helper scripts below.
 _MISSING, _NOT_DIR, _IS_DIR, _RUN_DIR, _NOT_FILE, _TOO_LARGE = 3, 4, 5, 6, 7, 8
 #: Most entries :meth:`AsyncFiles.list` returns; a larger directory is refused.

@@ -234,12 +234,14 @@ class AsyncSandbox:
             await session.connect(self.config.startup_timeout, self._check_alive)
         except KernelError as exc:
             session.close()
+            self._state.seal()  # a kernel that never came must not leave the directory open
             logs = await self._logs_tail()
             raise SandboxStartError(
                 f"the kernel in image {self.image!r} did not start: {exc}{logs}"
             ) from exc
         except BaseException:  # cancelled: an unclosed client hangs zmq when collected
             session.close()
+            self._state.seal()
             raise
         self._session = session
         self._state.seal()
@@ -419,9 +421,9 @@ class AsyncSandbox:
             why = str(exc)
         log.warning("sandbox %s: restarting the container: %s", self.id, why)
         assert self._state is not None
-        self._state.open_for_kernel()
         try:
-            await self.backend.restart(self.container_id)
+            # opened only once the old container is dead: nothing of it can plant there
+            await self.backend.restart(self.container_id, before_start=self._state.open_for_kernel)
         except Exception as exc:
             raise KernelError(
                 f"the kernel could not be restarted in place ({why}), "

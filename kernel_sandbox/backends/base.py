@@ -8,6 +8,7 @@ be added beside ``docker.py``.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -143,8 +144,14 @@ class Backend(abc.ABC):
         """Poll the container; a removed one is ``ContainerState(removed=True)``."""
 
     @abc.abstractmethod
-    async def restart(self, container_id: str) -> None:
-        """Kill the main process (if alive) and start the same container again."""
+    async def restart(
+        self, container_id: str, before_start: Callable[[], None] | None = None
+    ) -> None:
+        """Kill the main process (if alive) and start the same container again.
+
+        ``before_start`` is called once the old container has stopped (none of its
+        processes is left) and before the new one starts.
+        """
 
     @abc.abstractmethod
     async def signal(self, container_id: str, signal: str) -> None:

@@ -16,6 +16,7 @@ import socket
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import docker
@@ -319,11 +320,15 @@ class DockerBackend(Backend):
             error=str(st.get("Error") or ""),
         )
 
-    async def restart(self, container_id: str) -> None:
+    async def restart(
+        self, container_id: str, before_start: Callable[[], None] | None = None
+    ) -> None:
         def _restart() -> None:
             with contextlib.suppress(docker.errors.APIError):  # already stopped
                 self.api.kill(container_id)
             self.api.wait(container_id, timeout=30)
+            if before_start is not None:
+                before_start()
             self.api.start(container_id)
 
         await _run(_restart)
