@@ -86,6 +86,9 @@ def _remove_unclosed() -> None:
             if sandbox.container_id is not None:
                 sandbox.backend.remove_blocking(sandbox.container_id)
             sandbox.backend.remove_volumes_blocking(sandbox._volumes)
+            remove_network = getattr(sandbox.backend, "remove_network_blocking", None)
+            if sandbox._network is not None and remove_network is not None:
+                remove_network(sandbox._network)
         except Exception:  # exit must go on; `kernel-sandbox gc` finds what is left
             log.warning("could not remove sandbox %s at exit", sandbox.id, exc_info=True)
         if sandbox._state is not None:
@@ -203,7 +206,7 @@ class AsyncSandbox:
             network_enabled=cfg.network_enabled,
             name=f"kernel-sandbox-{self.id}",
             published_ports=published,
-            internal_network=cfg.transport == "tcp" and not cfg.network_enabled,
+            own_network=self._network,
             read_only=cfg.disk_limit is not None,
             shm_size=cfg.disk_budget().get("shm"),
         )
@@ -256,6 +259,11 @@ class AsyncSandbox:
         return f"\ncontainer log (last lines):\n{text}" if text else ""
 
     @property
+    def _network(self) -> str | None:
+        """The tcp sandbox's own network (no other sandbox on it); None with ipc."""
+        return f"kernel-sandbox-{self.id}" if self.config.transport == "tcp" else None
+
+    @property
     def _state_dir(self) -> str:
         """The supervisor's state directory inside the container."""
         return CONTAINER_RUN_DIR if self.config.transport == "ipc" else TCP_STATE_DIR
@@ -290,6 +298,8 @@ class AsyncSandbox:
             if self.container_id is not None:
                 await self.backend.remove(self.container_id)
             await self.backend.remove_volumes(self._volumes)  # in use until the container goes
+            if self._network is not None:
+                await self.backend.remove_network(self._network)
         finally:
             if self._state is not None:
                 self._state.close()

@@ -45,8 +45,10 @@ class ContainerSpec:
     name: str | None = None
     #: container port -> host port on 127.0.0.1 (tcp transport with a network)
     published_ports: dict[int, int] = field(default_factory=dict)
-    #: put the container on a network without outside access (tcp transport, no network)
-    internal_network: bool = False
+    #: a network made for this container alone (tcp transport: no other sandbox can
+    #: reach its kernel); internal unless ``network_enabled``, removed by
+    #: :meth:`Backend.remove_network`, labelled like the container for ``gc``
+    own_network: str | None = None
     #: mount the image's root filesystem read-only (writes go to ``volumes`` only)
     read_only: bool = False
     #: bytes of /dev/shm (None: the engine's default)
@@ -138,6 +140,9 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def list_volumes(self, labels: dict[str, str]) -> list[dict[str, object]]:
         """Volumes carrying all these labels: name, labels."""
+
+    async def remove_network(self, name: str) -> None:  # noqa: B027 (engines without any)
+        """Delete a network made for one container (``ContainerSpec.own_network``)."""
 
     @abc.abstractmethod
     async def state(self, container_id: str) -> ContainerState:

@@ -40,11 +40,9 @@ from ..results import format_size
 from .attach import STDERR, TruncatedStreamError, attach_body, read_frames
 from .base import REMOVED_REASON, Backend, ContainerSpec, ContainerState, ExecResult, ImageUser
 
-__all__ = ["INTERNAL_NETWORK", "DockerBackend", "docker_client"]
+__all__ = ["DockerBackend", "docker_client"]
 
 T = TypeVar("T")
-#: Network without a route outside, used by the tcp transport when network is off.
-INTERNAL_NETWORK = "kernel-sandbox-internal"
 #: Room for tar headers and padding on top of ``get_archive``'s ``max_bytes``.
 _TAR_OVERHEAD = 64 * 1024
 
@@ -167,9 +165,9 @@ class DockerBackend(Backend):
     def _start_sync(self, spec: ContainerSpec) -> str:
         api = self.api
         network_mode = "bridge" if spec.network_enabled else "none"
-        if spec.internal_network:
-            self._ensure_internal_network()
-            network_mode = INTERNAL_NETWORK
+        if spec.own_network:
+            self._create_own_network(spec)
+            network_mode = spec.own_network
         host_config = api.create_host_config(
             binds=spec.volumes,
             init=True,
@@ -213,15 +211,40 @@ class DockerBackend(Backend):
             raise SandboxStartError(f"the engine could not start the container: {exc}") from exc
         return container_id
 
-    def _ensure_internal_network(self) -> None:
-        if not self.api.networks(names=[INTERNAL_NETWORK]):
-            try:
-                self.api.create_network(
-                    INTERNAL_NETWORK, internal=True, labels={"kernel-sandbox": "true"}
-                )
-            except docker.errors.APIError:  # created concurrently by another sandbox
-                if not self.api.networks(names=[INTERNAL_NETWORK]):
-                    raise
+    def _create_own_network(self, spec: ContainerSpec) -> None:
+        """A bridge for one container: no other container is on it, so none reaches it.
+
+        The shared network of old let sandbox A subscribe to sandbox B's iopub.  Without
+        ``network_enabled`` it is internal (no route outside).
+        """
+        assert spec.own_network is not None
+        try:
+            self.api.create_network(
+                spec.own_network,
+                driver="bridge",
+                internal=not spec.network_enabled,
+                labels=spec.labels,
+                check_duplicate=True,
+            )
+        except docker.errors.APIError as exc:
+            raise SandboxStartError(
+                f"the engine could not create the sandbox's network {spec.own_network}: "
+                f"{exc.explanation or exc}"
+            ) from exc
+
+    async def remove_network(self, name: str) -> None:
+        await _run(self.remove_network_blocking, name)
+
+    def remove_network_blocking(self, name: str) -> None:
+        """Remove a sandbox's own network; a missing one is not an error."""
+        with contextlib.suppress(docker.errors.NotFound):
+            self.api.remove_network(name)
+
+    async def list_networks(self, labels: dict[str, str]) -> list[dict[str, object]]:
+        """Networks carrying all these labels: name, labels."""
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        found = await _run(self.api.networks, filters=filters)
+        return [{"name": n["Name"], "labels": n.get("Labels") or {}} for n in found or []]
 
     async def image_user(self, image: str, user: str) -> ImageUser:
         hit = _image_users.get((image, user))

@@ -115,6 +115,25 @@ def _orphan_volumes(backend: DockerBackend, remove_all: bool) -> list[_Leftover]
     return found
 
 
+def _orphan_networks(backend: DockerBackend, remove_all: bool) -> list[_Leftover]:
+    """A tcp sandbox's own network whose owner process is gone (removed after containers)."""
+    found = []
+    for network in asyncio.run(backend.list_networks({LABEL_PREFIX: "true"})):
+        labels: dict[str, str] = network["labels"]  # type: ignore[assignment]
+        if not remove_all and _owner_alive(labels) is not False:
+            continue
+        name = str(network["name"])
+
+        def remove(name: str = name) -> None:
+            try:
+                asyncio.run(backend.remove_network(name))
+            except docker.errors.APIError as exc:
+                click.echo(f"left network {name}: {exc.explanation or exc}")
+
+        found.append(_Leftover(f"network {name}", remove))
+    return found
+
+
 def _stale_run_dirs(rows: list[dict[str, object]]) -> list[_Leftover]:
     """Run directories no container of this engine refers to and no live process holds.
 
@@ -150,7 +169,7 @@ def _stale_run_dirs(rows: list[dict[str, object]]) -> list[_Leftover]:
 )
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
 def gc(remove_all: bool, dry_run: bool) -> None:
-    """Remove orphaned sandboxes (their owner process is gone), their volumes and host files.
+    """Remove orphaned sandboxes (their owner process is gone), their volumes, networks, files.
 
     Only what kernel-sandbox made is touched: containers and volumes with its label whose
     owner ran on this host, and unclaimed directories in the runtime root.
@@ -158,7 +177,12 @@ def gc(remove_all: bool, dry_run: bool) -> None:
     backend = DockerBackend()
     rows = _sandboxes()
     containers = _orphan_containers(backend, rows, remove_all)
-    leftovers = containers + _orphan_volumes(backend, remove_all) + _stale_run_dirs(rows)
+    leftovers = (
+        containers
+        + _orphan_volumes(backend, remove_all)
+        + _orphan_networks(backend, remove_all)
+        + _stale_run_dirs(rows)
+    )
     failed = 0
     for leftover in leftovers:
         click.echo(f"{'would remove' if dry_run else 'removing'} {leftover.what}")
