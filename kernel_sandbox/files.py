@@ -40,29 +40,44 @@ _DEADLINE = 60.0
 _RATE = 10e6
 
 # Refuses the run directory, whatever link leads there; then runs the operation.
+# ``fail`` exits with a status; a write's ``fail`` first drains its input: the engine
+# resets a connection whose input was not read, and the reason would be lost.
 _GUARD = (
     'r=$(realpath -m -- "$1" 2>/dev/null || readlink -f -- "$1"); '
-    f'case "$r" in {CONTAINER_RUN_DIR}|{CONTAINER_RUN_DIR}/*) exit {_RUN_DIR};; esac; '
+    f'case "$r" in {CONTAINER_RUN_DIR}|{CONTAINER_RUN_DIR}/*) fail {_RUN_DIR};; esac; '
 )
-_READ = _GUARD + (
-    f'test -e "$1" || exit {_MISSING}; test -d "$1" && exit {_IS_DIR}; '
-    f'test -f "$1" || exit {_NOT_FILE}; s=$(stat -Lc %s -- "$1") || exit 1; '
-    f'if [ "$s" -gt "$2" ]; then echo "$s" >&2; exit {_TOO_LARGE}; fi; '
-    # one byte more than allowed tells a file that grew since (or lied about its size)
-    'exec head -c "$(($2 + 1))" -- "$1"'
+_EXIT = 'fail() { exit "$1"; }; '
+_READ = (
+    _EXIT
+    + _GUARD
+    + (
+        f'test -e "$1" || exit {_MISSING}; test -d "$1" && exit {_IS_DIR}; '
+        f'test -f "$1" || exit {_NOT_FILE}; s=$(stat -Lc %s -- "$1") || exit 1; '
+        f'if [ "$s" -gt "$2" ]; then echo "$s" >&2; exit {_TOO_LARGE}; fi; '
+        # one byte more than allowed tells a file that grew since (or lied about its size)
+        'exec head -c "$(($2 + 1))" -- "$1"'
+    )
 )
-_WRITE = _GUARD + (
-    f'test -d "$1" && exit {_IS_DIR}; test -e "$1" && ! test -f "$1" && exit {_NOT_FILE}; '
-    'mkdir -p -- "$(dirname -- "$1")" || exit 1; '
-    'if [ "$2" = append ]; then exec cat >> "$1"; else exec cat > "$1"; fi'
+_WRITE = (
+    'fail() { cat >/dev/null; exit "$1"; }; '
+    + _GUARD
+    + (
+        f'test -d "$1" && fail {_IS_DIR}; test -e "$1" && ! test -f "$1" && fail {_NOT_FILE}; '
+        'mkdir -p -- "$(dirname -- "$1")" || fail 1; '
+        'if [ "$2" = append ]; then cat >> "$1" || fail $?; else cat > "$1" || fail $?; fi'
+    )
 )
 # '/' separates the fields and NUL ends an entry: neither can be in a file name.
-_LIST = _GUARD + (
-    f'test -e "$1" || exit {_MISSING}; test -d "$1" || exit {_NOT_DIR}; '
-    'find "$1" -mindepth 1 -maxdepth 1 -printf \'%y/%s/%f\\0\' | head -zn "$2"'
+_LIST = (
+    _EXIT
+    + _GUARD
+    + (
+        f'test -e "$1" || exit {_MISSING}; test -d "$1" || exit {_NOT_DIR}; '
+        'find "$1" -mindepth 1 -maxdepth 1 -printf \'%y/%s/%f\\0\' | head -zn "$2"'
+    )
 )
-_REMOVE = _GUARD + f'test -e "$1" || test -L "$1" || exit {_MISSING}; rm -rf -- "$1"'
-_MKDIR = _GUARD + 'mkdir -p -- "$1"'
+_REMOVE = _EXIT + _GUARD + f'test -e "$1" || test -L "$1" || exit {_MISSING}; rm -rf -- "$1"'
+_MKDIR = _EXIT + _GUARD + 'mkdir -p -- "$1"'
 #: Bytes of one listed entry at most: type, size, a 255-byte name, separators.
 _ENTRY_BYTES = 300
 

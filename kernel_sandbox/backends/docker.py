@@ -412,8 +412,11 @@ class DockerBackend(Backend):
                 else:
                     sock.settimeout(deadline)
                 if stdin is not None:
-                    sock.sendall(stdin)
-                    sock.shutdown(socket.SHUT_WR)  # the process reads its end of input
+                    # A process that ends without reading all of it (it refused the
+                    # work) closes the pipe: its output and status tell why.
+                    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                        sock.sendall(stdin)
+                        sock.shutdown(socket.SHUT_WR)  # the process reads its end of input
                 for stream, piece in read_frames(body):
                     (err if stream == STDERR else out).add(piece)
                     if ends is not None:  # a trickle must not stretch the deadline
