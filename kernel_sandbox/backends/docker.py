@@ -404,14 +404,14 @@ class DockerBackend(Backend):
             # what came in with the response headers (see attach.py), so read it here.
             with self.api.exec_start(exec_id, stream=True)._response as response:
                 body = attach_body(response)
-                sock = _socket_of(body)
-                if ends is None:
+                sock = _socket_of(body) if stdin is not None or ends is not None else None
+                if sock is None or ends is None:
                     # the process may be silent for longer than the client's timeout;
                     # run_shell's own deadline (``timeout`` in the container) ends it
                     self.api._disable_socket_timeout(body.raw)
                 else:
                     sock.settimeout(deadline)
-                if stdin is not None:
+                if sock is not None and stdin is not None:
                     # A process that ends without reading all of it (it refused the
                     # work) closes the pipe: its output and status tell why.
                     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -419,7 +419,7 @@ class DockerBackend(Backend):
                         sock.shutdown(socket.SHUT_WR)  # the process reads its end of input
                 for stream, piece in read_frames(body):
                     (err if stream == STDERR else out).add(piece)
-                    if ends is not None:  # a trickle must not stretch the deadline
+                    if sock is not None and ends is not None:  # a trickle must not stretch it
                         left = ends - time.monotonic()
                         if left <= 0:
                             raise TimeoutError
