@@ -13,17 +13,23 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+import signal
 import socket
 import stat
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
 import zmq
+from click.testing import CliRunner
 
+from kernel_sandbox.cli.main import cli
 from kernel_sandbox.errors import FileOperationError, KernelError, SandboxFileNotFoundError
 from kernel_sandbox.kernel.client import KernelSession
 from kernel_sandbox.kernel.connection import new_connection_info
@@ -456,23 +462,42 @@ async def test_tcp_sandboxes_cannot_reach_each_other(docker_engine: object) -> N
         networks = [n for s in (a, b) if (n := s._network) is not None]
         assert len(set(networks)) == 2
         # A host process without the key (any local user) learns nothing from iopub.
-        context = zmq.Context()
-        sub = context.socket(zmq.SUB)
-        sub.setsockopt(zmq.SUBSCRIBE, b"")
-        sub.connect(f"tcp://{target[0]}:{target[1]}")
-        try:
-            await b.run_python("for i in range(50): print('secret output', i)")
-            heard = sub.poll(2000)
-            assert heard == 0, "a client without the key received iopub messages"
-        finally:
-            sub.close(0)
-            context.term()
+        await assert_iopub_needs_the_key(b, target)
     finally:
         await a.close()
         await b.close()
     client = docker_engine
     left = [n for n in networks if client.networks.list(names=[n])]  # type: ignore[attr-defined]
     assert left == [], f"networks left after close: {left}"
+
+
+async def assert_iopub_needs_the_key(sandbox: AsyncSandbox, target: tuple[str, int]) -> None:
+    context = zmq.Context()
+    sub = context.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(f"tcp://{target[0]}:{target[1]}")
+    try:
+        await asyncio.sleep(0.5)
+        ex = await sandbox.run_python("for i in range(50): print('secret output', i)")
+        assert ex.stdout.startswith("secret output 0")  # the host, with the key, hears it
+        heard = sub.poll(2000)
+        print(f"\n[host-paths] keyless iopub subscriber at {target}: {heard} message(s)")
+        assert heard == 0, "a client without the key received iopub messages"
+    finally:
+        sub.close(0)
+        context.term()
+
+
+async def test_published_ports_need_the_key(docker_engine: object) -> None:
+    sandbox = await AsyncSandbox.create(
+        image=PYTHON_IMAGE, labels=TEST_LABEL, transport="tcp", network_enabled=True
+    )
+    try:
+        assert sandbox._host_info is not None
+        assert sandbox._host_info["ip"] == "127.0.0.1"  # published on the host's loopback
+        await assert_iopub_needs_the_key(sandbox, ("127.0.0.1", sandbox._host_info["iopub_port"]))
+    finally:
+        await sandbox.close()
 
 
 # -- 9: listings ---------------------------------------------------------------------
@@ -495,3 +520,36 @@ async def test_listing_is_structured_and_capped(box: AsyncSandbox) -> None:
             await box.files.list("/tmp/many")
         assert len(await box.files.list("/tmp/many", limit=20_000)) == 12_000
     await box.run_shell("rm -rf /tmp/many")
+
+
+TCP_ORPHAN_MAKER = """
+import sys
+from kernel_sandbox.sync import Sandbox
+sb = Sandbox.create(image="kernel-sandbox:python", labels={"kernel-sandbox.test": "1"},
+                    transport="tcp")
+print(sb.id, flush=True)
+sys.stdin.read()  # wait to be killed
+"""
+
+
+def test_gc_removes_the_network_of_a_killed_owners_tcp_sandbox(docker_engine: object) -> None:
+    maker = subprocess.Popen(
+        [sys.executable, "-c", TCP_ORPHAN_MAKER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[2],
+    )
+    assert maker.stdout is not None
+    sandbox_id = maker.stdout.readline().strip()
+    os.kill(maker.pid, signal.SIGKILL)
+    maker.wait()
+    network = f"kernel-sandbox-{sandbox_id}"
+    client: Any = docker_engine
+    assert client.networks.list(names=[network])
+    result = CliRunner().invoke(cli, ["gc"])
+    assert f"removing network {network}" in result.output, result.output
+    assert not client.networks.list(names=[network])
+    assert not client.containers.list(
+        all=True, filters={"label": f"kernel-sandbox.id={sandbox_id}"}
+    )
