@@ -13,11 +13,8 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
-import signal
 import socket
 import stat
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -37,7 +34,7 @@ from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.statedir import HostRunDir
 from kernel_sandbox.tools import ToolSet
 from tests.conftest import TEST_LABEL
-from tests.integration.conftest import PYTHON_IMAGE
+from tests.integration.conftest import ORPHAN_MAKER, PYTHON_IMAGE, orphan_of_killed_owner
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -522,34 +519,13 @@ async def test_listing_is_structured_and_capped(box: AsyncSandbox) -> None:
     await box.run_shell("rm -rf /tmp/many")
 
 
-TCP_ORPHAN_MAKER = """
-import sys
-from kernel_sandbox.sync import Sandbox
-sb = Sandbox.create(image="kernel-sandbox:python", labels={"kernel-sandbox.test": "1"},
-                    transport="tcp")
-print(sb.id, flush=True)
-sys.stdin.read()  # wait to be killed
-"""
-
-
 def test_gc_removes_the_network_of_a_killed_owners_tcp_sandbox(docker_engine: object) -> None:
-    maker = subprocess.Popen(
-        [sys.executable, "-c", TCP_ORPHAN_MAKER],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=Path(__file__).parents[2],
-    )
-    assert maker.stdout is not None
-    sandbox_id = maker.stdout.readline().strip()
-    os.kill(maker.pid, signal.SIGKILL)
-    maker.wait()
+    sandbox_id = orphan_of_killed_owner(ORPHAN_MAKER.replace("labels=", 'transport="tcp", labels='))
     network = f"kernel-sandbox-{sandbox_id}"
     client: Any = docker_engine
     assert client.networks.list(names=[network])
     result = CliRunner().invoke(cli, ["gc"])
     assert f"removing network {network}" in result.output, result.output
     assert not client.networks.list(names=[network])
-    assert not client.containers.list(
-        all=True, filters={"label": f"kernel-sandbox.id={sandbox_id}"}
-    )
+    label = f"kernel-sandbox.id={sandbox_id}"
+    assert not client.containers.list(all=True, filters={"label": label})
