@@ -5,9 +5,10 @@ init), which restarts it in place so that files survive a kernel restart.  It is
 with jupyter_client over unix sockets in a per-sandbox host directory that is
 bind-mounted into the container, so the default sandbox has no network at all; the
 sandbox cannot write to that directory while its kernel is connected (``statedir``).
-Shell commands and file operations go through the engine (exec / archive API), so a
-busy or dead kernel never blocks them.  The root filesystem is read-only: everything
-the sandbox writes lands in per-sandbox in-memory volumes bounded by ``disk_limit``.
+Shell commands and file operations are processes the engine runs (exec) as the
+sandbox user, so a busy or dead kernel never blocks them.  The root filesystem is
+read-only: everything the sandbox writes lands in per-sandbox in-memory volumes
+bounded by ``disk_limit``.
 """
 
 from __future__ import annotations
