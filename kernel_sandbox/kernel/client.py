@@ -22,6 +22,7 @@ from typing import Any, Literal
 import zmq
 import zmq.asyncio
 from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.connect import channel_socket_types
 
 from ..errors import KernelError
 from ..limits import DEFAULT_MAX_OUTPUT_BYTES
@@ -44,6 +45,18 @@ LIVENESS_POLL = 0.5
 DRAIN_LIMIT = 10.0
 #: How often a starting kernel's container is asked about (an engine call) while waiting.
 STARTUP_ALIVE_INTERVAL = 0.2
+#: How long an execute_reply may lag behind the ``idle`` status that follows it.  An
+#: ``idle`` without a reply in this time was forged by the code (it can publish on
+#: iopub with the request's id), and the call goes on.
+REPLY_AFTER_IDLE = 1.0
+#: Room for headers and JSON quoting on top of ``max_output_bytes`` in one message.
+MESSAGE_OVERHEAD = 1024**2
+#: Messages each host socket queues before the kernel's side has to hold (or drop)
+#: them: whatever the host does not read costs at most this many messages, each at
+#: most ``max_output_bytes + MESSAGE_OVERHEAD`` bytes (``ZMQ_MAXMSGSIZE``).
+RECEIVE_QUEUE = {"iopub": 8, "shell": 2, "control": 2}
+#: Characters of an execute_reply's ``ename``/``evalue`` kept (the outputs hold the rest).
+REPLY_TEXT_CHARS = 8 * 1024
 
 
 Outcome = Literal["finished", "interrupted", "stuck", "died"]
@@ -90,13 +103,31 @@ class _PinnedClient(AsyncKernelClient):
     holds later.
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, max_message_bytes: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         #: Channel name ("shell", "iopub", ...) to the URL it connects to instead.
         self.pinned: dict[str, str] = {}
+        self.max_message_bytes = max_message_bytes
 
     def _make_url(self, channel: str) -> str:
         return self.pinned.get(channel) or super()._make_url(channel)
+
+    def _create_connected_socket(self, channel: str, identity: bytes | None = None) -> Any:
+        """jupyter_client's socket, with the host's receive bounds set before it connects.
+
+        ``MAXMSGSIZE`` makes ZMQ drop the connection (it reconnects) instead of reading a
+        frame over ``max_message_bytes``; ``RCVHWM`` caps the messages queued on the
+        host side, so output the host does not read waits, or is dropped, in the
+        container.  Both only apply to connections made after they are set.
+        """
+        sock = self.context.socket(channel_socket_types[channel])
+        sock.linger = 0
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE.get(channel, 2))
+        if identity:
+            sock.identity = identity
+        sock.connect(self._make_url(channel))
+        return sock
 
 
 def _open_socket(path: str) -> int:
@@ -110,11 +141,19 @@ def _open_socket(path: str) -> int:
 
 
 class KernelSession:
-    """A jupyter_client connection to one running kernel."""
+    """A jupyter_client connection to one running kernel.
 
-    def __init__(self, info: ConnectionInfo) -> None:
+    Every byte the kernel sends is bounded here: a message is at most
+    ``max_output_bytes + MESSAGE_OVERHEAD`` bytes and each channel queues at most
+    ``RECEIVE_QUEUE`` of them; the stdin channel is never opened (calls run with
+    ``allow_stdin=False``), so ``input_request`` messages have nowhere to pile up.
+    """
+
+    def __init__(
+        self, info: ConnectionInfo, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    ) -> None:
         self.info = info
-        self.client = _PinnedClient(context=_shared_context())
+        self.client = _PinnedClient(max_output_bytes + MESSAGE_OVERHEAD, context=_shared_context())
         self.client.load_connection_info(dict(info))  # type: ignore[arg-type]
         self._readers: dict[int, zmq.Socket[bytes]] = {}
         self._alive_checked = 0.0
@@ -132,7 +171,7 @@ class KernelSession:
                 name.removesuffix("_port"): f"ipc:///proc/self/fd/{fd}"
                 for name, fd in zip(PORT_NAMES, self._fds, strict=True)
             }
-        self.client.start_channels(hb=False)
+        self.client.start_channels(hb=False, stdin=False)
         # One probe at a time; ZMQ queues it until the kernel's socket is bound.  The
         # reply proves shell works; a status message proves iopub is subscribed (the
         # status of the very first probe may be published before we subscribe).
@@ -237,6 +276,7 @@ class KernelSession:
         interrupted = False
         iopub = self.client.iopub_channel
         drain_until = 0.0
+        reply: dict[str, Any] | None = None
         while True:
             now = loop.time()
             if now >= deadline and not interrupted:
@@ -252,6 +292,13 @@ class KernelSession:
             try:
                 msg = await self._get_msg(iopub, max(0.0, wait))
             except Empty:
+                if reply is not None:  # replied, then silent: its idle was lost
+                    break
+                # The idle status is lost when iopub reconnects after an oversized
+                # message; the reply on shell then ends the call.
+                reply = await self._reply(msg_id, wait=0)
+                if reply is not None:
+                    continue
                 if loop.time() < deadline:  # silent before its deadline: dead, or busy?
                     reason = await check_alive()
                     if reason:
@@ -263,28 +310,41 @@ class KernelSession:
                 continue
             msg_type = msg["header"]["msg_type"]
             if msg_type == "status":
-                if msg["content"]["execution_state"] == "idle":
-                    break
+                if msg["content"].get("execution_state") == "idle":
+                    reply = reply or await self._reply(msg_id, wait=REPLY_AFTER_IDLE)
+                    if reply is not None:
+                        break
+                    log.warning("ignored an idle status without an execute_reply (forged)")
                 continue
             shown = collector.add(msg)
             # Once interrupted, the queued backlog is drained at full speed: a slow
             # listener must not make a kernel that did stop look stuck.
             if shown is not None and on_output is not None and not interrupted:
                 await _notify(on_output, shown)
-        reply = await self._reply(msg_id)
-        return result("interrupted" if interrupted else "finished", reply=reply)
+        return result("interrupted" if interrupted else "finished", reply=reply or {})
 
-    async def _reply(self, msg_id: str) -> dict[str, Any]:
-        """The execute_reply for ``msg_id`` (it may arrive just after iopub's idle)."""
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
+    async def _reply(self, msg_id: str, wait: float = 5) -> dict[str, Any] | None:
+        """The execute_reply for ``msg_id`` within ``wait`` seconds, its texts capped.
+
+        Other replies on shell (of calls given up on) are dropped on the way.
+        """
+        deadline = time.monotonic() + wait
+        while True:
+            left = deadline - time.monotonic()
             try:
-                msg = await self._get_msg(self.client.shell_channel, 1)
+                msg = await self._get_msg(self.client.shell_channel, max(0.0, left))
             except Empty:
-                continue
+                return None
             if msg is not None and msg["parent_header"].get("msg_id") == msg_id:
-                return dict(msg["content"])
-        return {}
+                content = msg["content"]
+                return {
+                    "status": content.get("status"),
+                    "execution_count": content.get("execution_count"),
+                    "ename": str(content.get("ename", "Error"))[:REPLY_TEXT_CHARS],
+                    "evalue": str(content.get("evalue", ""))[:REPLY_TEXT_CHARS],
+                }
+            if left <= 0:
+                return None
 
     async def _get_msg(self, channel: Any, timeout: float) -> dict[str, Any] | None:
         """``channel.get_msg`` made cheaper for the per-call path (about 0.5 ms a call).
