@@ -8,8 +8,10 @@ can be told apart from a dead one without this layer knowing about Docker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import inspect
+import itertools
 import logging
 import os
 import stat
@@ -57,6 +59,13 @@ MESSAGE_OVERHEAD = 1024**2
 RECEIVE_QUEUE = {"iopub": 8, "shell": 2, "control": 2}
 #: Characters of an execute_reply's ``ename``/``evalue`` kept (the outputs hold the rest).
 REPLY_TEXT_CHARS = 8 * 1024
+#: The reply of a request whose execute_reply was dropped with shell's connection.
+LOST_REPLY = {
+    "status": "error",
+    "ename": "ReplyTooLarge",
+    "evalue": "the kernel's reply was over the per-message limit and was dropped unread",
+}
+_monitor_ids = itertools.count()
 
 
 Outcome = Literal["finished", "interrupted", "stuck", "died"]
@@ -108,6 +117,8 @@ class _PinnedClient(AsyncKernelClient):
         #: Channel name ("shell", "iopub", ...) to the URL it connects to instead.
         self.pinned: dict[str, str] = {}
         self.max_message_bytes = max_message_bytes
+        #: Channel name to a socket that receives an event when ZMQ drops its connection.
+        self.monitors: dict[str, zmq.Socket[bytes]] = {}
 
     def _make_url(self, channel: str) -> str:
         return self.pinned.get(channel) or super()._make_url(channel)
@@ -118,7 +129,9 @@ class _PinnedClient(AsyncKernelClient):
         ``MAXMSGSIZE`` makes ZMQ drop the connection (it reconnects) instead of reading a
         frame over ``max_message_bytes``; ``RCVHWM`` caps the messages queued on the
         host side, so output the host does not read waits, or is dropped, in the
-        container.  Both only apply to connections made after they are set.
+        container.  Both only apply to connections made after they are set.  ZMQ does not
+        reconnect after an oversized frame, so a monitor reports the drop and
+        :meth:`KernelSession._relink` opens the channel again.
         """
         sock = self.context.socket(channel_socket_types[channel])
         sock.linger = 0
@@ -126,6 +139,15 @@ class _PinnedClient(AsyncKernelClient):
         sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE.get(channel, 2))
         if identity:
             sock.identity = identity
+        address = f"inproc://kernel-sandbox-monitor-{next(_monitor_ids)}"
+        sock.monitor(address, zmq.EVENT_DISCONNECTED)
+        monitor: zmq.Socket[bytes] = zmq.Context.shadow(self.context.underlying).socket(zmq.PAIR)
+        monitor.linger = 0
+        monitor.connect(address)
+        old = self.monitors.pop(channel, None)
+        if old is not None:
+            old.close()
+        self.monitors[channel] = monitor
         sock.connect(self._make_url(channel))
         return sock
 
@@ -263,8 +285,26 @@ class KernelSession:
         ``max_output_bytes`` of output is kept (see :class:`OutputCollector`), and
         ``on_output`` sees nothing after the interrupt (the result has it all).
         """
+        if "iopub" in self._relink():  # dropped since the last call: subscribe again
+            await self._resubscribe()
         msg_id = self.client.execute(code, store_history=True, allow_stdin=False)
         collector = OutputCollector(max_output_bytes)
+        # Once shell's connection was dropped, the execute_reply may be lost with it: a
+        # kernel_info request sent then is answered only after this request is done.
+        probe: str | None = None
+
+        def relink() -> None:
+            nonlocal probe
+            lost = self._relink()
+            if lost:
+                collector.note_lost(self.client.max_message_bytes)
+            if "shell" in lost and probe is None:
+                probe = self.client.kernel_info()
+
+        async def ended(wait: float) -> dict[str, Any] | None:
+            if probe is None:
+                return await self._reply(msg_id, wait)
+            return LOST_REPLY if await self._reply(probe, wait) is not None else None
 
         def result(outcome: Outcome, **details: Any) -> RawExecution:
             return RawExecution(
@@ -274,7 +314,6 @@ class KernelSession:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         interrupted = False
-        iopub = self.client.iopub_channel
         drain_until = 0.0
         reply: dict[str, Any] | None = None
         while True:
@@ -290,13 +329,14 @@ class KernelSession:
             # past the grace, a kernel is stuck once it stays silent for a poll
             wait = LIVENESS_POLL if interrupted and left <= 0 else min(left, LIVENESS_POLL)
             try:
-                msg = await self._get_msg(iopub, max(0.0, wait))
+                msg = await self._get_msg(self.client.iopub_channel, max(0.0, wait))
             except Empty:
+                relink()
                 if reply is not None:  # replied, then silent: its idle was lost
                     break
-                # The idle status is lost when iopub reconnects after an oversized
-                # message; the reply on shell then ends the call.
-                reply = await self._reply(msg_id, wait=0)
+                # The idle status is lost when iopub's connection was dropped (or the
+                # kernel dropped it from a full queue); the reply then ends the call.
+                reply = await ended(0)
                 if reply is not None:
                     continue
                 if loop.time() < deadline:  # silent before its deadline: dead, or busy?
@@ -311,10 +351,14 @@ class KernelSession:
             msg_type = msg["header"]["msg_type"]
             if msg_type == "status":
                 if msg["content"].get("execution_state") == "idle":
-                    reply = reply or await self._reply(msg_id, wait=REPLY_AFTER_IDLE)
-                    if reply is not None:
+                    # The kernel replies before it goes idle, so the reply is
+                    # normally queued already; an idle that comes first may be forged.
+                    if reply is not None or (reply := await ended(0)) is not None:
                         break
-                    log.warning("ignored an idle status without an execute_reply (forged)")
+                    reply = await ended(REPLY_AFTER_IDLE)
+                    if reply is None:
+                        relink()
+                        log.warning("ignored an idle status without an execute_reply")
                 continue
             shown = collector.add(msg)
             # Once interrupted, the queued backlog is drained at full speed: a slow
@@ -323,13 +367,51 @@ class KernelSession:
                 await _notify(on_output, shown)
         return result("interrupted" if interrupted else "finished", reply=reply or {})
 
+    def _relink(self) -> set[str]:
+        """Open again the channels whose connection ZMQ dropped; returns their names.
+
+        ZMQ drops a connection for good when the kernel sends a frame over the
+        per-message limit; what was in flight on it is lost.
+        """
+        lost = set()
+        for name, monitor in list(self.client.monitors.items()):
+            with contextlib.suppress(zmq.Again):
+                while True:
+                    monitor.recv_multipart(zmq.NOBLOCK)
+                    lost.add(name)
+        for name in lost:
+            channel = getattr(self.client, f"_{name}_channel")
+            if channel is None:
+                continue
+            log.warning(
+                "the kernel's %s connection was dropped (oversized message); reopening", name
+            )
+            self._readers.pop(id(channel.socket), None)
+            channel.close()
+            setattr(self.client, f"_{name}_channel", None)
+            getattr(self.client, f"{name}_channel")  # connects a new socket
+        return lost
+
+    async def _resubscribe(self, timeout: float = 5) -> None:
+        """Wait until a new iopub socket receives (ZMQ subscribes asynchronously)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            probe = self.client.kernel_info()
+            with contextlib.suppress(Empty):
+                while True:
+                    msg = await self._get_msg(self.client.iopub_channel, 0.2)
+                    if msg is not None and msg["parent_header"].get("msg_id") == probe:
+                        return
+
     async def _reply(self, msg_id: str, wait: float = 5) -> dict[str, Any] | None:
         """The execute_reply for ``msg_id`` within ``wait`` seconds, its texts capped.
 
-        Other replies on shell (of calls given up on) are dropped on the way.
+        Other replies on shell (of calls given up on, probes) are dropped on the way;
+        past ``wait``, only those already queued (at most ``RECEIVE_QUEUE`` and the few
+        the kernel has sent since) are read.
         """
         deadline = time.monotonic() + wait
-        while True:
+        for skipped in itertools.count():
             left = deadline - time.monotonic()
             try:
                 msg = await self._get_msg(self.client.shell_channel, max(0.0, left))
@@ -343,8 +425,9 @@ class KernelSession:
                     "ename": str(content.get("ename", "Error"))[:REPLY_TEXT_CHARS],
                     "evalue": str(content.get("evalue", ""))[:REPLY_TEXT_CHARS],
                 }
-            if left <= 0:
+            if left <= 0 and skipped > 100:  # a kernel that floods shell
                 return None
+        raise AssertionError("unreachable")
 
     async def _get_msg(self, channel: Any, timeout: float) -> dict[str, Any] | None:
         """``channel.get_msg`` made cheaper for the per-call path (about 0.5 ms a call).
@@ -395,6 +478,9 @@ class KernelSession:
         for fd in self._fds:
             os.close(fd)
         self._fds = []
+        for monitor in self.client.monitors.values():
+            monitor.close()
+        self.client.monitors.clear()
 
 
 async def _notify(callback: OutputCallback, output: Output) -> None:

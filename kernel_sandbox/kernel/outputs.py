@@ -127,6 +127,18 @@ class OutputCollector:
         self._place(output)
         return output
 
+    def note_lost(self, limit: int) -> None:
+        """Say in the outputs that the transport dropped a message of this request.
+
+        ZMQ drops a message over the per-message ``limit`` (and the kernel drops what
+        a host that cannot keep up leaves queued); the call then ends on its reply.
+        """
+        text = (
+            f"[a message from the kernel was dropped unread (over the per-message limit of "
+            f"{format_size(limit)}, or queued past the host's bound); output may be missing]\n"
+        )
+        self._place({"output_type": "stream", "name": "stderr", "text": text})
+
     def _place(self, output: Output) -> None:
         (self._head if self._cut is None else self._tail).append(output)
 
