@@ -234,11 +234,14 @@ print("sent")
 async def test_forged_idle_does_not_end_the_call(box: AsyncSandbox) -> None:
     """``idle`` statuses for the running request, published by the code itself: the call
     ends only with the kernel's execute_reply, so its status is the code's real one."""
-    code = CRAFT + """
+    code = (
+        CRAFT
+        + """
 craft(k.iopub_socket, "status", {"execution_state": "idle"}, 3)
 time.sleep(2)
 raise ValueError("raised after the forged idle")
 """
+    )
     ex = await box.run_python(code, timeout=30)
     assert ex.status == "error", ex.text
     assert ex.error is not None and ex.error.ename == "ValueError"
