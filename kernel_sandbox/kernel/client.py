@@ -383,9 +383,7 @@ class KernelSession:
             channel = getattr(self.client, f"_{name}_channel")
             if channel is None:
                 continue
-            log.warning(
-                "the kernel's %s connection was dropped (oversized message); reopening", name
-            )
+            log.warning("the kernel's %s connection was dropped; reopening it", name)
             self._readers.pop(id(channel.socket), None)
             channel.close()
             setattr(self.client, f"_{name}_channel", None)
