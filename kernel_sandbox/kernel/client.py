@@ -56,7 +56,7 @@ MESSAGE_OVERHEAD = 1024**2
 #: Messages each host socket queues before the kernel's side has to hold (or drop)
 #: them: whatever the host does not read costs at most this many messages, each at
 #: most ``max_output_bytes + MESSAGE_OVERHEAD`` bytes (``ZMQ_MAXMSGSIZE``).
-RECEIVE_QUEUE = {"iopub": 8, "shell": 2, "control": 2}
+RECEIVE_QUEUE = {"iopub": 4, "shell": 2, "control": 2}
 #: Characters of an execute_reply's ``ename``/``evalue`` kept (the outputs hold the rest).
 REPLY_TEXT_CHARS = 8 * 1024
 #: The reply of a request whose execute_reply was dropped with shell's connection.
@@ -292,12 +292,13 @@ class KernelSession:
         # Once shell's connection was dropped, the execute_reply may be lost with it: a
         # kernel_info request sent then is answered only after this request is done.
         probe: str | None = None
+        dropped = False  # said in the result of a call that ends normally (a dying
+        # kernel drops its connections too, and its result says so already)
 
         def relink() -> None:
-            nonlocal probe
+            nonlocal probe, dropped
             lost = self._relink()
-            if lost:
-                collector.note_lost(self.client.max_message_bytes)
+            dropped = dropped or bool(lost)
             if "shell" in lost and probe is None:
                 probe = self.client.kernel_info()
 
@@ -365,6 +366,8 @@ class KernelSession:
             # listener must not make a kernel that did stop look stuck.
             if shown is not None and on_output is not None and not interrupted:
                 await _notify(on_output, shown)
+        if dropped or self._relink():
+            collector.note_lost(self.client.max_message_bytes)
         return result("interrupted" if interrupted else "finished", reply=reply or {})
 
     def _relink(self) -> set[str]:
