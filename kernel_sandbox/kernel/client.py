@@ -258,7 +258,7 @@ class KernelSession:
         msg_id = self.client.execute(
             "print(end='')", silent=True, store_history=False, allow_stdin=False
         )
-        await self._reply(msg_id)
+        await self._reply({msg_id})
 
     def interrupt(self) -> None:
         """Ask the kernel to raise KeyboardInterrupt in the running code (control channel)."""
@@ -291,21 +291,22 @@ class KernelSession:
         collector = OutputCollector(max_output_bytes)
         # Once shell's connection was dropped, the execute_reply may be lost with it: a
         # kernel_info request sent then is answered only after this request is done.
-        probe: str | None = None
+        # One is sent at each look (the new connection may not be routed yet).
+        probes: set[str] = set()
         dropped = False  # said in the result of a call that ends normally (a dying
         # kernel drops its connections too, and its result says so already)
 
         def relink() -> None:
-            nonlocal probe, dropped
+            nonlocal dropped
             lost = self._relink()
             dropped = dropped or bool(lost)
-            if "shell" in lost and probe is None:
-                probe = self.client.kernel_info()
+            if "shell" in lost or 0 < len(probes) < 20:
+                probes.add(self.client.kernel_info())
 
         async def ended(wait: float) -> dict[str, Any] | None:
-            if probe is None:
-                return await self._reply(msg_id, wait)
-            return LOST_REPLY if await self._reply(probe, wait) is not None else None
+            if not probes:
+                return await self._reply({msg_id}, wait)
+            return LOST_REPLY if await self._reply(probes, wait) is not None else None
 
         def result(outcome: Outcome, **details: Any) -> RawExecution:
             return RawExecution(
@@ -404,8 +405,8 @@ class KernelSession:
                     if msg is not None and msg["parent_header"].get("msg_id") == probe:
                         return
 
-    async def _reply(self, msg_id: str, wait: float = 5) -> dict[str, Any] | None:
-        """The execute_reply for ``msg_id`` within ``wait`` seconds, its texts capped.
+    async def _reply(self, msg_ids: set[str], wait: float = 5) -> dict[str, Any] | None:
+        """The reply to one of ``msg_ids`` within ``wait`` seconds, its texts capped.
 
         Other replies on shell (of calls given up on, probes) are dropped on the way;
         past ``wait``, only those already queued (at most ``RECEIVE_QUEUE`` and the few
@@ -418,7 +419,7 @@ class KernelSession:
                 msg = await self._get_msg(self.client.shell_channel, max(0.0, left))
             except Empty:
                 return None
-            if msg is not None and msg["parent_header"].get("msg_id") == msg_id:
+            if msg is not None and msg["parent_header"].get("msg_id") in msg_ids:
                 content = msg["content"]
                 return {
                     "status": content.get("status"),
