@@ -148,6 +148,10 @@ class _PinnedClient(AsyncKernelClient):
         sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE.get(channel, 2))
         if identity:
             sock.identity = identity
+        if self.curve_publickey is not None:  # tcp: the kernel's sockets are CURVE servers
+            sock.curve_secretkey = self.curve_secretkey
+            sock.curve_publickey = self.curve_publickey
+            sock.curve_serverkey = self.curve_publickey
         address = f"inproc://kernel-sandbox-monitor-{next(_monitor_ids)}"
         sock.monitor(address, zmq.EVENT_DISCONNECTED)
         monitor: zmq.Socket[bytes] = zmq.Context.shadow(self.context.underlying).socket(zmq.PAIR)
