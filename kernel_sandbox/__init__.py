@@ -50,9 +50,10 @@ _LAZY = {
     "RetryPolicy": "agent",
     "NotebookRecorder": "notebook",
     "ReplayReport": "notebook",
+    "Tolerance": "notebook",
     "export_notebook": "notebook",
     "replay": "notebook",
-    "replay_notebook": "notebook",
+    "async_replay": "notebook",
     "SandboxPool": "pool",
 }
 
@@ -116,12 +117,13 @@ __all__ = [
     "SandboxStatus",
     "SandboxType",
     "ShellExecuted",
+    "Tolerance",
     "Tool",
     "ToolResult",
     "ToolSet",
     "__version__",
+    "async_replay",
     "export_notebook",
     "register_tool",
     "replay",
-    "replay_notebook",
 ]

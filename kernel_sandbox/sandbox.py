@@ -376,6 +376,10 @@ class AsyncSandbox:
                     )
                 if raw.truncated_bytes:
                     execution = dataclasses.replace(execution, truncated_bytes=raw.truncated_bytes)
+                if raw.display_ids or raw.display_updates:
+                    execution = dataclasses.replace(
+                        execution, display_ids=raw.display_ids, display_updates=raw.display_updates
+                    )
         if self.listeners:
             await emit(self.listeners, PythonExecuted(self.id, code, execution, wall))
         return execution

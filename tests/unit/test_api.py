@@ -299,6 +299,22 @@ def test_every_blocking_wrapper_is_named_by_the_scheme() -> None:
             )
 
 
+def test_sync_and_async_functions_come_in_pairs_with_the_same_parameters() -> None:
+    """``X`` / ``async_X``, as nbclient's ``execute`` / ``async_execute``."""
+    pairs = [
+        (kernel_sandbox.replay, kernel_sandbox.async_replay),
+    ]
+    for sync_fn, async_fn in pairs:
+        assert inspect.iscoroutinefunction(async_fn) and not inspect.iscoroutinefunction(sync_fn)
+        assert async_fn.__name__ == f"async_{sync_fn.__name__}"
+        sync_sig, async_sig = inspect.signature(sync_fn), inspect.signature(async_fn)
+        assert list(sync_sig.parameters) == list(async_sig.parameters), sync_fn.__name__
+        for name, param in async_sig.parameters.items():
+            assert sync_sig.parameters[name].default == param.default, f"{sync_fn.__name__}({name})"
+            assert sync_sig.parameters[name].kind == param.kind, f"{sync_fn.__name__}({name})"
+    assert "sandbox" in inspect.signature(kernel_sandbox.replay).parameters
+
+
 def test_public_names_have_docstrings() -> None:
     for name in kernel_sandbox.__all__:
         obj = getattr(kernel_sandbox, name)
