@@ -34,19 +34,30 @@ def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ..
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="File with one key per line; KERNEL_SANDBOX_API_KEY is read too.",
 )
-@click.option("--name", default="default", show_default=True, help="Label of this server's sandboxes.")
+@click.option(
+    "--name", default="default", show_default=True, help="Label of this server's sandboxes."
+)
 @click.option("--allow-network", is_flag=True, help="Let clients enable a sandbox's network.")
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Default image.")
-@click.option("--allow-image", "allowed_images", multiple=True, help="fnmatch pattern (repeatable; default: any).")
+@click.option(
+    "--allow-image",
+    "allowed_images",
+    multiple=True,
+    help="fnmatch pattern (repeatable; default: any).",
+)
 @click.option("--max-sandboxes", default=64, show_default=True, type=int)
 @click.option("--max-sandboxes-per-key", default=16, show_default=True, type=int)
 @click.option("--max-request-bytes", default=16 * 1024 * 1024, show_default=True, type=int)
 @click.option("--max-upload-bytes", default=100 * 1024 * 1024, show_default=True, type=int)
-@click.option("--idle-timeout", default=1800.0, show_default=True, type=float, help="Seconds; 0: never reap.")
+@click.option(
+    "--idle-timeout", default=1800.0, show_default=True, type=float, help="Seconds; 0: never reap."
+)
 @click.option("--max-memory", default="2g", show_default=True)
 @click.option("--max-cpu", default=2.0, show_default=True, type=float)
 @click.option("--max-timeout", default=600.0, show_default=True, type=float)
-@click.option("--pool-size", default=0, show_default=True, type=int, help="Warm sandboxes of --image.")
+@click.option(
+    "--pool-size", default=0, show_default=True, type=int, help="Warm sandboxes of --image."
+)
 @click.option(
     "--on-restart",
     type=click.Choice(["remove", "keep"]),

@@ -6,7 +6,7 @@ traceback, so every tool returns its ``CallToolResult`` itself.
 
 from __future__ import annotations
 
-from mcp.types import CallToolResult, ImageContent, TextContent
+from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent
 
 from ..results import CommandResult, Execution, strip_ansi
 
@@ -38,7 +38,7 @@ def execution_result(execution: Execution) -> CallToolResult:
     text = execution.text
     if execution.error is not None and execution.error.traceback:
         text = "\n".join([text, "Traceback:", *map(strip_ansi, execution.error.traceback)])
-    content: list[TextContent | ImageContent] = [
+    content: list[ContentBlock] = [
         TextContent(type="text", text=_cut(text or f"[{execution.status}, no output]"))
     ]
     for output in execution.outputs:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import Request
+from typing import Annotated
+
+from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
 
 from ..errors import (
@@ -19,7 +21,7 @@ from .auth import principal_of
 from .settings import ServerSettings
 from .tenancy import CapacityError, Tenancy
 
-__all__ = ["error_response", "owner", "status_of", "tenancy"]
+__all__ = ["Key", "Opts", "Ten", "error_response", "owner", "status_of", "tenancy"]
 
 
 def tenancy(request: Request) -> Tenancy:
@@ -54,3 +56,9 @@ def error_response(request: Request, exc: Exception) -> JSONResponse:
     """A ``SandboxError`` as ``{"detail": ...}`` with its status."""
     assert isinstance(exc, SandboxError)
     return JSONResponse({"detail": str(exc)}, status_code=status_of(exc))
+
+
+#: Route parameter types: the tenancy, the settings and the caller's key id.
+Ten = Annotated[Tenancy, Depends(tenancy)]
+Opts = Annotated[ServerSettings, Depends(settings)]
+Key = Annotated[str, Depends(owner)]

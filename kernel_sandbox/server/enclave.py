@@ -14,18 +14,17 @@ import io
 import posixpath
 import tarfile
 import time
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Body, HTTPException, Query, Request
 from pydantic import BaseModel, Field
 
 from .. import __version__
 from ..errors import ConfigError
 from ..manager import SandboxInfo, SandboxStatus
 from ..tools.results import ToolResult
-from .deps import owner, settings, tenancy
+from .deps import Key, Opts, Ten
 from .policy import TOOL_ALIASES, client_config
-from .settings import ServerSettings
 from .tenancy import Tenancy
 
 __all__ = ["router"]
@@ -85,7 +84,7 @@ async def _info(ten: Tenancy, key: str, sandbox_id: str) -> dict[str, Any]:
 
 
 @router.get("/health", response_model=Health)
-async def health(ten: Tenancy = Depends(tenancy), key: str = Depends(owner)) -> Health:
+async def health(ten: Ten, key: Key) -> Health:
     """Liveness, version, uptime and the caller's sandbox count."""
     mine = ten.owned(key)
     return Health(
@@ -98,7 +97,7 @@ async def health(ten: Tenancy = Depends(tenancy), key: str = Depends(owner)) -> 
 
 
 @router.get("/stats")
-async def stats(ten: Tenancy = Depends(tenancy), key: str = Depends(owner)) -> dict[str, Any]:
+async def stats(ten: Ten, key: Key) -> dict[str, Any]:
     """Counts of the caller's sandboxes by status and type."""
     infos = [await _info(ten, key, lease.id) for lease in ten.owned(key)]
     counts: dict[str, int] = {}
@@ -117,11 +116,11 @@ async def stats(ten: Tenancy = Depends(tenancy), key: str = Depends(owner)) -> d
 
 @router.post("/sandbox/create")
 async def create_sandbox(
+    ten: Ten,
+    opts: Opts,
+    key: Key,
     sandbox_type: str = Query(...),
-    config: dict[str, Any] | None = Body(None),
-    ten: Tenancy = Depends(tenancy),
-    opts: ServerSettings = Depends(settings),
-    key: str = Depends(owner),
+    config: Annotated[dict[str, Any] | None, Body()] = None,
 ) -> dict[str, str]:
     """Start a sandbox from a client's config, under the server's policy."""
     kind = _kind(sandbox_type)
@@ -132,9 +131,9 @@ async def create_sandbox(
 
 @router.get("/sandboxes")
 async def list_sandboxes(
+    ten: Ten,
+    key: Key,
     status: SandboxStatus | None = None,
-    ten: Tenancy = Depends(tenancy),
-    key: str = Depends(owner),
 ) -> list[dict[str, Any]]:
     """The caller's sandboxes, optionally only those in one status."""
     infos = [await _info(ten, key, lease.id) for lease in ten.owned(key)]
@@ -142,35 +141,27 @@ async def list_sandboxes(
 
 
 @router.get("/sandbox/{sandbox_id}")
-async def get_sandbox(
-    sandbox_id: str, ten: Tenancy = Depends(tenancy), key: str = Depends(owner)
-) -> dict[str, Any]:
+async def get_sandbox(sandbox_id: str, ten: Ten, key: Key) -> dict[str, Any]:
     """One sandbox of the caller (ms-enclave's ``SandboxInfo``)."""
     return await _info(ten, key, sandbox_id)
 
 
 @router.post("/sandbox/{sandbox_id}/stop")
-async def stop_sandbox(
-    sandbox_id: str, ten: Tenancy = Depends(tenancy), key: str = Depends(owner)
-) -> dict[str, str]:
+async def stop_sandbox(sandbox_id: str, ten: Ten, key: Key) -> dict[str, str]:
     """Remove the container, keep the record (status ``stopped``)."""
     await ten.stop_one(key, sandbox_id)
     return {"message": "Sandbox stopped successfully"}
 
 
 @router.delete("/sandbox/{sandbox_id}")
-async def delete_sandbox(
-    sandbox_id: str, ten: Tenancy = Depends(tenancy), key: str = Depends(owner)
-) -> dict[str, str]:
+async def delete_sandbox(sandbox_id: str, ten: Ten, key: Key) -> dict[str, str]:
     """Remove the sandbox; its notebook stays on the server."""
     await ten.delete(key, sandbox_id)
     return {"message": "Sandbox deleted successfully"}
 
 
 @router.get("/sandbox/{sandbox_id}/tools")
-async def get_tools(
-    sandbox_id: str, ten: Tenancy = Depends(tenancy), key: str = Depends(owner)
-) -> dict[str, Any]:
+async def get_tools(sandbox_id: str, ten: Ten, key: Key) -> dict[str, Any]:
     """``{name: OpenAI function schema}`` of the sandbox's tools."""
     lease = ten.get(key, sandbox_id)
     return _rename_tools(await ten.manager.get_sandbox_tools(sandbox_id), lease.kind)
@@ -191,9 +182,7 @@ def _as_enclave(result: ToolResult, asked: str) -> dict[str, Any]:
 
 
 @router.post("/sandbox/tool/execute", response_model=None)
-async def execute_tool(
-    request: ToolExecutionRequest, ten: Tenancy = Depends(tenancy), key: str = Depends(owner)
-) -> dict[str, Any]:
+async def execute_tool(request: ToolExecutionRequest, ten: Ten, key: Key) -> dict[str, Any]:
     """Run one tool call; failures of the call are ``status="error"`` results (200)."""
     name, params = _translate(request.tool_name, request.parameters)
     if request.timeout is not None and "timeout" not in params and name != "file_operation":
@@ -210,13 +199,34 @@ def _safe_member(target: str, name: str) -> str:
     return path
 
 
+async def _unpack(tar: tarfile.TarFile, sandbox: Any, target: str) -> None:
+    try:
+        members = tar.getmembers()
+    except (tarfile.TarError, EOFError) as exc:
+        raise ConfigError(f"the body is not a tar archive: {exc}") from None
+    for member in members:  # all checked before anything is written
+        _safe_member(target, member.name)
+        if not (member.isdir() or member.isfile()):
+            raise ConfigError(f"archive member {member.name!r} is not a file or directory")
+    await sandbox.files.mkdir(target)
+    for member in members:
+        path = _safe_member(target, member.name)
+        if member.isdir():
+            await sandbox.files.mkdir(path)
+            continue
+        blob = tar.extractfile(member)
+        content = await asyncio.to_thread(blob.read) if blob else b""
+        await sandbox.files.mkdir(posixpath.dirname(path))
+        await sandbox.files.write(path, content)
+
+
 @router.post("/sandbox/{sandbox_id}/archive")
 async def put_archive(
     sandbox_id: str,
     request: Request,
+    ten: Ten,
+    key: Key,
     target_dir: str = Query(...),
-    ten: Tenancy = Depends(tenancy),
-    key: str = Depends(owner),
 ) -> dict[str, bool]:
     """Unpack a tar archive (the body) into a sandbox directory, as the sandbox user.
 
@@ -226,37 +236,24 @@ async def put_archive(
     data = await request.body()
     if not data:
         raise HTTPException(status_code=400, detail="Archive body must not be empty")
-    async with ten.use(key, sandbox_id) as lease:
-        target = lease.sandbox.resolve_path(target_dir)
-        try:
-            tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")
-            members = tar.getmembers()
-        except (tarfile.TarError, EOFError) as exc:
-            raise ConfigError(f"the body is not a tar archive: {exc}") from None
-        files = lease.sandbox.files
-        await files.mkdir(target)
-        for member in members:
-            path = _safe_member(target, member.name)
-            if member.isdir():
-                await files.mkdir(path)
-            elif member.isfile():
-                blob = tar.extractfile(member)
-                content = await asyncio.to_thread(blob.read) if blob else b""
-                await files.mkdir(posixpath.dirname(path))
-                await files.write(path, content)
-            else:
-                raise ConfigError(f"archive member {member.name!r} is not a file or directory")
+    try:
+        tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")  # noqa: SIM115 (closed below)
+    except (tarfile.TarError, EOFError) as exc:
+        raise ConfigError(f"the body is not a tar archive: {exc}") from None
+    with tar:
+        async with ten.use(key, sandbox_id) as lease:
+            await _unpack(tar, lease.sandbox, lease.sandbox.resolve_path(target_dir))
     return {"ok": True}
 
 
 @router.post("/pool/initialize")
 async def initialize_pool(
+    ten: Ten,
+    opts: Opts,
+    key: Key,
     pool_size: int | None = Query(None, ge=1, le=64),
     sandbox_type: str | None = None,
-    config: dict[str, Any] | None = Body(None),
-    ten: Tenancy = Depends(tenancy),
-    opts: ServerSettings = Depends(settings),
-    key: str = Depends(owner),
+    config: Annotated[dict[str, Any] | None, Body()] = None,
 ) -> dict[str, Any]:
     """Start the caller's pool: ``pool_size`` sandboxes used by ``/pool/execute``."""
     kind = _kind(sandbox_type or "docker")
@@ -267,11 +264,11 @@ async def initialize_pool(
 
 @router.post("/pool/execute", response_model=None)
 async def execute_in_pool(
+    parameters: Annotated[dict[str, Any], Body()],
+    ten: Ten,
+    key: Key,
     tool_name: str = Query(...),
-    parameters: dict[str, Any] = Body(...),
     timeout: float | None = Query(None, gt=0, le=3600),
-    ten: Tenancy = Depends(tenancy),
-    key: str = Depends(owner),
 ) -> dict[str, Any]:
     """Run one tool call on a free sandbox of the caller's pool (408 if none frees up)."""
     name, params = _translate(tool_name, parameters)

@@ -18,16 +18,16 @@ import tempfile
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import FileOperationError
 from ..results import Execution
-from .deps import owner, settings, tenancy
+from .deps import Key, Opts, Ten
 from .policy import client_config
 from .settings import ServerSettings
-from .tenancy import Lease, Tenancy
+from .tenancy import Lease
 from .wire import to_json
 
 __all__ = ["INTERRUPT_SCRIPT", "router"]
@@ -117,9 +117,9 @@ def _timeout(asked: float | None, opts: ServerSettings) -> float | None:
 @router.post("/sandboxes", response_model=SandboxView)
 async def create(
     body: CreateRequest,
-    ten: Tenancy = Depends(tenancy),
-    opts: ServerSettings = Depends(settings),
-    key: str = Depends(owner),
+    ten: Ten,
+    opts: Opts,
+    key: Key,
 ) -> SandboxView:
     """Start a sandbox (``pool: true``: a warm one of the server's pool, when it has one)."""
     if body.pool:
@@ -132,23 +132,19 @@ async def create(
 
 
 @router.get("/sandboxes", response_model=list[SandboxView])
-async def list_all(ten: Tenancy = Depends(tenancy), key: str = Depends(owner)) -> list[SandboxView]:
+async def list_all(ten: Ten, key: Key) -> list[SandboxView]:
     """The caller's sandboxes."""
     return [_view(lease) for lease in ten.owned(key)]
 
 
 @router.get("/sandboxes/{sandbox_id}", response_model=SandboxView)
-async def get_one(
-    sandbox_id: str, ten: Tenancy = Depends(tenancy), key: str = Depends(owner)
-) -> SandboxView:
+async def get_one(sandbox_id: str, ten: Ten, key: Key) -> SandboxView:
     """One sandbox of the caller."""
     return _view(ten.get(key, sandbox_id))
 
 
 @router.delete("/sandboxes/{sandbox_id}")
-async def delete(
-    sandbox_id: str, ten: Tenancy = Depends(tenancy), key: str = Depends(owner)
-) -> dict[str, bool]:
+async def delete(sandbox_id: str, ten: Ten, key: Key) -> dict[str, bool]:
     """Remove a sandbox (its notebook stays)."""
     await ten.delete(key, sandbox_id)
     return {"deleted": True}
@@ -191,10 +187,10 @@ async def _streamed(lease: Lease, body: CodeRequest, timeout: float | None) -> A
 async def run_python(
     sandbox_id: str,
     body: CodeRequest,
+    ten: Ten,
+    opts: Opts,
+    key: Key,
     stream: bool = Query(False, description="Server-Sent Events: output..., result"),
-    ten: Tenancy = Depends(tenancy),
-    opts: ServerSettings = Depends(settings),
-    key: str = Depends(owner),
 ) -> dict[str, Any] | StreamingResponse:
     """Run code in the sandbox's persistent kernel; errors in the code are data."""
     timeout = _timeout(body.timeout, opts)
@@ -214,9 +210,7 @@ async def run_python(
 
 
 @router.post("/sandboxes/{sandbox_id}/interrupt")
-async def interrupt(
-    sandbox_id: str, ten: Tenancy = Depends(tenancy), key: str = Depends(owner)
-) -> dict[str, int]:
+async def interrupt(sandbox_id: str, ten: Ten, key: Key) -> dict[str, int]:
     """Interrupt the running cell (``KeyboardInterrupt`` in it); variables are kept."""
     lease = ten.get(key, sandbox_id)
     done = await lease.sandbox.run_shell(INTERRUPT_SCRIPT, timeout=10)
@@ -224,9 +218,7 @@ async def interrupt(
 
 
 @router.post("/sandboxes/{sandbox_id}/restart")
-async def restart(
-    sandbox_id: str, ten: Tenancy = Depends(tenancy), key: str = Depends(owner)
-) -> dict[str, bool]:
+async def restart(sandbox_id: str, ten: Ten, key: Key) -> dict[str, bool]:
     """A fresh kernel: variables and processes end, files stay."""
     async with ten.use(key, sandbox_id) as lease:
         await lease.sandbox.restart()
@@ -237,9 +229,9 @@ async def restart(
 async def run_shell(
     sandbox_id: str,
     body: ShellRequest,
-    ten: Tenancy = Depends(tenancy),
-    opts: ServerSettings = Depends(settings),
-    key: str = Depends(owner),
+    ten: Ten,
+    opts: Opts,
+    key: Key,
 ) -> dict[str, Any]:
     """Run a shell command beside the kernel, as the sandbox user."""
     async with ten.use(key, sandbox_id) as lease:
@@ -250,9 +242,7 @@ async def run_shell(
 
 
 @router.get("/sandboxes/{sandbox_id}/files/{path:path}", response_class=Response)
-async def download(
-    sandbox_id: str, path: str, ten: Tenancy = Depends(tenancy), key: str = Depends(owner)
-) -> StreamingResponse:
+async def download(sandbox_id: str, path: str, ten: Ten, key: Key) -> StreamingResponse:
     """A file's bytes, streamed (at most the sandbox's ``max_file_bytes``)."""
     async with ten.use(key, sandbox_id) as lease:
         data = await lease.sandbox.files.read(path)
@@ -273,9 +263,9 @@ async def upload(
     sandbox_id: str,
     path: str,
     request: Request,
+    ten: Ten,
+    key: Key,
     append: bool = False,
-    ten: Tenancy = Depends(tenancy),
-    key: str = Depends(owner),
 ) -> dict[str, int]:
     """Write the body to a file (``?append=true`` appends); the body is capped (413)."""
     lease = ten.get(key, sandbox_id)
@@ -299,9 +289,7 @@ async def upload(
 
 
 @router.delete("/sandboxes/{sandbox_id}/files/{path:path}")
-async def remove(
-    sandbox_id: str, path: str, ten: Tenancy = Depends(tenancy), key: str = Depends(owner)
-) -> dict[str, bool]:
+async def remove(sandbox_id: str, path: str, ten: Ten, key: Key) -> dict[str, bool]:
     """Remove a file or directory."""
     async with ten.use(key, sandbox_id) as lease:
         await lease.sandbox.files.remove(path)
@@ -311,9 +299,9 @@ async def remove(
 @router.get("/sandboxes/{sandbox_id}/list")
 async def list_dir(
     sandbox_id: str,
+    ten: Ten,
+    key: Key,
     path: str = Query(".", max_length=4096),
-    ten: Tenancy = Depends(tenancy),
-    key: str = Depends(owner),
 ) -> list[dict[str, Any]]:
     """A directory listing (``FileInfo`` objects)."""
     async with ten.use(key, sandbox_id) as lease:
@@ -323,9 +311,9 @@ async def list_dir(
 @router.get("/sandboxes/{sandbox_id}/exists")
 async def exists(
     sandbox_id: str,
+    ten: Ten,
+    key: Key,
     path: str = Query(..., max_length=4096),
-    ten: Tenancy = Depends(tenancy),
-    key: str = Depends(owner),
 ) -> dict[str, bool]:
     """Whether a path exists in the sandbox."""
     async with ten.use(key, sandbox_id) as lease:
@@ -333,9 +321,7 @@ async def exists(
 
 
 @router.post("/sandboxes/{sandbox_id}/mkdir")
-async def mkdir(
-    sandbox_id: str, body: PathRequest, ten: Tenancy = Depends(tenancy), key: str = Depends(owner)
-) -> dict[str, bool]:
+async def mkdir(sandbox_id: str, body: PathRequest, ten: Ten, key: Key) -> dict[str, bool]:
     """Create a directory (and its parents)."""
     async with ten.use(key, sandbox_id) as lease:
         await lease.sandbox.files.mkdir(body.path)
@@ -343,14 +329,10 @@ async def mkdir(
 
 
 @router.get("/sandboxes/{sandbox_id}/notebook", response_class=FileResponse)
-async def notebook(
-    sandbox_id: str, ten: Tenancy = Depends(tenancy), key: str = Depends(owner)
-) -> FileResponse:
+async def notebook(sandbox_id: str, ten: Ten, key: Key) -> FileResponse:
     """The sandbox's session so far, as a valid ``.ipynb``."""
     lease = ten.get(key, sandbox_id)
     path = lease.notebook_path
     with contextlib.suppress(OSError):
         os.stat(path)
-    return FileResponse(
-        path, media_type="application/x-ipynb+json", filename=f"{lease.id}.ipynb"
-    )
+    return FileResponse(path, media_type="application/x-ipynb+json", filename=f"{lease.id}.ipynb")

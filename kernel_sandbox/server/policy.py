@@ -26,7 +26,11 @@ __all__ = ["TOOL_ALIASES", "client_config"]
 TOOL_ALIASES = {"notebook_executor": "python_executor"}
 #: Fields a client may set; everything else it sends is ignored.
 _MAPPED = ("image", "timeout", "working_dir", "env_vars", "memory_limit", "cpu_limit")
-_ALL_TOOLS = {"python_executor": {}, "shell_executor": {}, "file_operation": {}}
+_ALL_TOOLS: dict[str, dict[str, Any]] = {
+    "python_executor": {},
+    "shell_executor": {},
+    "file_operation": {},
+}
 
 
 def _tools(value: Any) -> dict[str, Any]:
@@ -78,7 +82,9 @@ def client_config(raw: Any, settings: ServerSettings) -> tuple[DockerSandboxConf
         notes.append("network_enabled ignored: this server keeps sandboxes offline")
     data["network_enabled"] = bool(raw.get("network_enabled")) and settings.allow_network
     if "memory_limit" in data:
-        data["memory_limit"] = _clamp_size(data["memory_limit"], settings.max_memory, "memory_limit")
+        data["memory_limit"] = _clamp_size(
+            data["memory_limit"], settings.max_memory, "memory_limit"
+        )
     if raw.get("disk_limit") is not None:
         data["disk_limit"] = _clamp_size(raw["disk_limit"], settings.max_disk, "disk_limit")
     try:

@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +27,7 @@ from ..notebook.recorder import NotebookRecorder
 from ..sandbox import AsyncSandbox
 from .settings import ServerSettings
 
-__all__ = ["SERVER_LABEL", "SERVER_KEY_LABEL", "CapacityError", "Lease", "Tenancy"]
+__all__ = ["SERVER_KEY_LABEL", "SERVER_LABEL", "CapacityError", "Lease", "Tenancy"]
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +135,11 @@ class Tenancy:
         return [lease for lease in self._leases.values() if lease.owner == owner]
 
     async def create(
-        self, owner: str, config: DockerSandboxConfig, kind: str = "docker", notes: list[str] = ()
+        self,
+        owner: str,
+        config: DockerSandboxConfig,
+        kind: str = "docker",
+        notes: Sequence[str] = (),
     ) -> Lease:
         """Start a sandbox for ``owner`` within the caps; it is recorded from the start."""
         mine = len(self.owned(owner)) + self._creating.get(owner, 0)
