@@ -22,6 +22,20 @@ def is_upload_path(path: str) -> bool:
     return bool(_UPLOAD.match(path))
 
 
+#: Bytes of a refused body read and thrown away, so that the client, still sending,
+#: reads the 413 instead of a reset connection; past this the connection just closes.
+DRAIN_BYTES = 64 * 1024 * 1024
+
+
+async def _drain(receive: Receive) -> None:
+    drained = 0
+    while drained <= DRAIN_BYTES:
+        message = await receive()
+        if message["type"] != "http.request" or not message.get("more_body"):
+            return
+        drained += len(message.get("body", b""))
+
+
 async def _send_413(send: Send, limit: int) -> None:
     body = json.dumps(
         {"detail": f"request body larger than {limit} bytes; the server's cap refuses it"}
@@ -60,6 +74,7 @@ class BodyLimitMiddleware:
                 except ValueError:
                     declared = limit + 1
                 if declared > limit:
+                    await _drain(receive)
                     await _send_413(send, limit)
                     return
         seen = 0
@@ -75,6 +90,8 @@ class BodyLimitMiddleware:
                 seen += len(message.get("body", b""))
                 if seen > limit:
                     over = True  # the app sees a client that went away; we answer 413
+                    if message.get("more_body"):
+                        await _drain(receive)
                     return {"type": "http.disconnect"}
             return message
 

@@ -4,7 +4,8 @@
 with ``?stream=true`` as Server-Sent Events: one ``output`` event per nbformat output as
 the kernel sends it, then one ``result`` event (the Execution).  Streamed outputs are
 capped by the sandbox's ``max_output_bytes`` like the result itself.  Files go up and
-down as raw bytes, capped by the server's ``max_upload_bytes`` and the sandbox's
+down as raw bytes (``files/data.csv`` is relative to the working directory,
+``files//tmp/x`` absolute), capped by the server's ``max_upload_bytes`` and the sandbox's
 ``max_file_bytes``; downloads are streamed in chunks.
 """
 

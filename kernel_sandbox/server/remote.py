@@ -78,7 +78,8 @@ class RemoteFiles:
         self._sb = sandbox
 
     def _url(self, path: str) -> str:
-        return f"/v1/sandboxes/{self._sb.id}/files/{quote(self._sb.resolve_path(path).lstrip('/'))}"
+        # an absolute path (files//sandbox/x): the server takes relative ones from /sandbox
+        return f"/v1/sandboxes/{self._sb.id}/files/{quote(self._sb.resolve_path(path))}"
 
     async def read(self, path: str) -> bytes:
         """The file's bytes (at most the sandbox's ``max_file_bytes``)."""
