@@ -9,6 +9,7 @@ once by :func:`enclave_python`.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import signal
 import socket
@@ -78,7 +79,9 @@ class Server:
         self.kill(signal.SIGTERM)
         from kernel_sandbox.server.restart import remove_leftovers
 
-        asyncio.run(remove_leftovers(self.name))
+        # in a thread of its own: async tests call this from inside their event loop
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, remove_leftovers(self.name)).result()
 
 
 def client(server: Server, key: str | None = KEY_A) -> httpx2.AsyncClient:
