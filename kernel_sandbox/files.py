@@ -32,7 +32,7 @@ _PREPARE_WRITE = (
 )
 _LIST = (
     'test -e "$1" || exit 3; test -d "$1" || exit 4; '
-    "find \"$1\" -mindepth 1 -maxdepth 1 -printf '%y\\t%s\\t%f\\n'"
+    "find \"$1\" -mindepth 1 -maxdepth 1 -printf '%y\\t%s\\t%f\\0'"
 )
 _REMOVE = 'test -e "$1" || test -L "$1" || exit 3; rm -rf -- "$1"'
 
@@ -157,7 +157,9 @@ class AsyncFiles:
         if code != 0:
             raise self._fail(code, full, err, "list")
         entries = []
-        for line in out.splitlines():
+        for line in out.split("\0"):  # NUL-terminated: a name may hold a newline
+            if not line:
+                continue
             kind, size, name = line.split("\t", 2)
             entries.append(FileInfo(name, _TYPES.get(kind, "other"), int(size)))  # type: ignore[arg-type]
         return sorted(entries, key=lambda e: e.name)

@@ -15,7 +15,7 @@ from tests.integration.serving import KEY_A, ROOT, Server, enclave_python
 
 pytestmark = pytest.mark.integration
 
-CLIENT = r'''
+CLIENT = r"""
 import asyncio, io, json, sys, tarfile
 from ms_enclave.sandbox.manager import HttpSandboxManager
 from ms_enclave.sandbox.model import DockerSandboxConfig, SandboxType
@@ -70,7 +70,7 @@ async def main(url, key):
     print(json.dumps(out, default=str))
 
 asyncio.run(main(sys.argv[1], sys.argv[2]))
-'''
+"""
 
 
 @pytest.fixture(scope="module")

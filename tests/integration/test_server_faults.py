@@ -35,7 +35,8 @@ async def _killed_mid_call(server: Server) -> tuple[str, str]:
 
 
 async def test_sigkill_then_restart_removes_leftovers_and_notebooks_stay_valid(
-    docker_engine, tmp_path  # type: ignore[no-untyped-def]
+    docker_engine,
+    tmp_path,  # type: ignore[no-untyped-def]
 ) -> None:
     server = Server(f"t-fault-{os.getpid()}", tmp_path).start()
     try:

@@ -107,7 +107,10 @@ async def test_keys_see_and_touch_only_their_own_sandboxes(server: Server) -> No
 
 
 async def test_caps_oversized_uploads_and_the_http_manager(server: Server) -> None:
-    async with await RemoteSandbox.create(server.url, api_key=KEY_B) as sb, client(server, KEY_B) as b:
+    async with (
+        await RemoteSandbox.create(server.url, api_key=KEY_B) as sb,
+        client(server, KEY_B) as b,
+    ):
         big = b"x" * (3 * 1024 * 1024)
         assert (await b.put(f"/v1/sandboxes/{sb.id}/files/big", content=big)).status_code == 413
 
@@ -115,7 +118,9 @@ async def test_caps_oversized_uploads_and_the_http_manager(server: Server) -> No
             for _ in range(3):
                 yield b"y" * (1024 * 1024)
 
-        assert (await b.put(f"/v1/sandboxes/{sb.id}/files/big", content=chunks())).status_code == 413
+        assert (
+            await b.put(f"/v1/sandboxes/{sb.id}/files/big", content=chunks())
+        ).status_code == 413
         assert not await sb.files.exists("big")
         async with SandboxManagerFactory.create_manager(base_url=server.url, api_key=KEY_B) as m:
             one = await m.create_sandbox("docker", {"tools_config": ["python_executor"]})
