@@ -63,8 +63,8 @@ async def main(url, key):
         out["stopped"] = stopped.status.value
         out["missing"] = await manager.get_sandbox_info("nope")
         ids = await manager.initialize_pool(pool_size=2, config={"image": "kernel-sandbox:python"})
-        p = [await manager.execute_tool_in_pool("python_executor", {"code": "import os; os.getpid()"})
-             for _ in range(3)]
+        code = {"code": "import os; os.getpid()"}
+        p = [await manager.execute_tool_in_pool("python_executor", code) for _ in range(3)]
         out["pool"] = [len(ids), [x.status.value for x in p]]
         out["sid"] = sid
     print(json.dumps(out, default=str))

@@ -54,7 +54,7 @@ def test_fuzzing_the_openapi_document_finds_no_server_error_and_no_hang(server: 
             "--workers",
             "1",
             "--generation-deterministic",
-        ],  # fmt: skip
+        ],
         capture_output=True,
         text=True,
         timeout=900,

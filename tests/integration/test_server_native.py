@@ -83,13 +83,13 @@ async def test_keys_see_and_touch_only_their_own_sandboxes(server: Server) -> No
             assert [s["id"] for s in (await b.get("/v1/sandboxes")).json()] == []
             assert (await b.get("/sandboxes")).json() == []
             sid = mine.id
+            v1 = f"/v1/sandboxes/{sid}"
             routes = [
                 ("GET", f"/sandbox/{sid}"), ("POST", f"/sandbox/{sid}/stop"),
                 ("DELETE", f"/sandbox/{sid}"), ("GET", f"/sandbox/{sid}/tools"),
-                ("GET", f"/v1/sandboxes/{sid}"), ("DELETE", f"/v1/sandboxes/{sid}"),
-                ("POST", f"/v1/sandboxes/{sid}/interrupt"), ("POST", f"/v1/sandboxes/{sid}/restart"),
-                ("GET", f"/v1/sandboxes/{sid}/files/a.txt"), ("DELETE", f"/v1/sandboxes/{sid}/files/a"),
-                ("GET", f"/v1/sandboxes/{sid}/list"), ("GET", f"/v1/sandboxes/{sid}/notebook"),
+                ("GET", v1), ("DELETE", v1), ("POST", f"{v1}/interrupt"),
+                ("POST", f"{v1}/restart"), ("GET", f"{v1}/files/a.txt"),
+                ("DELETE", f"{v1}/files/a"), ("GET", f"{v1}/list"), ("GET", f"{v1}/notebook"),
             ]  # fmt: skip
             for method, path in routes:
                 assert (await b.request(method, path)).status_code == 404, path
