@@ -58,6 +58,7 @@ def test_fuzzing_the_openapi_document_finds_no_server_error_and_no_hang(server: 
         capture_output=True,
         text=True,
         timeout=900,
+        cwd=server.record_dir,  # schemathesis keeps a cache where it runs
     )
     report = done.stdout[-6000:] + done.stderr[-2000:]
     print(report, file=sys.stderr)
