@@ -25,6 +25,7 @@ from ..errors import ConfigError, SandboxError, SandboxNotFoundError
 from ..manager import DockerSandboxConfig, SandboxManager, SandboxManagerConfig
 from ..notebook.recorder import NotebookRecorder
 from ..sandbox import AsyncSandbox
+from .recording import record_sandbox
 from .settings import ServerSettings
 
 __all__ = ["SERVER_KEY_LABEL", "SERVER_LABEL", "CapacityError", "Lease", "Tenancy"]
@@ -101,7 +102,7 @@ class Tenancy:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
         for lease in list(self._leases.values()):
-            lease.recorder.finish("completed", "server stopped")
+            await asyncio.to_thread(lease.recorder.finish, "completed", "server stopped")
         await self.manager.stop()
         self._leases.clear()
 
@@ -165,8 +166,8 @@ class Tenancy:
             self._creating[owner] -= 1
         sandbox = await self.manager.get_sandbox(sid)
         path = self.settings.record_dir / owner / f"{sid}.ipynb"
-        recorder = NotebookRecorder.attach(
-            sandbox, path, title=f"Sandbox {sid}", metadata={"server": self.settings.name}
+        recorder = await asyncio.to_thread(
+            record_sandbox, sandbox, path, f"Sandbox {sid}", {"server": self.settings.name}
         )
         lease = Lease(sid, owner, kind, sandbox, recorder, list(notes))
         self._leases[sid] = lease
@@ -197,7 +198,7 @@ class Tenancy:
     async def stop_one(self, owner: str, sandbox_id: str) -> None:
         """ms-enclave's stop: the container goes, the record stays (status stopped)."""
         lease = self.get(owner, sandbox_id)
-        lease.recorder.finish("completed", "stopped")
+        await asyncio.to_thread(lease.recorder.finish, "completed", "stopped")
         await self.manager.stop_sandbox(sandbox_id)
 
     async def _remove(self, lease: Lease, why: str) -> None:
@@ -206,7 +207,7 @@ class Tenancy:
             if lease.id in ids:
                 ids.remove(lease.id)
         try:
-            lease.recorder.finish("completed", why)
+            await asyncio.to_thread(lease.recorder.finish, "completed", why)
         except Exception:  # the notebook of every earlier step is on disk already
             log.warning("could not finish the notebook of %s", lease.id, exc_info=True)
         try:
