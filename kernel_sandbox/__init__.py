@@ -51,6 +51,8 @@ _LAZY = {
     "replay": "notebook",
     "replay_notebook": "notebook",
     "SandboxPool": "pool",
+    "RemoteSandbox": "server.remote",
+    "HttpSandboxManager": "server.http_manager",
 }
 
 
@@ -87,12 +89,14 @@ __all__ = [
     "FileOperated",
     "FileOperationError",
     "Files",
+    "HttpSandboxManager",
     "ImageError",
     "ImageNotFoundError",
     "KernelError",
     "LocalSandboxManager",
     "NotebookRecorder",
     "PythonExecuted",
+    "RemoteSandbox",
     "ReplayReport",
     "RetryPolicy",
     "Sandbox",

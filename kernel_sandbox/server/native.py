@@ -70,6 +70,7 @@ class SandboxView(BaseModel):
     config: dict[str, Any]
     notes: list[str]
     notebook: str
+    pooled: bool = False
 
 
 class CodeRequest(BaseModel):
@@ -108,6 +109,7 @@ def _view(lease: Lease) -> SandboxView:
         config=cfg.model_dump(mode="json", exclude={"labels", "volumes", "env_vars"}),
         notes=lease.notes,
         notebook=f"/v1/sandboxes/{lease.id}/notebook",
+        pooled=lease.pooled,
     )
 
 

@@ -52,6 +52,8 @@ class Lease:
     notes: list[str] = field(default_factory=list)
     last_used: float = field(default_factory=time.monotonic)
     busy: int = 0
+    #: Taken warm from the server's pool (no owner label on its container then).
+    pooled: bool = False
 
     @property
     def notebook_path(self) -> Path:
@@ -169,7 +171,7 @@ class Tenancy:
         recorder = await asyncio.to_thread(
             record_sandbox, sandbox, path, f"Sandbox {sid}", {"server": self.settings.name}
         )
-        lease = Lease(sid, owner, kind, sandbox, recorder, list(notes))
+        lease = Lease(sid, owner, kind, sandbox, recorder, list(notes), pooled=bool(pooled))
         self._leases[sid] = lease
         return lease
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 
@@ -136,3 +137,31 @@ async def test_caps_oversized_uploads_and_the_http_manager(server: Server) -> No
         async with client(server, KEY_B) as again:
             left = {s["id"] for s in (await again.get("/v1/sandboxes")).json()}
         assert left == {sb.id}  # the manager removed what it created
+
+
+async def test_idle_sandboxes_are_reaped_and_pool_creation(docker_engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    srv = Server(
+        f"t-idle-{os.getpid()}", tmp_path, ["--idle-timeout", "3", "--pool-size", "1"]
+    ).start()
+    try:
+        async with client(srv) as c:
+            warm = (await c.post("/v1/sandboxes", json={"pool": True})).json()
+            assert warm["pooled"] is True
+            busy = (await c.post("/v1/sandboxes", json={"memory_limit": "512m"})).json()["id"]
+            # a call longer than the idle time keeps its sandbox: it is in use
+            long = await c.post(
+                f"/v1/sandboxes/{busy}/python", json={"code": "import time; time.sleep(5)"}
+            )
+            assert long.json()["status"] == "ok"
+            assert (await c.get(f"/v1/sandboxes/{busy}")).status_code == 200
+            ids = {warm["id"], busy}
+            for _ in range(100):  # reaped after 3 s unused (checked every ~0.75 s)
+                left = {s["id"] for s in (await c.get("/v1/sandboxes")).json()}
+                if not left & ids:
+                    break
+                await asyncio.sleep(0.2)
+            assert not left & ids
+            assert (await c.get(f"/v1/sandboxes/{busy}/notebook")).status_code == 404
+        assert list(tmp_path.rglob(f"{busy}.ipynb"))  # the notebook stays on the server
+    finally:
+        srv.stop()
