@@ -32,7 +32,9 @@ async def main(url, key):
         out["info"] = {"status": info.status.value, "type": info.type,
                        "network": info.config.get("network_enabled"),
                        "memory": info.config.get("memory_limit")}
-        out["tools"] = sorted(await manager.get_sandbox_tools(sid))
+        tools = await manager.get_sandbox_tools(sid)
+        out["tools"] = sorted(tools)
+        out["desc"] = tools["python_executor"]["function"]["description"]
         r1 = await manager.execute_tool(sid, "python_executor", {"code": "x = 20"})
         r2 = await manager.execute_tool(sid, "python_executor", {"code": "print(x * 2 + 2)"})
         r3 = await manager.execute_tool(sid, "python_executor", {"code": "1/0"})
@@ -95,6 +97,7 @@ def test_ms_enclave_http_manager_drives_the_server_unmodified(server: Server) ->
     # the client's defaults (network on, 4g) met the server's policy
     assert out["info"] == {"status": "running", "type": "docker", "network": False, "memory": "2g"}
     assert out["tools"] == ["file_operation", "python_executor", "shell_executor"]
+    assert "State persists between calls" in out["desc"]
     ok1, ok2, text, failed, error = out["python"]
     assert (ok1, ok2, text.strip(), failed) == ("success", "success", "42", "error")
     assert "ZeroDivisionError" in error  # state kept across python_executor calls
