@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["BodyLimitMiddleware", "is_upload_path"]
 
-_UPLOAD = re.compile(r"^/(v1/sandboxes/[^/]+/files/.+|sandbox/[^/]+/archive)$")
+_UPLOAD = re.compile(r"^/(v1/sandboxes/[^/]+/file|sandbox/[^/]+/archive)$")
 
 
 def is_upload_path(path: str) -> bool:

@@ -4,8 +4,8 @@
 with ``?stream=true`` as Server-Sent Events: one ``output`` event per nbformat output as
 the kernel sends it, then one ``result`` event (the Execution).  Streamed outputs are
 capped by the sandbox's ``max_output_bytes`` like the result itself.  Files go up and
-down as raw bytes (``files/data.csv`` is relative to the working directory,
-``files//tmp/x`` absolute), capped by the server's ``max_upload_bytes`` and the sandbox's
+down as raw bytes at ``file?path=...`` (relative paths start at the working
+directory), capped by the server's ``max_upload_bytes`` and the sandbox's
 ``max_file_bytes``; downloads are streamed in chunks.
 """
 
@@ -17,7 +17,7 @@ import json
 import os
 import tempfile
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response, StreamingResponse
@@ -34,6 +34,8 @@ from .wire import to_json
 __all__ = ["INTERRUPT_SCRIPT", "router"]
 
 router = APIRouter(prefix="/v1", tags=["native"])
+#: A path in the sandbox, as a query parameter (any name, newlines included, fits).
+PathQuery = Annotated[str, Query(min_length=1, max_length=4096)]
 _CHUNK = 64 * 1024
 
 #: Sends SIGINT to the kernel process, the way jupyter_client interrupts a kernel whose
@@ -244,7 +246,7 @@ async def run_shell(
     return to_json(done)
 
 
-@router.get("/sandboxes/{sandbox_id}/files/{path:path}", response_class=Response)
+@router.get("/sandboxes/{sandbox_id}/file", response_class=Response)
 async def download(sandbox_id: str, path: str, ten: Ten, key: Key) -> StreamingResponse:
     """A file's bytes, streamed (at most the sandbox's ``max_file_bytes``)."""
     async with ten.use(key, sandbox_id) as lease:
@@ -261,10 +263,10 @@ async def download(sandbox_id: str, path: str, ten: Ten, key: Key) -> StreamingR
     )
 
 
-@router.put("/sandboxes/{sandbox_id}/files/{path:path}")
+@router.put("/sandboxes/{sandbox_id}/file")
 async def upload(
     sandbox_id: str,
-    path: str,
+    path: PathQuery,
     request: Request,
     ten: Ten,
     key: Key,
@@ -291,7 +293,7 @@ async def upload(
     return {"bytes": size}
 
 
-@router.delete("/sandboxes/{sandbox_id}/files/{path:path}")
+@router.delete("/sandboxes/{sandbox_id}/file")
 async def remove(sandbox_id: str, path: str, ten: Ten, key: Key) -> dict[str, bool]:
     """Remove a file or directory."""
     async with ten.use(key, sandbox_id) as lease:

@@ -77,13 +77,14 @@ class RemoteFiles:
     def __init__(self, sandbox: RemoteSandbox) -> None:
         self._sb = sandbox
 
-    def _url(self, path: str) -> str:
-        # an absolute path (files//sandbox/x): the server takes relative ones from /sandbox
-        return f"/v1/sandboxes/{self._sb.id}/files/{quote(self._sb.resolve_path(path))}"
+    def _url(self) -> str:
+        return f"/v1/sandboxes/{self._sb.id}/file"
 
     async def read(self, path: str) -> bytes:
         """The file's bytes (at most the sandbox's ``max_file_bytes``)."""
-        response = await self._sb._request("GET", self._url(path), f"read {path}")
+        response = await self._sb._request(
+            "GET", self._url(), f"read {path}", params={"path": self._sb.resolve_path(path)}
+        )
         return response.content
 
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
@@ -93,14 +94,14 @@ class RemoteFiles:
     async def write(self, path: str, data: bytes | str, encoding: str = "utf-8") -> None:
         """Create or replace a file (parent directories are created)."""
         body = data.encode(encoding) if isinstance(data, str) else data
-        await self._sb._request("PUT", self._url(path), f"write {path}", content=body)
+        where = {"path": self._sb.resolve_path(path)}
+        await self._sb._request("PUT", self._url(), f"write {path}", content=body, params=where)
 
     async def append(self, path: str, data: bytes | str, encoding: str = "utf-8") -> None:
         """Append to a file (created if missing)."""
         body = data.encode(encoding) if isinstance(data, str) else data
-        await self._sb._request(
-            "PUT", self._url(path), f"append {path}", content=body, params={"append": "true"}
-        )
+        where = {"path": self._sb.resolve_path(path), "append": "true"}
+        await self._sb._request("PUT", self._url(), f"append {path}", content=body, params=where)
 
     async def list(self, path: str = ".") -> list[FileInfo]:
         """The entries of a directory."""
@@ -118,7 +119,8 @@ class RemoteFiles:
 
     async def remove(self, path: str) -> None:
         """Remove a file or directory."""
-        await self._sb._request("DELETE", self._url(path), f"remove {path}")
+        where = {"path": self._sb.resolve_path(path)}
+        await self._sb._request("DELETE", self._url(), f"remove {path}", params=where)
 
     async def mkdir(self, path: str) -> None:
         """Create a directory and its parents."""

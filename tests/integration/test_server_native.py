@@ -52,6 +52,8 @@ async def test_remote_sandbox_works_like_a_local_one(server: Server, tmp_path) -
         assert await sb.files.read_text("data/t.txt") == "ab"
         assert {i.name for i in await sb.files.list("data")} == {"blob.bin", "t.txt"}
         assert await sb.files.exists("data/t.txt")
+        await sb.files.write("odd/line\nbreak.txt", "x")  # a name with a newline lists whole
+        assert [i.name for i in await sb.files.list("odd")] == ["line\nbreak.txt"]
         await sb.files.remove("data/t.txt")
         assert not await sb.files.exists("data/t.txt")
         with pytest.raises(SandboxFileNotFoundError):  # as a local sandbox raises
@@ -89,8 +91,8 @@ async def test_keys_see_and_touch_only_their_own_sandboxes(server: Server) -> No
                 ("GET", f"/sandbox/{sid}"), ("POST", f"/sandbox/{sid}/stop"),
                 ("DELETE", f"/sandbox/{sid}"), ("GET", f"/sandbox/{sid}/tools"),
                 ("GET", v1), ("DELETE", v1), ("POST", f"{v1}/interrupt"),
-                ("POST", f"{v1}/restart"), ("GET", f"{v1}/files/a.txt"),
-                ("DELETE", f"{v1}/files/a"), ("GET", f"{v1}/list"), ("GET", f"{v1}/notebook"),
+                ("POST", f"{v1}/restart"), ("GET", f"{v1}/file?path=a.txt"),
+                ("DELETE", f"{v1}/file?path=a"), ("GET", f"{v1}/list"), ("GET", f"{v1}/notebook"),
             ]  # fmt: skip
             for method, path in routes:
                 assert (await b.request(method, path)).status_code == 404, path
@@ -101,7 +103,7 @@ async def test_keys_see_and_touch_only_their_own_sandboxes(server: Server) -> No
                                            "parameters": {"code": "1"}}),
             ]:  # fmt: skip
                 assert (await b.post(path, json=body)).status_code == 404, path
-            put = await b.put(f"/v1/sandboxes/{sid}/files/x.txt", content=b"hi")
+            put = await b.put(f"/v1/sandboxes/{sid}/file", params={"path": "x.txt"}, content=b"hi")
             assert put.status_code == 404
         assert (await mine.run_python("1 + 1")).status == "ok"  # untouched
         assert not await mine.files.exists("x.txt")
@@ -113,14 +115,14 @@ async def test_caps_oversized_uploads_and_the_http_manager(server: Server) -> No
         client(server, KEY_B) as b,
     ):
         big = b"x" * (3 * 1024 * 1024)
-        assert (await b.put(f"/v1/sandboxes/{sb.id}/files/big", content=big)).status_code == 413
+        assert (await b.put(f"/v1/sandboxes/{sb.id}/file?path=big", content=big)).status_code == 413
 
         async def chunks():  # no Content-Length: cut off at the cap
             for _ in range(3):
                 yield b"y" * (1024 * 1024)
 
         assert (
-            await b.put(f"/v1/sandboxes/{sb.id}/files/big", content=chunks())
+            await b.put(f"/v1/sandboxes/{sb.id}/file?path=big", content=chunks())
         ).status_code == 413
         assert not await sb.files.exists("big")
         async with SandboxManagerFactory.create_manager(base_url=server.url, api_key=KEY_B) as m:
