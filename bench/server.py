@@ -81,9 +81,13 @@ async def mcp_calls(url: str, n: int) -> list[float]:
 
 
 async def concurrent(url: str, clients: int, per_client: int) -> dict[str, float]:
-    sandboxes = await asyncio.gather(
-        *(RemoteSandbox.create(url, api_key=KEY) for _ in range(clients))
-    )
+    gate = asyncio.Semaphore(8)  # start them a few at a time, as `alive` does locally
+
+    async def start() -> RemoteSandbox:
+        async with gate:
+            return await RemoteSandbox.create(url, api_key=KEY)
+
+    sandboxes = await asyncio.gather(*(start() for _ in range(clients)))
     latencies: list[float] = []
 
     async def one(sb: RemoteSandbox) -> None:
