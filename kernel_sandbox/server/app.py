@@ -13,9 +13,11 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import HTMLResponse, JSONResponse
 from starlette.types import ASGIApp
 
 from .. import __version__
@@ -74,7 +76,16 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
         "API under /v1 and MCP at /mcp. Every route needs the API key (X-API-Key or "
         "Authorization: Bearer) when the server has one.",
         lifespan=lifespan,
+        docs_url=None,
     )
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs(request: Request) -> HTMLResponse:
+        """Swagger UI; with ``?api_key=`` the page fetches the document with it too."""
+        key = request.query_params.get("api_key")
+        url = "/openapi.json" + (f"?{urlencode({'api_key': key})}" if key else "")
+        return get_swagger_ui_html(openapi_url=url, title="kernel-sandbox API")
+
     app.state.tenancy = tenancy
     app.state.settings = settings
     app.add_exception_handler(SandboxError, error_response)

@@ -1,10 +1,11 @@
 """API keys: who is calling.  Each key is one tenant, known by its key id.
 
-A key is accepted as ``X-API-Key`` (what ms-enclave's client sends) or
-``Authorization: Bearer``.  The key id (a hash prefix) is what the server stores in
-labels, notebook paths and logs: never the key itself.  The check is an ASGI
-middleware in front of *everything* (``/docs``, ``/openapi.json`` and ``/mcp``
-included), so no route can forget it.
+A key is accepted as ``X-API-Key`` (what ms-enclave's client sends),
+``Authorization: Bearer``, or the ``api_key`` query parameter (as ms-enclave's server
+accepts it; it lets a browser open ``/docs?api_key=...``).  The key id (a hash
+prefix) is what the server stores in labels, notebook paths and logs: never the key.
+The check is an ASGI middleware in front of *everything* (``/docs``,
+``/openapi.json`` and ``/mcp`` included), so no route can forget it.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import Iterable
+from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -75,6 +77,10 @@ class AuthMiddleware:
         headers = {
             k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
         }
+        if "x-api-key" not in headers and b"api_key=" in scope.get("query_string", b""):
+            query = parse_qs(scope["query_string"].decode("latin-1"))
+            if query.get("api_key"):
+                headers["x-api-key"] = query["api_key"][0]
         kid = self.keyring.identify(headers)
         if kid is None:
             if scope["type"] == "websocket":

@@ -39,6 +39,15 @@ def test_keys_are_known_by_id_and_both_headers_work() -> None:
     assert "key-a" not in key_id("key-a") and len(key_id("key-a")) == 16
 
 
+async def test_docs_open_in_a_browser_with_the_key_in_the_query() -> None:
+    async with _client(ServerSettings(api_keys=KEYS)) as client:
+        assert (await client.get("/docs")).status_code == 401
+        assert (await client.get("/docs?api_key=wrong")).status_code == 401
+        page = await client.get("/docs?api_key=key-a")
+        assert page.status_code == 200 and "/openapi.json?api_key=key-a" in page.text
+        assert (await client.get("/openapi.json?api_key=key-b")).status_code == 200
+
+
 def test_no_key_on_a_public_address_is_refused() -> None:
     with pytest.raises(ConfigError, match="without an API key"):
         ServerSettings(host="0.0.0.0").check_bind()
