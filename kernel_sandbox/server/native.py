@@ -28,7 +28,7 @@ from ..results import Execution
 from .deps import Key, Opts, Ten
 from .policy import client_config
 from .settings import ServerSettings
-from .tenancy import Lease
+from .tenancy import Lease, Tenancy
 from .wire import to_json
 
 __all__ = ["INTERRUPT_SCRIPT", "router"]
@@ -159,8 +159,14 @@ def _sse(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
 
 
-async def _streamed(lease: Lease, body: CodeRequest, timeout: float | None) -> AsyncIterator[bytes]:
-    """Outputs as the kernel sends them, then the result; bounded like the result."""
+async def _streamed(
+    ten: Tenancy, key: str, lease: Lease, body: CodeRequest, timeout: float | None
+) -> AsyncIterator[bytes]:
+    """Outputs as the kernel sends them, then the result; bounded like the result.
+
+    The call runs in a task of its own that holds the sandbox (it is not reaped while
+    it runs) and finishes, recorded, even if the client goes away mid-stream.
+    """
     queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
     budget = lease.sandbox.config.max_output_bytes
     dropped = 0
@@ -176,7 +182,8 @@ async def _streamed(lease: Lease, body: CodeRequest, timeout: float | None) -> A
 
     async def run() -> Execution:
         try:
-            return await lease.sandbox.run_python(body.code, timeout, on_output=on_output)
+            async with ten.use(key, lease.id) as held:
+                return await held.sandbox.run_python(body.code, timeout, on_output=on_output)
         finally:
             queue.put_nowait(None)
 
@@ -203,14 +210,11 @@ async def run_python(
         async with ten.use(key, sandbox_id) as lease:
             return to_json(await lease.sandbox.run_python(body.code, timeout))
 
-    async def events() -> AsyncIterator[bytes]:
-        async with ten.use(key, sandbox_id) as lease:
-            async for chunk in _streamed(lease, body, timeout):
-                yield chunk
-
-    ten.get(key, sandbox_id)  # a 404 before the stream starts
+    lease = ten.get(key, sandbox_id)  # a 404 before the stream starts
     return StreamingResponse(
-        events(), media_type="text/event-stream", headers={"cache-control": "no-cache"}
+        _streamed(ten, key, lease, body, timeout),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-cache"},
     )
 
 
