@@ -60,10 +60,11 @@ def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ..
 )
 @click.option(
     "--on-restart",
-    type=click.Choice(["remove", "keep"]),
+    type=click.Choice(["remove", "restore", "keep"]),
     default="remove",
     show_default=True,
-    help="Sandboxes a killed run of this server left: remove them or keep them.",
+    help="Sandboxes a killed run of this server left: remove them, restore them for "
+    "their keys (replaying their notebooks in fresh containers), or keep them.",
 )
 @click.option(
     "--record-dir",

@@ -69,10 +69,12 @@ class ServerSettings(BaseModel):
     max_disk: str = "1g"
     max_timeout: float = Field(default=600.0, gt=0, description="Longest call a client may ask.")
     pool_size: int = Field(default=0, ge=0, description="Warm sandboxes of the default config.")
-    on_restart: Literal["remove", "keep"] = Field(
+    on_restart: Literal["remove", "restore", "keep"] = Field(
         default="remove",
         description="What to do at start with sandboxes a previous run of this server left "
-        "(it was killed): remove them, or keep them running for `kernel-sandbox ps`/`gc`.",
+        "(it was killed): remove them; restore them (same id, same key, a fresh container "
+        "whose state is rebuilt by replaying the recorded notebook); or keep them running "
+        "for `kernel-sandbox ps`/`gc`.",
     )
     record_dir: Path = Field(
         default=Path("notebooks") / "server",

@@ -28,12 +28,21 @@ from ..sandbox import AsyncSandbox
 from .recording import record_sandbox
 from .settings import ServerSettings
 
-__all__ = ["SERVER_KEY_LABEL", "SERVER_LABEL", "CapacityError", "Lease", "Tenancy"]
+__all__ = [
+    "SERVER_ID_LABEL",
+    "SERVER_KEY_LABEL",
+    "SERVER_LABEL",
+    "CapacityError",
+    "Lease",
+    "Tenancy",
+]
 
 log = logging.getLogger(__name__)
 
 SERVER_LABEL = f"{LABEL_PREFIX}.server"
 SERVER_KEY_LABEL = f"{LABEL_PREFIX}.server-key-id"
+#: The server's id of a restored sandbox (its container has a new ``kernel-sandbox.id``).
+SERVER_ID_LABEL = f"{LABEL_PREFIX}.server-sandbox-id"
 
 
 class CapacityError(ConfigError):
@@ -87,13 +96,18 @@ class Tenancy:
 
     async def start(self) -> None:
         """Deal with a killed predecessor's sandboxes, start the pool and the reaper."""
-        if self.settings.on_restart == "remove":
-            from .restart import remove_leftovers
+        from .restart import Restorable, remove_leftovers, restorable, restore_all
 
+        found: list[Restorable] = []
+        if self.settings.on_restart != "keep":
+            if self.settings.on_restart == "restore":
+                found = await restorable(self.settings)
             removed = await remove_leftovers(self.settings.name)
             if removed:
                 log.warning("removed %d sandboxes a previous run left", removed)
         await self.manager.start()
+        if found:
+            await restore_all(self, found)
         if self.settings.idle_timeout:
             self._reaper = asyncio.create_task(self._reap_forever(self.settings.idle_timeout))
 
@@ -143,6 +157,7 @@ class Tenancy:
         config: DockerSandboxConfig,
         kind: str = "docker",
         notes: Sequence[str] = (),
+        sandbox_id: str | None = None,
     ) -> Lease:
         """Start a sandbox for ``owner`` within the caps; it is recorded from the start."""
         mine = len(self.owned(owner)) + self._creating.get(owner, 0)
@@ -158,22 +173,36 @@ class Tenancy:
             )
         pooled = self.settings.pool_size and _same_sandbox(config, self.pool_config)
         if not pooled:
-            config = config.model_copy(
-                update={"labels": {**config.labels, SERVER_KEY_LABEL: owner}}
-            )
+            labels = {**config.labels, SERVER_KEY_LABEL: owner}
+            if sandbox_id is not None:
+                labels[SERVER_ID_LABEL] = sandbox_id
+            config = config.model_copy(update={"labels": labels})
         self._creating[owner] = self._creating.get(owner, 0) + 1
         try:
-            sid = await self.manager.create_sandbox("docker", config)
+            sid = await self.manager.create_sandbox("docker", config, sandbox_id)
         finally:
             self._creating[owner] -= 1
         sandbox = await self.manager.get_sandbox(sid)
         path = self.settings.record_dir / owner / f"{sid}.ipynb"
         recorder = await asyncio.to_thread(
-            record_sandbox, sandbox, path, f"Sandbox {sid}", {"server": self.settings.name}
+            record_sandbox, sandbox, path, f"Sandbox {sid}", self._session_metadata(config, kind)
         )
         lease = Lease(sid, owner, kind, sandbox, recorder, list(notes), pooled=bool(pooled))
         self._leases[sid] = lease
         return lease
+
+    def _session_metadata(self, config: DockerSandboxConfig, kind: str) -> dict[str, object]:
+        """What a restarted server needs to start this sandbox again (``restore``)."""
+        return {
+            "server": self.settings.name,
+            "server_sandbox": {
+                "kind": kind,
+                "tools_config": config.tools_config,
+                "config": config.model_dump(
+                    include={"image", "timeout", "memory_limit", "cpu_limit", "network_enabled"}
+                ),
+            },
+        }
 
     def get(self, owner: str, sandbox_id: str) -> Lease:
         """The caller's sandbox; another key's sandbox is as unknown as a missing one."""

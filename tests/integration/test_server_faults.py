@@ -12,7 +12,7 @@ import pytest
 
 from kernel_sandbox.server.restart import leftovers, remove_leftovers
 from kernel_sandbox.server.tenancy import SERVER_KEY_LABEL
-from tests.integration.serving import KEY_A, Server, client
+from tests.integration.serving import KEY_A, KEY_B, Server, client
 
 pytestmark = pytest.mark.integration
 
@@ -71,4 +71,31 @@ async def test_on_restart_keep_leaves_them_for_ps_and_gc(docker_engine, tmp_path
     finally:
         server.kill(signal.SIGTERM)
         await remove_leftovers(server.name)
+    assert await leftovers(server.name) == []
+
+
+async def test_on_restart_restore_gives_each_key_its_sandbox_back(docker_engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    server = Server(f"t-restore-{os.getpid()}", tmp_path, ["--on-restart", "restore"]).start()
+    try:
+        sid, other = await _killed_mid_call(server)
+        async with client(server.start()) as c, client(server, KEY_B) as b:
+            assert (await b.get(f"/v1/sandboxes/{sid}")).status_code == 404  # still A's only
+            mine = {s["id"] for s in (await c.get("/v1/sandboxes")).json()}
+            assert mine == {sid, other}  # same ids, same key
+            ran = await c.post(f"/v1/sandboxes/{sid}/python", json={"code": "x + 1"})
+            assert ran.json()["status"] == "ok"  # `x = 1` was replayed
+            assert ran.json()["outputs"][-1]["data"]["text/plain"] == "2"
+            notes = (await c.get(f"/v1/sandboxes/{sid}")).json()["notes"]
+            assert any("restored" in note for note in notes)
+        assert len(await leftovers(server.name)) == 2  # the new containers, not the old
+        earlier = list(tmp_path.rglob(f"{sid}.before-restart-*.ipynb"))
+        assert len(earlier) == 1
+        nbformat.validate(nbformat.read(earlier[0], as_version=4))
+        now = nbformat.read(next(tmp_path.rglob(f"{sid}.ipynb")), as_version=4)
+        nbformat.validate(now)
+        sources = [cell.source for cell in now.cells if cell.cell_type == "code"]
+        assert "x = 1\nprint('before')" in sources  # replayed, recorded again
+        assert sources[-1] == "x + 1"
+    finally:
+        server.stop()
     assert await leftovers(server.name) == []
