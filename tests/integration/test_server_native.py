@@ -167,3 +167,32 @@ async def test_idle_sandboxes_are_reaped_and_pool_creation(docker_engine, tmp_pa
         assert list(tmp_path.rglob(f"{busy}.ipynb"))  # the notebook stays on the server
     finally:
         srv.stop()
+
+
+async def test_the_agent_loop_runs_on_a_remote_sandbox(server: Server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from kernel_sandbox.agent import Agent
+    from tests.openai_server import ScriptedOpenAIServer, call, text, tool_calls
+
+    script = [
+        tool_calls(call("python_executor", {"code": "x = 6 * 7", "timeout": None}, id="c1")),
+        tool_calls(call("python_executor", {"code": "print(x)", "timeout": None}, id="c2")),
+        lambda req: text(f"x is {req.tool_results()[-1]['output'].strip()}"),
+    ]
+    async with await RemoteSandbox.create(server.url, api_key=KEY_A) as sb:
+        with ScriptedOpenAIServer(script) as llm:
+            agent = Agent(
+                base_url=llm.base_url,
+                model="scripted",
+                sandbox=sb,
+                tools_config={"python_executor": {}},
+                notebook_dir=tmp_path / "sessions",
+            )
+            result = await agent.arun("compute x")
+        assert result.status == "completed" and result.answer == "x is 42"
+        local = nbformat.read(next((tmp_path / "sessions").glob("*.ipynb")), as_version=4)
+        nbformat.validate(local)  # the agent's own notebook, written on this side
+        assert [c.source for c in local.cells if c.cell_type == "code"][:2] == [
+            "x = 6 * 7",
+            "print(x)",
+        ]
+        assert (await sb.run_python("x")).result["data"]["text/plain"] == "42"  # type: ignore[index]
