@@ -19,7 +19,7 @@ __all__ = ["mcp"]
 @click.option(
     "--record",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Notebook of the session (default: notebooks/sessions/<time>.ipynb).",
+    help="Notebook of the session (default: ~/.local/share/kernel-sandbox/mcp-sessions/).",
 )
 def mcp(
     image: str, timeout: float, memory_limit: str, allow_network: bool, record: Path | None

@@ -46,7 +46,7 @@ def build_mcp_server(source: SandboxSource, *, max_timeout: float = 600.0) -> MC
             async with source.sandbox(ctx, sandbox_id) as sandbox:
                 result: CallToolResult = await call(sandbox)
                 return result
-        except (SandboxError, LookupError, PermissionError, ValueError) as exc:
+        except (SandboxError, LookupError, OSError, ValueError) as exc:
             return error_result(f"{type(exc).__name__}: {exc}")
 
     @mcp.tool(description=f"Run Python code. {INSTRUCTIONS}")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol
@@ -29,12 +30,20 @@ class SandboxSource(Protocol):
     ) -> contextlib.AbstractAsyncContextManager[AsyncSandbox]: ...
 
 
+def default_record_dir() -> Path:
+    """Where stdio sessions are recorded: MCP clients start servers in any directory
+    (often ``/`` or the home directory), so not the current one but
+    ``$XDG_DATA_HOME/kernel-sandbox/mcp-sessions`` (``~/.local/share/...``)."""
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "kernel-sandbox" / "mcp-sessions"
+
+
 class StdioSandbox:
     """One sandbox for the whole process, recorded to ``record_path``."""
 
     def __init__(self, config: SandboxConfig, record_path: Path | None = None) -> None:
         self.config = config
-        self.record_path = record_path or new_session_path()
+        self.record_path = record_path or new_session_path(default_record_dir(), "mcp")
         self._sandbox: AsyncSandbox | None = None
         self._recorder: NotebookRecorder | None = None
         self._lock = asyncio.Lock()
