@@ -95,9 +95,11 @@ class SessionSandboxes:
             session = str((ctx.headers or {}).get("mcp-session-id") or id(ctx.session))
             async with self._lock:
                 sandbox_id = self._by_session.get((owner, session))
-                if sandbox_id is None or sandbox_id not in {
-                    lease.id for lease in self.tenancy.owned(owner)
-                }:
+                live = {lease.id for lease in self.tenancy.owned(owner)}
+                if sandbox_id is None or sandbox_id not in live:
+                    for known, sid in list(self._by_session.items()):  # sessions that ended
+                        if known[0] == owner and sid not in live:
+                            del self._by_session[known]
                     cfg, notes = client_config({}, self.tenancy.settings)
                     lease = await self.tenancy.create(owner, cfg, "docker", notes)
                     lease.recorder.set_metadata(mcp_session=session)
