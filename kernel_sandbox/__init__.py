@@ -6,6 +6,7 @@ jupyter_client.  The public API is re-exported here; everything else is internal
 
 from .config import DEFAULT_IMAGE, SandboxConfig
 from .errors import (
+    CapacityError,
     ConfigError,
     ContainerRemovedError,
     ContainerStoppedError,
@@ -81,6 +82,7 @@ __all__ = [
     "AsyncFiles",
     "AsyncSandbox",
     "Budget",
+    "CapacityError",
     "CommandResult",
     "ConfigError",
     "ContainerRemovedError",

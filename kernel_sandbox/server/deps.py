@@ -8,6 +8,7 @@ from fastapi import Depends, Request
 from fastapi.responses import JSONResponse
 
 from ..errors import (
+    CapacityError,
     ConfigError,
     EngineUnavailableError,
     FileOperationError,
@@ -19,7 +20,7 @@ from ..errors import (
 )
 from .auth import principal_of
 from .settings import ServerSettings
-from .tenancy import CapacityError, Tenancy
+from .tenancy import Tenancy
 
 __all__ = ["Key", "Opts", "Ten", "error_response", "owner", "status_of", "tenancy"]
 

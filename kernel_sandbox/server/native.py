@@ -24,6 +24,7 @@ from fastapi.responses import FileResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import FileOperationError
+from ..files import LIST_LIMIT
 from ..results import Execution
 from .deps import Key, Opts, Ten
 from .policy import client_config
@@ -311,10 +312,11 @@ async def list_dir(
     ten: Ten,
     key: Key,
     path: str = Query(".", max_length=4096),
+    limit: int = Query(LIST_LIMIT, ge=1, le=LIST_LIMIT),
 ) -> list[dict[str, Any]]:
-    """A directory listing (``FileInfo`` objects)."""
+    """A directory listing (``FileInfo`` objects); more than ``limit`` entries: 400."""
     async with ten.use(key, sandbox_id) as lease:
-        return [to_json(info) for info in await lease.sandbox.files.list(path)]
+        return [to_json(info) for info in await lease.sandbox.files.list(path, limit)]
 
 
 @router.get("/sandboxes/{sandbox_id}/exists")

@@ -37,6 +37,7 @@ from ..errors import (
     SandboxNotFoundError,
 )
 from ..events import Listener, PythonExecuted, ShellExecuted, emit
+from ..files import LIST_LIMIT
 from ..results import CommandResult, Execution, FileInfo
 from .wire import command_from, execution_from, file_info_from
 
@@ -103,10 +104,13 @@ class RemoteFiles:
         where = {"path": self._sb.resolve_path(path), "append": "true"}
         await self._sb._request("PUT", self._url(), f"append {path}", content=body, params=where)
 
-    async def list(self, path: str = ".") -> list[FileInfo]:
-        """The entries of a directory."""
+    async def list(self, path: str = ".", limit: int = LIST_LIMIT) -> list[FileInfo]:
+        """The entries of a directory; more than ``limit`` are refused, as locally."""
         response = await self._sb._request(
-            "GET", f"/v1/sandboxes/{self._sb.id}/list", f"list {path}", params={"path": path}
+            "GET",
+            f"/v1/sandboxes/{self._sb.id}/list",
+            f"list {path}",
+            params={"path": path, "limit": limit},
         )
         return [file_info_from(row) for row in response.json()]
 

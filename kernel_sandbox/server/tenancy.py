@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..config import LABEL_PREFIX
-from ..errors import ConfigError, SandboxError, SandboxNotFoundError
+from ..errors import CapacityError, ConfigError, SandboxError, SandboxNotFoundError
 from ..manager import DockerSandboxConfig, SandboxManager, SandboxManagerConfig
 from ..notebook.recorder import NotebookRecorder
 from ..sandbox import AsyncSandbox
@@ -32,7 +32,6 @@ __all__ = [
     "SERVER_ID_LABEL",
     "SERVER_KEY_LABEL",
     "SERVER_LABEL",
-    "CapacityError",
     "Lease",
     "Tenancy",
 ]
@@ -43,10 +42,6 @@ SERVER_LABEL = f"{LABEL_PREFIX}.server"
 SERVER_KEY_LABEL = f"{LABEL_PREFIX}.server-key-id"
 #: The server's id of a restored sandbox (its container has a new ``kernel-sandbox.id``).
 SERVER_ID_LABEL = f"{LABEL_PREFIX}.server-sandbox-id"
-
-
-class CapacityError(ConfigError):
-    """A cap of the server or of the key is reached (HTTP 429)."""
 
 
 @dataclass

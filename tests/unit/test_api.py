@@ -43,6 +43,8 @@ SUBMODULE_ONLY: dict[str, set[str]] = {
         "strip_ansi",
     },
     "sandbox": {"runtime_root"},
+    "server.http_manager": set(),
+    "server.remote": {"RemoteFiles", "raise_for"},
     "sync": {"run_sync"},
     "tools": {
         "Artifact",
