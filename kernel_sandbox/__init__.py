@@ -6,6 +6,7 @@ jupyter_client.  The public API is re-exported here; everything else is internal
 
 from .config import DEFAULT_IMAGE, SandboxConfig
 from .errors import (
+    CapacityError,
     ConfigError,
     ContainerRemovedError,
     ContainerStoppedError,
@@ -53,8 +54,10 @@ _LAZY = {
     "Tolerance": "notebook",
     "export_notebook": "notebook",
     "replay": "notebook",
-    "async_replay": "notebook",
+    "areplay": "notebook",
     "SandboxPool": "pool",
+    "RemoteSandbox": "server.remote",
+    "HttpSandboxManager": "server.http_manager",
 }
 
 
@@ -80,6 +83,7 @@ __all__ = [
     "AsyncFiles",
     "AsyncSandbox",
     "Budget",
+    "CapacityError",
     "CommandResult",
     "ConfigError",
     "ContainerRemovedError",
@@ -93,6 +97,7 @@ __all__ = [
     "FileOperated",
     "FileOperationError",
     "Files",
+    "HttpSandboxManager",
     "ImageError",
     "ImageNotFoundError",
     "KernelError",
@@ -100,6 +105,7 @@ __all__ = [
     "NotebookError",
     "NotebookRecorder",
     "PythonExecuted",
+    "RemoteSandbox",
     "ReplayReport",
     "RetryPolicy",
     "Sandbox",
@@ -122,7 +128,7 @@ __all__ = [
     "ToolResult",
     "ToolSet",
     "__version__",
-    "async_replay",
+    "areplay",
     "export_notebook",
     "register_tool",
     "replay",

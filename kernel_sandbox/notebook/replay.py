@@ -13,7 +13,7 @@ after the last cell, on their final outputs.
 Cell tags (``nbval-skip``, ``nbval-ignore-output``, ``raises-exception``,
 ``nondeterministic``; see :mod:`.tags`) steer what is run and compared.
 
-``async_replay`` is the coroutine; ``replay`` is its blocking twin (same parameters),
+``areplay`` is the coroutine; ``replay`` is its blocking twin (same parameters),
 as ``Sandbox`` is ``AsyncSandbox``'s.
 """
 
@@ -43,7 +43,7 @@ from .tags import IGNORE_OUTPUT, NONDETERMINISTIC, RAISES_EXCEPTION, SKIP, cell_
 __all__ = [
     "CellReplay",
     "ReplayReport",
-    "async_replay",
+    "areplay",
     "recorded_image",
     "replay",
     "replayed_path",
@@ -268,7 +268,7 @@ class _Replay:
         )
 
 
-async def async_replay(
+async def areplay(
     notebook: str | os.PathLike[str] | NotebookNode,
     *,
     image: str | None = None,
@@ -365,11 +365,11 @@ def replay(
     tolerance: Tolerance | None = None,
     on_cell: CellCallback | None = None,
 ) -> ReplayReport:
-    """Blocking :func:`async_replay` (safe inside a running event loop)."""
+    """Blocking :func:`areplay` (safe inside a running event loop)."""
     from ..sync import run_sync
 
     return run_sync(
-        async_replay(
+        areplay(
             notebook,
             image=image,
             timeout=timeout,

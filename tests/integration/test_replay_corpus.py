@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from kernel_sandbox.notebook import async_replay, read_notebook
+from kernel_sandbox.notebook import areplay, read_notebook
 from tests.integration.conftest import DATASCIENCE_IMAGE
 
 pytestmark = pytest.mark.integration
@@ -46,7 +46,7 @@ async def test_corpus_notebook_replays_with_the_verdicts_checked_by_hand(
     name: str, make_sandbox: Any, tmp_path: Path
 ) -> None:
     sandbox = await make_sandbox(image=DATASCIENCE_IMAGE)
-    report = await async_replay(
+    report = await areplay(
         CORPUS / "notebooks" / f"{name}.ipynb",
         sandbox=sandbox,
         output=tmp_path / f"{name}.replay.ipynb",

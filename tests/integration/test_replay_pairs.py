@@ -15,7 +15,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from kernel_sandbox.notebook import async_replay
+from kernel_sandbox.notebook import areplay
 from tests.integration.conftest import DATASCIENCE_IMAGE
 
 pytestmark = pytest.mark.integration
@@ -61,7 +61,7 @@ NOISE = [
 
 async def _executed(notebook: Any, make_sandbox: Any) -> Any:
     sandbox = await make_sandbox(image=DATASCIENCE_IMAGE)
-    report = await async_replay(notebook, sandbox=sandbox)
+    report = await areplay(notebook, sandbox=sandbox)
     await sandbox.close()
     return report
 

@@ -18,7 +18,7 @@ from kernel_sandbox.errors import NotebookError
 from kernel_sandbox.notebook import (
     META_KEY,
     NotebookRecorder,
-    async_replay,
+    areplay,
     export_notebook,
     read_notebook,
     replayed_path,
@@ -114,7 +114,7 @@ async def test_cells_replay_the_way_they_were_recorded(
 ) -> None:
     path = tmp_path / "s.ipynb"
     record_session(path)
-    report = await async_replay(path)
+    report = await areplay(path)
     (sandbox,) = fake
     assert sandbox.options["image"] == "img:recorded" and sandbox.closed
     assert sandbox.calls == [
@@ -158,7 +158,7 @@ async def test_edited_source_is_what_runs_and_a_new_error_is_reported(
     record_session(path)
     nb = read_notebook(path)
     nb.cells[1].source = "print(b)"  # the user edited the first code cell
-    report = await async_replay(nb, image="img:override", output=tmp_path / "out.ipynb")
+    report = await areplay(nb, image="img:override", output=tmp_path / "out.ipynb")
     assert fake[0].options["image"] == "img:override"
     assert fake[0].calls[0] == ("python", "print(b)")
     assert report.cells[0].verdict == "new error" and "NameError: b" in report.cells[0].diff
@@ -175,7 +175,7 @@ async def test_hand_written_notebook_runs_everything_in_the_kernel(
         new_code_cell("%%bash\necho hi"),  # never run: nothing to compare
         new_code_cell("   "),
     ]
-    report = await async_replay(nb)
+    report = await areplay(nb)
     assert fake[0].options == {"image": DEFAULT_IMAGE}
     assert fake[0].calls == [("python", "print('a')"), ("python", "%%bash\necho hi")]
     assert [c.verdict for c in report.cells] == ["same", "unrecorded"]

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from kernel_sandbox.cli.main import cli
-from kernel_sandbox.notebook import META_KEY, async_replay, export_notebook, read_notebook
+from kernel_sandbox.notebook import META_KEY, areplay, export_notebook, read_notebook
 from kernel_sandbox.results import Execution
 from tests.unit.test_notebook_replay import FakeSandbox, stdout
 
@@ -78,7 +78,7 @@ async def test_tags_skip_ignore_expect_errors_and_compare_nondeterministic_shape
         cell("quiet()", [error("KeyError", "'a'")], ["raises-exception"]),  # did not raise
         cell("# NBVAL_IGNORE_OUTPUT\nnoisy()", [stdout("x\n")]),  # nbval's comment marker
     ]
-    report = await async_replay(nb)
+    report = await areplay(nb)
     assert [c.verdict for c in report.cells] == [
         "same",
         "differs",
@@ -99,10 +99,10 @@ async def test_raises_exception_tag_turns_a_new_error_into_an_expected_one(
     sandbox_for({"boom()": [error("ValueError", "x")]})
     nb = new_notebook()
     nb.cells = [cell("boom()", [stdout("ok\n")]), cell("boom() # again", [])]
-    plain = await async_replay(nb)
+    plain = await areplay(nb)
     assert plain.cells[0].verdict == "new error"
     nb.cells[0].metadata["tags"] = ["raises-exception"]
-    tagged = await async_replay(nb)
+    tagged = await areplay(nb)
     assert tagged.cells[0].verdict == "differs"  # its stdout is gone: still a change
 
 
@@ -121,13 +121,13 @@ async def test_display_updated_by_a_later_cell_is_judged_on_its_final_output(
         cell("h.update('y')", []),
     ]
     seen: list[int] = []
-    report = await async_replay(nb, on_cell=lambda c: seen.append(c.index))
+    report = await areplay(nb, on_cell=lambda c: seen.append(c.index))
     assert [c.verdict for c in report.cells] == ["same", "same"]
     assert report.notebook.cells[0].outputs[0].data["text/plain"] == "'y'"
     assert seen == [1, 0]  # the displaying cell is judged last, on its final output
 
     nb.cells[0].outputs[0].data["text/plain"] = "'z'"  # a recording that really differs
-    report = await async_replay(nb)
+    report = await areplay(nb)
     assert report.cells[0].verdict == "differs" and "+[display_data text/plain] 'y'" in (
         report.cells[0].diff
     )
@@ -168,7 +168,7 @@ async def test_html_export_shows_verdicts_and_loads_nothing_from_the_network(
         nbformat.v4.new_markdown_cell("$x^2$ and <b>bold</b>"),
     ]
     out = tmp_path / "r.ipynb"
-    await async_replay(nb, output=out)
+    await areplay(nb, output=out)
     page = export_notebook(out, "html").read_text()
     assert 'data-verdict="same"' in page and 'data-verdict="differs"' in page
     assert "-[stdout] 2" in page and "+[stdout] 3" in page
