@@ -6,6 +6,7 @@ dropped, ``no-new-privileges`` and resource limits.  Loosen them one field at a 
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Literal
 
@@ -18,6 +19,7 @@ __all__ = [
     "DISK_SHARES",
     "KERNEL_PYTHON",
     "LABEL_PREFIX",
+    "RUNTIME_ENV",
     "SandboxConfig",
     "parse_size",
 ]
@@ -25,6 +27,8 @@ __all__ = [
 DEFAULT_IMAGE = "kernel-sandbox:datascience"
 #: Interpreter with ipykernel inside every kernel-ready image (see ``images/``).
 KERNEL_PYTHON = "/opt/venv/bin/python"
+#: Environment variable that gives ``SandboxConfig.runtime`` its default (e.g. ``runsc``).
+RUNTIME_ENV = "KERNEL_SANDBOX_RUNTIME"
 #: Prefix of every label kernel_sandbox puts on containers and images.
 LABEL_PREFIX = "kernel-sandbox"
 
@@ -103,6 +107,10 @@ class SandboxConfig(BaseModel):
         default=DEFAULT_MAX_FILE_BYTES,
         gt=0,
         description="Largest file files.read brings to the host; larger ones are refused.",
+    )
+    runtime: str | None = Field(
+        default_factory=lambda: os.environ.get(RUNTIME_ENV) or None,
+        description="The engine's OCI runtime ('runsc': gVisor); None: the engine's default.",
     )
     derive_image: bool = Field(
         default=True,

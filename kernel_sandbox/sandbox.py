@@ -206,6 +206,7 @@ class AsyncSandbox:
             internal_network=cfg.transport == "tcp" and not cfg.network_enabled,
             read_only=cfg.disk_limit is not None,
             shm_size=cfg.disk_budget().get("shm"),
+            runtime=cfg.runtime,
         )
         # The engine call goes on in its thread even if we are cancelled: wait for it, so
         # that close() knows the container and removes it instead of leaking it.

@@ -36,6 +36,7 @@ from ..limits import HeadTail
 from ..results import format_size
 from .attach import STDERR, TruncatedStreamError, attach_body, read_frames
 from .base import REMOVED_REASON, Backend, ContainerSpec, ContainerState, ExecResult, ImageUser
+from .runtimes import Runtime, engine_runtimes, gvisor_host_pids, validate
 
 __all__ = ["INTERNAL_NETWORK", "DockerBackend", "docker_client"]
 
@@ -136,6 +137,7 @@ class DockerBackend(Backend):
 
     def __init__(self, client: docker.DockerClient | None = None) -> None:
         self._client = client
+        self._runtimes: dict[str, Runtime] | None = None
 
     @property
     def client(self) -> docker.DockerClient:
@@ -150,8 +152,27 @@ class DockerBackend(Backend):
     async def start(self, spec: ContainerSpec) -> str:
         return str(await _run(self._start_sync, spec))
 
+    async def runtimes(self) -> dict[str, Runtime]:
+        """The OCI runtimes the engine offers (``docker info``), asked afresh."""
+        return await _run(self._runtimes_sync, True)  # type: ignore[no-any-return]
+
+    def _runtimes_sync(self, refresh: bool = False) -> dict[str, Runtime]:
+        # Asked once per backend, and again when a sandbox names one not seen yet (the
+        # engine may have been given it since: daemon.json and a reload).
+        if self._runtimes is None or refresh:
+            self._runtimes = engine_runtimes(self.api.info())
+        return self._runtimes
+
     def _start_sync(self, spec: ContainerSpec) -> str:
         api = self.api
+        runtimes = self._runtimes_sync()
+        if spec.runtime is not None and spec.runtime not in runtimes:
+            runtimes = self._runtimes_sync(refresh=True)
+        runtime = validate(runtimes, spec)
+        pids_limit, ulimits = spec.pids_limit, [Ulimit(name="core", soft=0, hard=0)]
+        if runtime is not None and runtime.gvisor:  # see runtimes.py: counted inside
+            ulimits.append(Ulimit(name="nproc", soft=spec.pids_limit, hard=spec.pids_limit))
+            pids_limit = gvisor_host_pids(spec.pids_limit)
         network_mode = "bridge" if spec.network_enabled else "none"
         if spec.internal_network:
             self._ensure_internal_network()
@@ -162,14 +183,15 @@ class DockerBackend(Backend):
             mem_limit=spec.memory_limit,
             memswap_limit=spec.memory_limit,  # no swap: the limit is the limit
             nano_cpus=int(spec.cpu_limit * 1e9),
-            pids_limit=spec.pids_limit,
+            pids_limit=pids_limit,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             network_mode=network_mode,
             port_bindings={p: ("127.0.0.1", h) for p, h in spec.published_ports.items()} or None,
-            ulimits=[Ulimit(name="core", soft=0, hard=0)],
+            ulimits=ulimits,
             read_only=spec.read_only,
             shm_size=spec.shm_size,
+            runtime=spec.runtime,
         )
         try:
             created = api.create_container(
