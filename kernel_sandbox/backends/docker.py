@@ -12,8 +12,10 @@ import contextlib
 import functools
 import io
 import os
+import socket
 import sys
 import tarfile
+from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 import docker
@@ -43,6 +45,8 @@ __all__ = ["INTERNAL_NETWORK", "DockerBackend", "docker_client"]
 T = TypeVar("T")
 #: Network without a route outside, used by the tcp transport when network is off.
 INTERNAL_NETWORK = "kernel-sandbox-internal"
+#: Seconds between checks that a container still runs while a process in it is read.
+_EXEC_WATCH = 2.0
 #: Room for tar headers and padding on top of ``get_archive``'s ``max_bytes``.
 _TAR_OVERHEAD = 64 * 1024
 
@@ -367,6 +371,8 @@ class DockerBackend(Backend):
         environment: dict[str, str] | None = None,
         max_output_bytes: int | None = None,
     ) -> ExecResult:
+        streams: list[Any] = []  # the socket being read, for the watch below
+
         def _exec() -> ExecResult:
             exec_id = self.api.exec_create(
                 container_id, argv, user=user, workdir=workdir, environment=environment
@@ -380,6 +386,7 @@ class DockerBackend(Backend):
                 # the process may be silent for longer than the client's timeout;
                 # run_shell's own deadline (``timeout`` in the container) ends it
                 self.api._disable_socket_timeout(body.raw)
+                streams.append(getattr(body.raw, "_sock", None))
                 for stream, piece in read_frames(body):
                     (err if stream == STDERR else out).add(piece)
             code = self.api.exec_inspect(exec_id)["ExitCode"]
@@ -391,7 +398,7 @@ class DockerBackend(Backend):
             )
 
         try:
-            return await _run(_exec)  # type: ignore[no-any-return]
+            return await self._watched(container_id, _run(_exec), streams)
         except docker.errors.APIError as exc:
             raise FileOperationError(f"could not run a process in the sandbox: {exc}") from exc
         except TruncatedStreamError as exc:
@@ -399,6 +406,36 @@ class DockerBackend(Backend):
                 f"the process's output was cut off: {exc}; its side effects may have happened, "
                 "so check before running it again"
             ) from exc
+
+    async def _watched(
+        self, container_id: str, running: Awaitable[ExecResult], streams: list[Any]
+    ) -> ExecResult:
+        """``running``'s result, or, if the container stops first, exit 137 saying why.
+
+        Under gVisor the engine keeps an exec's stream open for a minute or more after
+        the sandbox died (an out-of-memory sandbox loses its whole container there), so
+        the container is watched and the stream shut down when it is gone.
+        """
+        task = asyncio.ensure_future(running)
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=_EXEC_WATCH)
+            if done:
+                return task.result()
+            state = await self.state(container_id)
+            if not state.running:
+                break
+        for sock in streams:
+            with contextlib.suppress(Exception):
+                sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(Exception):
+            result = await task
+            note = f"\n[the sandbox's container stopped: {state.death_reason()}]"
+            return ExecResult(
+                137, result.stdout, result.stderr + note.encode(), result.truncated_bytes
+            )
+        return ExecResult(
+            137, b"", f"the sandbox's container stopped: {state.death_reason()}".encode()
+        )
 
     async def put_archive(self, container_id: str, directory: str, tar_bytes: bytes) -> None:
         try:

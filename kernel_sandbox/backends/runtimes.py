@@ -12,11 +12,16 @@ arguments, each for a reason:
 * ``--host-fifo=open``: the supervisor reports each kernel's end through a FIFO the host
   made in that directory (see :mod:`kernel_sandbox.kernel.supervisor`).
 
+(``--oci-seccomp``, which would apply the engine's seccomp profile inside too, makes
+the kernel fail to start with Debian's runsc of 2022-12: libzmq cannot start a thread.
+So sandboxed code may make user namespaces under gVisor; they map to the sandbox user
+and live in gVisor's kernel, not the host's.)
+
 Two settings change meaning under gVisor and are translated here, not dropped:
 
 * ``pids_limit``: the engine's pids cgroup counts the *host* tasks of gVisor's sentry
   (its own threads plus, on the ptrace platform, stub tasks for every process inside:
-  about 40 + 5 per process), and the sentry dies when it cannot make one.  So the limit
+  about 40 + up to 13 per process), and the sentry dies when it cannot make one.  So the limit
   on processes inside is ``RLIMIT_NPROC`` (which gVisor enforces for the sandbox alone,
   root included, with ``EAGAIN`` as Linux does), and the cgroup keeps a backstop sized
   for the sentry (:func:`gvisor_host_pids`).
@@ -49,8 +54,10 @@ __all__ = [
 
 #: ``runtimeArgs`` a sandbox needs when the engine runs it under runsc (see above).
 GVISOR_ARGS = ("--network=none", "--host-uds=all", "--host-fifo=open")
-#: Host tasks of an idle gVisor sandbox (sentry threads, gofer) and per process inside.
-_SENTRY_TASKS, _TASKS_PER_PROCESS = 64, 8
+#: Host tasks of an idle gVisor sandbox (sentry threads, gofer: ~40) and per process
+#: inside (a stub process and sentry threads on the ptrace platform: up to ~13 measured
+#: in a bash fork bomb; a thread costs far less).
+_SENTRY_TASKS, _TASKS_PER_PROCESS = 128, 16
 
 
 @dataclass(frozen=True)
@@ -121,7 +128,7 @@ def validate(runtimes: dict[str, Runtime], spec: ContainerSpec) -> Runtime | Non
         raise ConfigError(
             f"runtime={spec.runtime!r} is gVisor, registered without {' '.join(missing)} "
             f"(it has: {' '.join(runtime.args) or 'no runtimeArgs'}), which sandboxes need "
-            f"to reach their kernel; {_enable_help(spec.runtime)}"
+            f"(see kernel_sandbox/backends/runtimes.py); {_enable_help(spec.runtime)}"
         )
     if spec.network_enabled or spec.internal_network or spec.published_ports:
         raise ConfigError(
