@@ -47,6 +47,7 @@ __all__ = [
     "GVISOR_ARGS",
     "Runtime",
     "daemon_json",
+    "describe",
     "engine_runtimes",
     "gvisor_host_pids",
     "validate",
@@ -137,3 +138,21 @@ def validate(runtimes: dict[str, Runtime], spec: ContainerSpec) -> Runtime | Non
             "there; use the default runtime for a sandbox with a network"
         )
     return runtime
+
+
+def describe(info: dict[str, Any]) -> str:
+    """One line for people: the engine's runtimes, its default, and whether gVisor is ready."""
+    default = str(info.get("DefaultRuntime") or "runc")
+    parts = []
+    for name, runtime in sorted(engine_runtimes(info).items()):
+        notes = ["default"] if name == default else []
+        if runtime.gvisor:
+            missing = [arg for arg in GVISOR_ARGS if arg not in runtime.args]
+            notes.append(
+                f"gVisor, lacks {' '.join(missing)}" if missing else f"gVisor: runtime={name!r}"
+            )
+        parts.append(f"{name} ({', '.join(notes)})" if notes else name)
+    line = f"engine runtimes: {', '.join(parts) or 'none reported'}"
+    if not any(r.gvisor for r in engine_runtimes(info).values()):
+        line += " (no gVisor: see the README's 'Stronger isolation' to add runsc)"
+    return line
