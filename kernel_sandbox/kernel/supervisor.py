@@ -27,6 +27,9 @@ write lines of its own to ``status``: the kernel number and the blank line befor
 each report keep them from being taken for another kernel's end, and the worst a
 forged line does is restart the sandbox's own kernel.
 
+Reporting forks nothing (no command substitution): right after a fork bomb's group is
+killed, its processes may still count against the process limit for a moment.
+
 SIGTERM, SIGINT and SIGHUP are caught and ignored (a caught signal, unlike an ignored
 one, is reset for the kernel), so user code signalling PID 1 cannot end the container.
 The shell costs about 2 MB of memory per sandbox.
@@ -74,19 +77,20 @@ shift
 mkdir -p "$dir"
 [ -p "$dir/{STATUS_FILE}" ] || rm -f "$dir/{STATUS_FILE}" "$dir"/{GO_PREFIX}*
 oom_kills() {{
+    kills=0
     for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
         if [ -r "$f" ]; then
             while read -r key value; do
-                if [ "$key" = oom_kill ]; then echo "$value"; return; fi
+                if [ "$key" = oom_kill ]; then kills=$value; return; fi
             done <"$f"
         fi
     done
-    echo 0
 }}
 n=0
 while :; do
     n=$((n + 1))
-    before=$(oom_kills)
+    oom_kills
+    before=$kills
     setsid "$@" &
     kernel=$!
     while :; do
@@ -95,7 +99,8 @@ while :; do
         kill -0 "$kernel" 2>/dev/null || break
     done
     kill -KILL -"$kernel" 2>/dev/null
-    printf '\\n%s %s %s %s\\n' "$n" "$code" "$before" "$(oom_kills)" >"$dir/{STATUS_FILE}"
+    oom_kills
+    printf '\\n%s %s %s %s\\n' "$n" "$code" "$before" "$kills" >"$dir/{STATUS_FILE}"
     until [ -e "$dir/{GO_PREFIX}$n" ]; do sleep 0.05; done
 done
 """
