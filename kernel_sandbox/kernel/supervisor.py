@@ -8,7 +8,8 @@ supervisor's state directory and one signal:
 1. The supervisor numbers its kernels 1, 2, ... and starts each in its own session
    (``setsid``), so one ``kill -KILL -<pgid>`` ends the kernel and every process it
    spawned.
-2. When kernel ``n`` ends, the rest of its process group is killed and the line
+2. When kernel ``n`` ends, the rest of its process group is killed (and waited for,
+   a few seconds at most) and the line
    ``<n> <exit status> <oom kills before> <oom kills after>`` is written to ``status``.
    The cgroup's OOM-kill counter tells an OOM kill apart from any other SIGKILL;
    Docker's ``OOMKilled`` flag cannot, it stays set for the container's life.
@@ -98,7 +99,13 @@ while :; do
         code=$?
         kill -0 "$kernel" 2>/dev/null || break
     done
-    kill -KILL -"$kernel" 2>/dev/null
+    # until the group is gone (reaped), at most ~3 s: its processes hold the process
+    # limit until then, and gVisor reaps a large group slowly
+    i=0
+    while kill -KILL -"$kernel" 2>/dev/null && [ $i -lt 60 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
     oom_kills
     printf '\\n%s %s %s %s\\n' "$n" "$code" "$before" "$kills" >"$dir/{STATUS_FILE}"
     until [ -e "$dir/{GO_PREFIX}$n" ]; do sleep 0.05; done

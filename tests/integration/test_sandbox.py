@@ -277,7 +277,12 @@ async def test_restart_ends_processes_the_kernel_started(
 
 
 async def test_fork_bomb_is_ended_by_a_restart_in_place(make_sandbox) -> None:  # type: ignore[no-untyped-def]
-    sb = await make_sandbox(image="kernel-sandbox:python", pids_limit=64, interrupt_grace=0.5)
+    # Under gVisor each fork of the kernel costs ~18 MB of host memory: 64 of them need
+    # more than the default 1g to meet the pids limit first (README "Stronger isolation").
+    roomy = {"memory_limit": "2g"} if GVISOR else {}
+    sb = await make_sandbox(
+        image="kernel-sandbox:python", pids_limit=64, interrupt_grace=0.5, **roomy
+    )
     before = await _leave_files(sb)
     ex = await sb.run_python(
         "import os, signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
