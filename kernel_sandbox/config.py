@@ -77,6 +77,11 @@ class SandboxConfig(BaseModel):
     ``Execution.truncated_bytes`` / ``CommandResult.truncated_bytes`` count the rest.
     ``max_file_bytes`` is the largest file ``sandbox.files.read`` brings to the host;
     larger ones are refused with a :class:`~kernel_sandbox.errors.FileOperationError`.
+
+    ``runtime`` names one of the engine's OCI runtimes; ``"runsc"`` runs the sandbox
+    under gVisor, a second wall between sandboxed code and the host's kernel (see
+    :mod:`kernel_sandbox.backends.runtimes` for what it needs and what changes there).
+    Its default comes from ``$KERNEL_SANDBOX_RUNTIME``, else the engine's own default.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
