@@ -411,8 +411,11 @@ async def test_shell_memory_bomb_is_killed_and_the_kernel_lives(
     assert not r.ok and "done" not in r.stdout
     if GVISOR:
         # gVisor has no OOM killer inside: the host's ends the whole sandbox.  The command
-        # says so, and the next call names it, restarts the container and works again.
-        assert r.exit_code == 137 and "out of memory" in r.stderr, r
+        # says so (137, when the engine notices first; else runsc's own exit 128 once its
+        # exec gives up on the dead sandbox), and the next call names it, restarts the
+        # container and works again.
+        assert r.exit_code in (128, 137), r
+        assert "out of memory" in r.stderr or "sandbox" in r.stderr, r
         ex = await box.run_python("kept_by_shell_bomb")
         assert ex.status == "kernel_died" and ex.state_lost, ex
         assert "out of memory" in ex.message and "files" in ex.message
