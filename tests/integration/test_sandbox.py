@@ -10,6 +10,7 @@ import pytest
 from kernel_sandbox.errors import ConfigError
 from kernel_sandbox.results import Execution
 from kernel_sandbox.sandbox import AsyncSandbox, runtime_root
+from tests.conftest import require
 from tests.integration.conftest import GVISOR
 
 pytestmark = pytest.mark.integration
@@ -400,3 +401,18 @@ async def test_unclosed_sandbox_is_removed_when_the_program_exits(docker_engine)
     label = f"kernel-sandbox.id={sandbox_id}"
     assert not docker_engine.containers.list(all=True, filters={"label": label})
     assert not os.path.exists(run_dir)
+
+
+async def test_a_runtime_the_engine_lacks_is_a_config_error(make_sandbox) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ConfigError, match=r"no such runtime \(it offers: .*runc"):
+        await make_sandbox(image="kernel-sandbox:python", runtime="no-such-runtime")
+
+
+async def test_runtime_runsc_runs_the_kernel_under_gvisor(make_sandbox, docker_engine) -> None:  # type: ignore[no-untyped-def]
+    # Asked for explicitly, whatever KERNEL_SANDBOX_RUNTIME says (CI registers runsc).
+    require("runsc" in (docker_engine.api.info().get("Runtimes") or {}), "no runsc runtime")
+    sb = await make_sandbox(image="kernel-sandbox:python", runtime="runsc")
+    shell = await sb.run_shell("dmesg | head -1")
+    assert "gVisor" in shell.stdout, shell
+    assert (await sb.run_python("x = 6\nx * 7")).text == "42"
+    assert docker_engine.api.inspect_container(sb.container_id)["HostConfig"]["Runtime"] == "runsc"
