@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install images run demo test test-unit test-integration test-runsc soak lint bench
+.PHONY: install engine images run demo test test-unit test-integration test-runsc soak lint bench
 #: Run a second time under gVisor (runtime="runsc", README "Stronger isolation"): every
 #: hostile-code suite (the glob takes new ones too) and the core sandbox tests.
 RUNSC_TESTS ?= tests/integration/test_hostile*.py tests/integration/test_sandbox.py
@@ -10,7 +10,10 @@ RUNSC_TESTS ?= tests/integration/test_hostile*.py tests/integration/test_sandbox
 install:            ## install kernel_sandbox with its dev tools
 	$(PIP) install -q -e ".[dev]"
 
-images: install     ## build the sandbox images that are missing
+engine:             ## a Docker engine that answers: as root on Debian/Ubuntu, installed and started
+	scripts/engine.sh
+
+images: engine install  ## build the sandbox images that are missing
 	kernel-sandbox images build
 
 run: images         ## the main job: install, build what is missing, run the demo

@@ -7,11 +7,14 @@ jupyter_client.  The public API is re-exported here; everything else is internal
 from .config import DEFAULT_IMAGE, SandboxConfig
 from .errors import (
     ConfigError,
+    ContainerRemovedError,
+    ContainerStoppedError,
     EngineUnavailableError,
     FileOperationError,
     ImageError,
     ImageNotFoundError,
     KernelError,
+    NotebookError,
     SandboxClosedError,
     SandboxError,
     SandboxFileNotFoundError,
@@ -33,7 +36,7 @@ from .manager import (
 from .results import CommandResult, Execution, ExecutionError, FileInfo
 from .sandbox import AsyncSandbox
 from .sync import Files, Sandbox
-from .tools import ToolResult, ToolSet
+from .tools import Tool, ToolResult, ToolSet, register_tool
 
 __version__ = "0.1.0"
 
@@ -78,6 +81,8 @@ __all__ = [
     "Budget",
     "CommandResult",
     "ConfigError",
+    "ContainerRemovedError",
+    "ContainerStoppedError",
     "DockerSandboxConfig",
     "EngineUnavailableError",
     "Event",
@@ -91,6 +96,7 @@ __all__ = [
     "ImageNotFoundError",
     "KernelError",
     "LocalSandboxManager",
+    "NotebookError",
     "NotebookRecorder",
     "PythonExecuted",
     "ReplayReport",
@@ -110,10 +116,12 @@ __all__ = [
     "SandboxStatus",
     "SandboxType",
     "ShellExecuted",
+    "Tool",
     "ToolResult",
     "ToolSet",
     "__version__",
     "export_notebook",
+    "register_tool",
     "replay",
     "replay_notebook",
 ]

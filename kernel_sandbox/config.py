@@ -10,8 +10,9 @@ import os
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from .errors import ConfigError
 from .limits import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_OUTPUT_BYTES
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "LABEL_PREFIX",
     "RUNTIME_ENV",
     "SandboxConfig",
+    "describe_invalid",
     "parse_size",
 ]
 
@@ -71,10 +73,13 @@ class SandboxConfig(BaseModel):
 
     ``max_output_bytes`` bounds what one call keeps in host memory, whatever the code
     prints: a cell's stream text (stdout and stderr together) and, separately, its rich
-    outputs (display data, results); a shell command's stdout and, separately, its
-    stderr.  Text over the cap keeps its first and last halves around a marker line
-    saying how much was dropped; rich outputs over it are replaced by one placeholder;
+    outputs (display data, results) and, separately, its errors; a shell command's
+    stdout and, separately, its stderr.  Text over the cap keeps its first and last
+    halves around a marker line saying how much was dropped; rich outputs over it are
+    replaced by one placeholder; a long error keeps its ends;
     ``Execution.truncated_bytes`` / ``CommandResult.truncated_bytes`` count the rest.
+    It also sets the largest message the host reads from the kernel (``max_output_bytes``
+    + 1 MiB): a larger one is dropped unread and the result says output was lost.
     ``max_file_bytes`` is the largest file ``sandbox.files.read`` brings to the host;
     larger ones are refused with a :class:`~kernel_sandbox.errors.FileOperationError`.
 
@@ -85,6 +90,17 @@ class SandboxConfig(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __init__(self, **data: Any) -> None:
+        """Validate the settings; a bad one raises :class:`ConfigError` saying which and why.
+
+        pydantic's own ``ValidationError`` is not a ``SandboxError``, so ``except
+        SandboxError`` would miss it; it stays attached as ``__cause__``.
+        """
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigError(describe_invalid(exc, type(self).__name__)) from exc
 
     image: str = DEFAULT_IMAGE
     network_enabled: bool = False
@@ -163,4 +179,18 @@ class SandboxConfig(BaseModel):
         """Return a validated copy with some fields changed."""
         if not overrides:
             return self
-        return type(self).model_validate({**self.model_dump(), **overrides})
+        return type(self)(**{**self.model_dump(), **overrides})
+
+
+def describe_invalid(exc: ValidationError, what: str) -> str:
+    """One line per bad setting of a pydantic error, e.g. ``memory_limit: 'lots' is not...``."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or what
+        if error["type"] == "extra_forbidden":
+            problems.append(f"{where}: unknown setting (not a field of {what})")
+            continue
+        message = str(error["msg"]).removeprefix("Value error, ")
+        # Our validators name the field themselves ("memory_limit='lots' is not a size").
+        problems.append(message if message.startswith(f"{where}=") else f"{where}: {message}")
+    return f"invalid {what}: " + "; ".join(problems)

@@ -131,10 +131,8 @@ def validate(runtimes: dict[str, Runtime], spec: ContainerSpec) -> Runtime | Non
             f"(it has: {' '.join(runtime.args) or 'no runtimeArgs'}), which sandboxes need "
             f"(see kernel_sandbox/backends/runtimes.py); {_enable_help(spec.runtime)}"
         )
-    # a network of its own (``internal_network``; ``own_network`` in the newer spec)
-    # means the tcp transport, which reaches the kernel over that network
-    own = getattr(spec, "internal_network", False) or getattr(spec, "own_network", None)
-    if spec.network_enabled or spec.published_ports or own:
+    # a network of its own means the tcp transport, which reaches the kernel over it
+    if spec.network_enabled or spec.published_ports or spec.own_network:
         raise ConfigError(
             f"runtime={spec.runtime!r} runs sandboxes with gVisor's --network=none: they "
             "have only loopback, so network_enabled=True and transport='tcp' cannot hold "

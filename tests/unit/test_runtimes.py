@@ -80,7 +80,7 @@ def test_gvisor_without_the_arguments_sandboxes_need_is_refused() -> None:
 
 @pytest.mark.parametrize(
     "changes",
-    [{"network_enabled": True}, {"internal_network": True}, {"published_ports": {5000: 5000}}],
+    [{"network_enabled": True}, {"own_network": "ks-net"}, {"published_ports": {5000: 5000}}],
 )
 def test_a_network_cannot_hold_under_gvisor_and_is_refused(changes: dict[str, object]) -> None:
     with pytest.raises(ConfigError, match="network_enabled=True and transport='tcp' cannot hold"):
