@@ -26,8 +26,8 @@ test:               ## both tiers, then the hostile and core suites again under 
 	$(PYTHON) -m pytest -q -rfEs
 	$(MAKE) --no-print-directory test-runsc
 
-test-runsc:         ## the hostile and core suites with KERNEL_SANDBOX_RUNTIME=runsc
-	KERNEL_SANDBOX_RUNTIME=runsc $(PYTHON) -m pytest -q -rfEs $(RUNSC_TESTS)
+test-runsc:         ## the hostile and core suites with KERNEL_SANDBOX_RUNTIME=runsc (tcp is refused there)
+	KERNEL_SANDBOX_RUNTIME=runsc $(PYTHON) -m pytest -q -rfEs -m "not tcp_transport" $(RUNSC_TESTS)
 
 test-unit:
 	$(PYTHON) -m pytest -q tests/unit

@@ -27,6 +27,9 @@ RUNTIME = os.environ.get(RUNTIME_ENV) or None
 #: True when sandboxes run under gVisor: a few limits show themselves differently there
 #: (no cgroup files inside, an OOM ends the whole container); the suites check both.
 GVISOR = bool(RUNTIME and RUNTIME.startswith("runsc"))
+#: Both transports, the tcp one marked: gVisor refuses it (``test_sandbox.py`` checks the
+#: refusal), so ``make test-runsc`` deselects ``tcp_transport`` rather than skipping.
+TRANSPORTS = ["ipc", pytest.param("tcp", marks=pytest.mark.tcp_transport)]
 
 #: A program that opens one sandbox, prints its id and waits (to be killed, or to exit).
 ORPHAN_MAKER = """
