@@ -108,6 +108,13 @@ class SandboxConfig(BaseModel):
         default=True,
         description="Derive a kernel-ready image from a plain Python image when needed.",
     )
+    host: str = Field(
+        default="docker",
+        description=(
+            "The kernel host that runs the sandbox, by entry-point name "
+            "(kernel_sandbox.hosts: docker, local, kubernetes, ...)."
+        ),
+    )
 
     @field_validator("memory_limit", "disk_limit")
     @classmethod
