@@ -27,6 +27,7 @@ above this interface imports an engine's SDK.
 Interface history (hosts outside this package are written against it):
 
 * 1 — first version.
+* 1.1 — added :func:`owner_alive` (additive).
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ __all__ = [
     "KernelHost",
     "Leftover",
     "SandboxRecord",
+    "owner_alive",
+    "owner_labels",
 ]
 
 #: The entry-point group hosts register under: ``name = "package.module:HostClass"``.
@@ -148,6 +151,19 @@ def owner_labels(sandbox_id: str, config: SandboxConfig) -> dict[str, str]:
         f"{LABEL_PREFIX}.owner-host": socket.gethostname(),
         **config.labels,
     }
+
+
+def owner_alive(labels: dict[str, str]) -> bool | None:
+    """Whether the process that made a sandbox still runs (None: made on another host)."""
+    if labels.get(f"{LABEL_PREFIX}.owner-host") != socket.gethostname():
+        return None
+    try:
+        os.kill(int(labels.get(f"{LABEL_PREFIX}.owner-pid", "0")), 0)
+    except (ProcessLookupError, ValueError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class KernelHost(abc.ABC):

@@ -58,9 +58,7 @@ def host_class(name: str) -> type[KernelHost]:
     return target
 
 
-def make_host(
-    host: str | HostFactory | None, sandbox_id: str, config: SandboxConfig
-) -> KernelHost:
+def make_host(host: str | HostFactory | None, sandbox_id: str, config: SandboxConfig) -> KernelHost:
     """The host of one sandbox: by name, from a factory, or ``config.host`` when None."""
     if host is None:
         host = config.host
