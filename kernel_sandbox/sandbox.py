@@ -110,6 +110,11 @@ class AsyncSandbox:
         return self.host.resource_id
 
     @property
+    def working_dir(self) -> str:
+        """Where relative paths start inside the sandbox (the host's working directory)."""
+        return self.host.working_dir
+
+    @property
     def labels(self) -> dict[str, str]:
         """Labels put on everything the host made, so orphans can always be found."""
         return self.host.labels

@@ -136,6 +136,11 @@ class Sandbox:
         return self._inner.container_id
 
     @property
+    def working_dir(self) -> str:
+        """Where relative paths start inside the sandbox."""
+        return self._inner.working_dir
+
+    @property
     def host(self) -> KernelHost:
         """The kernel host that runs this sandbox."""
         return self._inner.host

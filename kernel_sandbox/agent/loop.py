@@ -143,7 +143,7 @@ class AgentSession:
             self.toolset = ToolSet(sandbox, agent.tools_config)
             self._tools = self.toolset.schemas("chat")
             prompt = agent.system_prompt or system_prompt(
-                working_dir=sandbox.config.working_dir,
+                working_dir=sandbox.working_dir,
                 network=sandbox.config.network_enabled,
                 vision=agent.vision,
                 tools=self.toolset.names,

@@ -104,7 +104,7 @@ class FileOperation(Tool):
         return {
             "operation": "One of: " + ", ".join(self.options.operations) + ".",
             "file_path": (
-                f"File or directory path, absolute or relative to {sandbox.config.working_dir}."
+                f"File or directory path, absolute or relative to {sandbox.working_dir}."
             ),
             "content": "The text to write or append; null for other operations.",
             "encoding": "Text encoding for read, write and append; null means utf-8.",
