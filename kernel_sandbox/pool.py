@@ -64,6 +64,8 @@ class PoolStats:
     replaced_dead: int
     reaped: int
     destroyed_after_use: int
+    #: Callers waiting in ``acquire`` for a member right now.
+    waiting: int = 0
 
     @property
     def total(self) -> int:
@@ -234,6 +236,7 @@ class SandboxPool:
             creating=len(self._creating),
             closing=len(self._closing),
             **self._counts,
+            waiting=sum(1 for w in self._waiters if not w.done()),
         )
 
     # -- borrowing ---------------------------------------------------------------

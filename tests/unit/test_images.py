@@ -15,13 +15,20 @@ import docker.errors
 import pytest
 from click.testing import CliRunner
 
-from kernel_sandbox.cli.main import cli
-from kernel_sandbox.errors import ImageError, ImageNotFoundError
-from kernel_sandbox.backends.docker.images import _kind, derived_tag, forget_resolved, resolve_kernel_image
+from kernel_sandbox.backends.docker.images import (
+    _kind,
+    derived_tag,
+    forget_resolved,
+    resolve_kernel_image,
+)
 from kernel_sandbox.backends.docker.images import builder as builder_mod
 from kernel_sandbox.backends.docker.images import wheels as wheels_mod
 from kernel_sandbox.backends.docker.images.builder import ImageBuilder, images_dir
-from kernel_sandbox.backends.docker.images.derive import DERIVED_FROM, KERNEL_LABEL, derive_dockerfile
+from kernel_sandbox.backends.docker.images.derive import (
+    DERIVED_FROM,
+    KERNEL_LABEL,
+    derive_dockerfile,
+)
 from kernel_sandbox.backends.docker.images.wheels import (
     PROBE,
     PythonTarget,
@@ -30,6 +37,8 @@ from kernel_sandbox.backends.docker.images.wheels import (
     download_wheels,
     pip_download_args,
 )
+from kernel_sandbox.cli.main import cli
+from kernel_sandbox.errors import ImageError, ImageNotFoundError
 
 DEBIAN = PythonTarget(version=(3, 11, 2), machine="x86_64", libc="glibc", libc_version="2.36")
 
