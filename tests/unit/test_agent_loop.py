@@ -276,6 +276,7 @@ async def test_listeners_may_be_sync_async_or_broken(tmp_path, sandbox):
         agent, _ = make_agent(
             server,
             tmp_path,
+            sandbox,
             listeners=[lambda e: seen_sync.append(type(e).__name__), async_listener, broken],
         )
         result = await agent.arun("hi")
@@ -308,6 +309,7 @@ async def test_tool_results_carry_the_tool_result_event(tmp_path, sandbox):
         agent, _ = make_agent(
             server,
             tmp_path,
+            sandbox,
             listeners=[lambda e: finished.append(e) if isinstance(e, ToolCallFinished) else None],
         )
         await agent.arun("hi")
