@@ -6,6 +6,7 @@ dropped, ``no-new-privileges`` and resource limits.  Loosen them one field at a 
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Literal
 
@@ -109,10 +110,11 @@ class SandboxConfig(BaseModel):
         description="Derive a kernel-ready image from a plain Python image when needed.",
     )
     host: str = Field(
-        default="docker",
+        default_factory=lambda: os.environ.get("KERNEL_SANDBOX_HOST") or "docker",
         description=(
             "The kernel host that runs the sandbox, by entry-point name "
-            "(kernel_sandbox.hosts: docker, local, kubernetes, ...)."
+            "(kernel_sandbox.hosts: docker, local, kubernetes, ...); the default is "
+            "$KERNEL_SANDBOX_HOST, else docker."
         ),
     )
 
