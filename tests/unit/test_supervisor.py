@@ -174,15 +174,13 @@ INTERRUPTIBLE = (
 
 
 def test_sigint_is_passed_on_to_the_kernel_as_an_interrupt(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        ["sh", "-c", SUPERVISOR, "supervisor", str(tmp_path)]
-        + [sys.executable, "-c", INTERRUPTIBLE, str(tmp_path)]
-    )
+    kernel = [sys.executable, "-c", INTERRUPTIBLE, str(tmp_path)]
+    proc = subprocess.Popen(["sh", "-c", SUPERVISOR, "supervisor", str(tmp_path), *kernel])
     try:
         wait_for(lambda: (tmp_path / "ready").exists(), "the kernel to start")
+        log = tmp_path / "interrupts"
         for count in (1, 2):
             proc.send_signal(signal.SIGINT)
-            log = tmp_path / "interrupts"
             wait_for(
                 lambda c=count: log.exists() and log.read_text().count("int") == c,
                 f"interrupt {count} to reach the kernel",
