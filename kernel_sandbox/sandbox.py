@@ -300,7 +300,7 @@ class AsyncSandbox:
             status = "kernel_died"
         message = f"{why}; {await self._try_restart()}"
         return Execution(
-            status,  # type: ignore[arg-type]
+            status,
             raw.outputs,
             count,
             error,
