@@ -168,6 +168,8 @@ serializeImagePulls: false
 nodeStatusUpdateFrequency: 2s
 containerLogMaxSize: 1Mi
 containerLogMaxFiles: 2
+podPidsLimit: 1024
+featureGates: {SizeMemoryBackedVolumes: true}   # memory emptyDirs get sizeLimit as tmpfs size (ENOSPC, as on Docker)
 EOF
   python3 "$HERE/pause/mkimage.py" "$RUN/pause-image.tar" kernel-sandbox.local/pause:3.2 "$BASE/pause/pause"
   sysctl -n $SYSCTLS > "$RUN/sysctl.saved"

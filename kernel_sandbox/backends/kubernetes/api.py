@@ -71,7 +71,10 @@ class Kube:
             if os.environ.get("KUBERNETES_SERVICE_HOST") and not os.environ.get("KUBECONFIG"):
                 k8s_config.load_incluster_config(client_configuration=configuration)
             else:
-                k8s_config.load_kube_config(client_configuration=configuration)
+                # read KUBECONFIG now: the client's default was fixed when it was imported
+                k8s_config.load_kube_config(
+                    config_file=os.environ.get("KUBECONFIG"), client_configuration=configuration
+                )
         except (k8s_config.ConfigException, OSError, TypeError) as exc:
             raise EngineUnavailableError(
                 f"no Kubernetes credentials: {exc}. Set KUBECONFIG to a kubeconfig file, "

@@ -58,6 +58,13 @@ def _exit_code(status: bytes) -> int:
     return -1
 
 
+def _feed(ws: Any, data: bytes) -> None:
+    """Send ``data`` on the stdin channel in frames; a closed connection ends it quietly."""
+    with contextlib.suppress(Exception):
+        for start in range(0, len(data), _STDIN_CHUNK):
+            ws.send(bytes([STDIN]) + data[start : start + _STDIN_CHUNK], ABNF.OPCODE_BINARY)
+
+
 class _Exec:
     """One exec: opened, fed and read in a worker thread; ``abort`` from any thread."""
 
@@ -65,8 +72,12 @@ class _Exec:
         self.ws: Any = None
         self.aborted = threading.Event()
 
-    def abort(self) -> None:
+    def cancel(self) -> None:
+        """The caller gave up: close the connection so the worker thread ends."""
         self.aborted.set()
+        self.abort()
+
+    def abort(self) -> None:
         sock = getattr(self.ws, "sock", None)
         raw = getattr(sock, "sock", None)
         if raw is not None:  # wakes a recv blocked in the worker thread
@@ -104,13 +115,13 @@ class _Exec:
             self.abort()
         ws = self.ws.sock
         ws.settimeout(None)  # the process may be silent for long; its own timeout ends it
+        sender = None
+        if stdin is not None:
+            # fed from its own thread: a process that stops reading (it failed, or ended)
+            # must not keep this one from reading its output and exit status
+            sender = threading.Thread(target=_feed, args=(ws, stdin), daemon=True)
+            sender.start()
         try:
-            if stdin is not None:
-                for start in range(0, len(stdin), _STDIN_CHUNK):
-                    piece = stdin[start : start + _STDIN_CHUNK]
-                    ws.send(bytes([STDIN]) + piece, ABNF.OPCODE_BINARY)
-                if not stdin:
-                    ws.send(bytes([STDIN]), ABNF.OPCODE_BINARY)
             out, err, status = HeadTail(limit), HeadTail(limit), bytearray()
             while True:
                 opcode, frame = ws.recv_data_frame(True)
@@ -127,8 +138,11 @@ class _Exec:
                 elif channel == STATUS and len(status) < STATUS_LIMIT:
                     status += payload[: STATUS_LIMIT - len(status)]
         finally:
+            self.abort()  # also ends a sender still blocked on a process that stopped reading
             with contextlib.suppress(Exception):
                 ws.close(timeout=1)
+            if sender is not None:
+                sender.join(5)
         if not status:
             raise FileOperationError(
                 "the exec stream ended without the process's exit status (the API server or "
@@ -162,17 +176,15 @@ async def pod_exec(
     try:
         return await asyncio.shield(worker)
     except asyncio.CancelledError:
-        job.abort()
+        job.cancel()
         with contextlib.suppress(BaseException):
             await worker
         raise
     except ApiException as exc:
         raise _exec_error(exc, kube) from exc
+    except FileOperationError:
+        raise
     except (WebSocketException, OSError) as exc:
-        if job.aborted.is_set():
-            raise FileOperationError("the process was abandoned") from exc
-        if isinstance(exc, FileOperationError):
-            raise
         raise FileOperationError(
             f"the exec stream broke: {exc}; the process's side effects may have happened, so "
             "check before running it again"

@@ -47,13 +47,13 @@ from ...kernel.supervisor import GO_PREFIX, STATUS_FILE, TCP_STATE_DIR, parse_st
 from ...results import format_size
 from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
 from . import manifests
-from .api import REMOVED_REASON, ApiException, api_call, kube, message_of, removed_error
+from .api import REMOVED_REASON, ApiException, api_call, kube, removed_error
 from .exec import pod_exec
 
 if TYPE_CHECKING:
     from ...config import SandboxConfig
 
-__all__ = ["KubernetesHost", "default_namespace"]
+__all__ = ["KubernetesHost", "PodState", "default_namespace", "pod_state"]
 
 log = logging.getLogger(__name__)
 
@@ -82,10 +82,12 @@ _READ = (
     'test -r "$1" || exit 7; s=$(stat -L -c %s -- "$1") || exit 7; '
     '[ "$s" -gt "$2" ] && { echo "$s"; exit 6; }; exec head -c "$(($2 + 1))" -- "$1"'
 )
+# On failure the rest of the input is drained, so the sender is never left blocked.
 _WRITE = (
-    'p=$1; test -d "$p" && exit 4; d=$(dirname -- "$p"); mkdir -p -- "$d" || exit 8; '
-    't="$d/.kernel-sandbox-write.$$"; '
-    'if cat > "$t"; then mv -f -- "$t" "$p" && exit 0; fi; rc=$?; rm -f -- "$t"; exit 9'
+    'p=$1; test -d "$p" && { cat >/dev/null; exit 4; }; d=$(dirname -- "$p"); '
+    'mkdir -p -- "$d" || { cat >/dev/null; exit 8; }; t="$d/.kernel-sandbox-write.$$"; '
+    'if cat > "$t"; then mv -f -- "$t" "$p" && exit 0; else cat >/dev/null; fi; '
+    'rm -f -- "$t"; exit 9'
 )
 # The kernel is the supervisor's child in its own session (pgid = pid, parent = PID 1).
 _SIGNAL_KERNEL = (
@@ -106,7 +108,7 @@ def default_namespace() -> str:
     with contextlib.suppress(Exception):
         from kubernetes import config as k8s_config
 
-        _, context = k8s_config.list_kube_config_contexts()
+        _, context = k8s_config.list_kube_config_contexts(os.environ.get("KUBECONFIG"))
         return str(context["context"].get("namespace") or "default")
     return "default"
 
@@ -407,24 +409,7 @@ class KubernetesHost(KernelHost):
             pod = await self._read_pod()
         except ContainerRemovedError:
             return PodState(running=False, removed=True)
-        status = pod.status
-        if pod.metadata.deletion_timestamp is not None:
-            return PodState(running=False, removed=True)
-        if status.reason == "Evicted":
-            return PodState(running=False, evicted=True, error=status.message or "Evicted")
-        statuses = status.container_statuses or []
-        state = statuses[0].state if statuses else None
-        if state is not None and state.running is not None:
-            return PodState(running=True)
-        term = state.terminated if state is not None else None
-        if term is not None:
-            return PodState(
-                running=False,
-                exit_code=term.exit_code,
-                oom_killed=term.reason == "OOMKilled",
-                error=term.message or term.reason or "",
-            )
-        return PodState(running=False, error=f"the pod is {status.phase}")
+        return pod_state(pod)
 
     async def send_signal(self, signum: int) -> None:
         result = await self.exec(["sh", "-c", _SIGNAL_KERNEL, str(int(signum))])
@@ -544,7 +529,9 @@ class KubernetesHost(KernelHost):
         return result.stdout
 
     async def write_file(self, path: str, data: bytes) -> None:
-        result = await self.exec(["sh", "-c", _WRITE, "sh", path], stdin=data, max_output_bytes=64 * 1024)
+        result = await self.exec(
+            ["sh", "-c", _WRITE, "sh", path], stdin=data, max_output_bytes=64 * 1024
+        )
         if result.exit_code != 0:
             raise self._file_error(result.exit_code, path, result.stderr, "write")
 
@@ -632,6 +619,28 @@ class KubernetesHost(KernelHost):
         return leftovers
 
 
+def pod_state(pod: Any) -> PodState:
+    """What a pod (a ``V1Pod`` from the API) says about the sandbox's kernel host."""
+    status = pod.status
+    if pod.metadata.deletion_timestamp is not None:
+        return PodState(running=False, removed=True)
+    if status.reason == "Evicted":
+        return PodState(running=False, evicted=True, error=status.message or "Evicted")
+    statuses = status.container_statuses or []
+    state = statuses[0].state if statuses else None
+    if state is not None and state.running is not None:
+        return PodState(running=True)
+    term = state.terminated if state is not None else None
+    if term is not None:
+        return PodState(
+            running=False,
+            exit_code=term.exit_code,
+            oom_killed=term.reason == "OOMKilled",
+            error=term.message or term.reason or "",
+        )
+    return PodState(running=False, error=f"the pod is {status.phase}")
+
+
 def _owner_gone(labels: dict[str, str]) -> bool:
     """True when the pod's owner ran on this machine and no longer runs."""
     if (
@@ -670,6 +679,3 @@ def _terminated(term: Any) -> str:
 def message_of_term(term: Any) -> str:
     """The container's termination message, if it left one."""
     return str(term.message or "")[:500]
-
-
-__all__ += ["PodState", "message_of"]
