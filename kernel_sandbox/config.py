@@ -6,6 +6,7 @@ dropped, ``no-new-privileges`` and resource limits.  Loosen them one field at a 
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Literal
 
@@ -107,6 +108,14 @@ class SandboxConfig(BaseModel):
     derive_image: bool = Field(
         default=True,
         description="Derive a kernel-ready image from a plain Python image when needed.",
+    )
+    host: str = Field(
+        default_factory=lambda: os.environ.get("KERNEL_SANDBOX_HOST") or "docker",
+        description=(
+            "The kernel host that runs the sandbox, by entry-point name "
+            "(kernel_sandbox.hosts: docker, local, kubernetes, ...); the default is "
+            "$KERNEL_SANDBOX_HOST, else docker."
+        ),
     )
 
     @field_validator("memory_limit", "disk_limit")

@@ -1,21 +1,22 @@
-"""Files inside a sandbox, moved through the engine's archive API beside the kernel.
+"""Files inside a sandbox, moved by its kernel host beside the kernel.
 
-Every operation acts with the sandbox user's permissions: writes are checked by a
-process running as that user before the archive is extracted, and land owned by it.
-Relative paths resolve against the sandbox's working directory.  Binary-safe.
+Every operation acts with the sandbox user's permissions (the host's ``read_file`` /
+``write_file`` / ``exec`` promise that).  Relative paths resolve against the sandbox's
+working directory.  Binary-safe.  Every operation, whoever calls it, is reported to the
+sandbox's listeners as a :class:`~kernel_sandbox.events.FileOperated` event carrying
+the caller's :func:`~kernel_sandbox.events.call_context`, so a notebook recorder sees
+direct ``sandbox.files.write()`` calls as well as tool calls.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
-import posixpath
-import tarfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from .errors import FileOperationError, SandboxFileNotFoundError
+from .events import FileOperated, current_context, emit
 from .results import FileInfo, format_size
 
 if TYPE_CHECKING:
@@ -23,13 +24,14 @@ if TYPE_CHECKING:
 
 __all__ = ["AsyncFiles"]
 
+T = TypeVar("T")
+
 _TYPES = {"f": "file", "d": "directory", "l": "symlink"}
 # Exit statuses of the helper scripts below.
-_MISSING, _NOT_DIR, _IS_DIR = 3, 4, 5
+_MISSING, _NOT_DIR = 3, 4
+#: Longest ``detail`` (what was read, a listing) put into a FileOperated event.
+EVENT_DETAIL_CHARS = 2000
 
-_PREPARE_WRITE = (
-    'test -d "$1" && exit 5; mkdir -p -- "$(dirname -- "$1")" && touch -- "$1" && id -u && id -g'
-)
 _LIST = (
     'test -e "$1" || exit 3; test -d "$1" || exit 4; '
     "find \"$1\" -mindepth 1 -maxdepth 1 -printf '%y\\t%s\\t%f\\n'"
@@ -44,12 +46,7 @@ class AsyncFiles:
         self._sandbox = sandbox
 
     async def _sh(self, script: str, path: str) -> tuple[int, str, str]:
-        sb = self._sandbox
-        sb._check_open()
-        assert sb.container_id is not None
-        result = await sb.backend.exec(
-            sb.container_id, ["sh", "-c", script, "sh", path], user=sb.config.user
-        )
+        result = await self._sandbox.host.exec(["sh", "-c", script, "sh", path])
         return (
             result.exit_code,
             result.stdout.decode(errors="replace"),
@@ -61,13 +58,7 @@ class AsyncFiles:
             return SandboxFileNotFoundError(f"no such file or directory in the sandbox: {path}")
         if code == _NOT_DIR:
             return FileOperationError(f"not a directory: {path}")
-        if code == _IS_DIR:
-            return FileOperationError(f"is a directory, not a file: {path}")
         detail = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {code}"
-        if "read-only file system" in detail.lower():
-            detail += (
-                " (only the working directory, $HOME, /tmp and the sandbox's volumes are writable)"
-            )
         return FileOperationError(f"cannot {action} {path}: {detail}")
 
     def _full(self, path: str, size: int) -> FileOperationError:
@@ -81,26 +72,60 @@ class AsyncFiles:
             f"(now {config.disk_limit!r}: {split})"
         )
 
+    async def _reported(
+        self,
+        operation: str,
+        path: str,
+        action: Callable[[str], Awaitable[T]],
+        *,
+        content: bytes | str | None = None,
+        describe: Callable[[T], tuple[int | None, str]] = lambda _: (None, ""),
+    ) -> T:
+        """Run ``action(full path)`` and report it as a FileOperated event, failed or not."""
+        sb = self._sandbox
+        sb.check_open()
+        started = time.time()
+        full = sb.resolve_path(path)
+        try:
+            value = await action(full)
+        except FileOperationError as exc:
+            await emit(
+                sb.listeners,
+                FileOperated(
+                    sb.id, operation, full, started, error=str(exc),
+                    metadata=current_context(), content=content,
+                )
+            )  # fmt: skip
+            raise
+        size, detail = describe(value)
+        await emit(
+            sb.listeners,
+            FileOperated(
+                sb.id, operation, full, started, size=size, detail=detail[:EVENT_DETAIL_CHARS],
+                metadata=current_context(), content=content,
+            )
+        )  # fmt: skip
+        return value
+
+    async def _read(self, full: str) -> bytes:
+        return await self._sandbox.host.read_file(full, self._sandbox.config.max_file_bytes)
+
+    async def _write(self, full: str, payload: bytes) -> None:
+        try:
+            await self._sandbox.host.write_file(full, payload)
+        except FileOperationError as exc:
+            if "no space left on device" in str(exc).lower():
+                raise self._full(full, len(payload)) from exc
+            if "read-only file system" in str(exc).lower() and "writable)" not in str(exc):
+                raise FileOperationError(
+                    f"{exc} (only the working directory, $HOME, /tmp and the sandbox's "
+                    "volumes are writable)"
+                ) from exc
+            raise
+
     async def read(self, path: str) -> bytes:
         """The bytes of a file; one over ``config.max_file_bytes`` is refused, unread."""
-        sb = self._sandbox
-        sb._check_open()
-        full = sb.resolve_path(path)
-        assert sb.container_id is not None
-        archive = await sb.backend.get_archive(sb.container_id, full, sb.config.max_file_bytes)
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            member = tar.next()
-            if member is None:
-                raise SandboxFileNotFoundError(f"no such file in the sandbox: {full}")
-            if member.isdir():
-                raise FileOperationError(f"is a directory, not a file: {full}")
-            if member.issym():
-                target = posixpath.join(posixpath.dirname(full), member.linkname)
-                return await self.read(target)
-            handle = tar.extractfile(member)
-            if handle is None:
-                raise FileOperationError(f"not a regular file: {full}")
-            return handle.read()
+        return await self._reported("read", path, self._read, describe=_describe_bytes)
 
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """A file decoded as text."""
@@ -116,73 +141,75 @@ class AsyncFiles:
     async def write(self, path: str, data: bytes | str, encoding: str = "utf-8") -> None:
         """Create or replace a file (parent directories are created)."""
         payload = data.encode(encoding) if isinstance(data, str) else data
-        full = self._sandbox.resolve_path(path)
-        code, out, err = await self._sh(_PREPARE_WRITE, full)
-        if code != 0:
-            raise self._fail(code, full, err, "write")
-        uid, gid = (int(x) for x in out.split())
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            info = tarfile.TarInfo(posixpath.basename(full))
-            info.size, info.mode, info.uid, info.gid = len(payload), 0o644, uid, gid
-            info.mtime = int(time.time())
-            tar.addfile(info, io.BytesIO(payload))
-        assert self._sandbox.container_id is not None
-        try:
-            await self._sandbox.backend.put_archive(
-                self._sandbox.container_id, posixpath.dirname(full), buffer.getvalue()
-            )
-        except FileOperationError as exc:
-            if "no space left on device" not in str(exc).lower():
-                raise
-            # The engine leaves the file truncated (and owned by root): remove it, so that
-            # the space comes back and no half-written file passes for the real one.
-            with contextlib.suppress(FileOperationError):  # the first error is the news
-                await self._sh('rm -f -- "$1"', full)
-            raise self._full(full, len(payload)) from exc
+
+        async def write(full: str) -> int:
+            await self._write(full, payload)
+            return len(payload)
+
+        await self._reported("write", path, write, content=payload, describe=_describe_size)
 
     async def append(self, path: str, data: bytes | str, encoding: str = "utf-8") -> None:
         """Add to the end of a file, creating it if needed."""
         payload = data.encode(encoding) if isinstance(data, str) else data
-        try:
-            existing = await self.read(path)
-        except SandboxFileNotFoundError:
-            existing = b""
-        await self.write(path, existing + payload)
+
+        async def append(full: str) -> int:
+            try:
+                existing = await self._read(full)
+            except SandboxFileNotFoundError:
+                existing = b""
+            await self._write(full, existing + payload)
+            return len(existing) + len(payload)
+
+        await self._reported("append", path, append, content=payload, describe=_describe_size)
 
     async def list(self, path: str = ".") -> list[FileInfo]:
         """Entries of a directory, sorted by name."""
-        full = self._sandbox.resolve_path(path)
-        code, out, err = await self._sh(_LIST, full)
-        if code != 0:
-            raise self._fail(code, full, err, "list")
-        entries = []
-        for line in out.splitlines():
-            kind, size, name = line.split("\t", 2)
-            entries.append(FileInfo(name, _TYPES.get(kind, "other"), int(size)))  # type: ignore[arg-type]
-        return sorted(entries, key=lambda e: e.name)
+
+        async def listing(full: str) -> list[FileInfo]:
+            code, out, err = await self._sh(_LIST, full)
+            if code != 0:
+                raise self._fail(code, full, err, "list")
+            entries = []
+            for line in out.splitlines():
+                kind, size, name = line.split("\t", 2)
+                entries.append(FileInfo(name, _TYPES.get(kind, "other"), int(size)))  # type: ignore[arg-type]
+            return sorted(entries, key=lambda e: e.name)
+
+        return await self._reported("list", path, listing, describe=_describe_listing)
 
     async def exists(self, path: str) -> bool:
         """True when the path exists (file, directory or anything else)."""
-        code, _, _ = await self._sh('test -e "$1"', self._sandbox.resolve_path(path))
-        return code == 0
+
+        async def exists(full: str) -> bool:
+            code, _, _ = await self._sh('test -e "$1"', full)
+            return code == 0
+
+        return await self._reported(
+            "exists", path, exists, describe=lambda found: (None, str(found).lower())
+        )
 
     async def remove(self, path: str) -> None:
-        """Delete a file, or a directory with everything in it."""
-        full = self._sandbox.resolve_path(path)
-        code, _, err = await self._sh(_REMOVE, full)
-        if code != 0:
-            raise self._fail(code, full, err, "remove")
+        """Delete a file, or a directory with everything in it (reported as ``delete``)."""
+
+        async def remove(full: str) -> None:
+            code, _, err = await self._sh(_REMOVE, full)
+            if code != 0:
+                raise self._fail(code, full, err, "remove")
+
+        await self._reported("delete", path, remove)
 
     async def mkdir(self, path: str) -> None:
         """Create a directory and its parents; an existing directory is fine."""
-        full = self._sandbox.resolve_path(path)
-        code, _, err = await self._sh('mkdir -p -- "$1"', full)
-        if code != 0:
-            raise self._fail(code, full, err, "create directory")
+
+        async def mkdir(full: str) -> None:
+            code, _, err = await self._sh('mkdir -p -- "$1"', full)
+            if code != 0:
+                raise self._fail(code, full, err, "create directory")
+
+        await self._reported("mkdir", path, mkdir)
 
     async def upload(self, local: str | Path, remote: str) -> None:
-        """Copy a host file into the sandbox."""
+        """Copy a host file into the sandbox (reported as a write)."""
         await self.write(remote, Path(local).read_bytes())
 
     async def download(self, remote: str, local: str | Path) -> None:
@@ -191,3 +218,15 @@ class AsyncFiles:
         target = Path(local)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
+
+
+def _describe_bytes(data: bytes) -> tuple[int | None, str]:
+    return len(data), data[:EVENT_DETAIL_CHARS].decode(errors="replace")
+
+
+def _describe_size(size: int) -> tuple[int | None, str]:
+    return size, ""
+
+
+def _describe_listing(entries: list[FileInfo]) -> tuple[int | None, str]:
+    return len(entries), "\n".join(e.name for e in entries)

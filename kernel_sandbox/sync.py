@@ -14,12 +14,13 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .backends.base import Backend
+from .backends.base import KernelHost
+from .backends.factory import HostFactory
 from .config import SandboxConfig
 from .files import AsyncFiles
 from .kernel.client import OutputCallback
 from .results import CommandResult, Execution, FileInfo
-from .sandbox import AsyncSandbox
+from .sandbox import PING_TIMEOUT, AsyncSandbox
 
 __all__ = ["Files", "Sandbox", "run_sync"]
 
@@ -108,11 +109,11 @@ class Sandbox:
         cls,
         config: SandboxConfig | None = None,
         *,
-        backend: Backend | None = None,
+        host: str | HostFactory | None = None,
         **overrides: Any,
     ) -> Sandbox:
-        """Start a container with a ready kernel; ``overrides`` change single settings."""
-        return cls(run_sync(AsyncSandbox.create(config, backend=backend, **overrides)))
+        """Start a sandbox with a ready kernel; see ``AsyncSandbox.create``."""
+        return cls(run_sync(AsyncSandbox.create(config, host=host, **overrides)))
 
     @property
     def id(self) -> str:
@@ -133,6 +134,21 @@ class Sandbox:
     def container_id(self) -> str | None:
         """The engine's id of the container."""
         return self._inner.container_id
+
+    @property
+    def working_dir(self) -> str:
+        """Where relative paths start inside the sandbox."""
+        return self._inner.working_dir
+
+    @property
+    def host(self) -> KernelHost:
+        """The kernel host that runs this sandbox."""
+        return self._inner.host
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Labels put on everything the host made."""
+        return self._inner.labels
 
     @property
     def closed(self) -> bool:
@@ -159,6 +175,22 @@ class Sandbox:
     ) -> CommandResult:
         """Run a shell command beside the kernel; see ``AsyncSandbox.run_shell``."""
         return run_sync(self._inner.run_shell(command, timeout, cwd, env))
+
+    def check_open(self) -> None:
+        """Raise ``SandboxClosedError`` once the sandbox is closed."""
+        self._inner.check_open()
+
+    def health(self) -> str | None:
+        """None while the sandbox can run code, else why not; see ``AsyncSandbox.health``."""
+        return run_sync(self._inner.health())
+
+    def ping(self, timeout: float = PING_TIMEOUT) -> bool:
+        """True when the kernel answers within ``timeout`` seconds."""
+        return run_sync(self._inner.ping(timeout))
+
+    def warm_up(self) -> None:
+        """Have the kernel do the first-call work now."""
+        return run_sync(self._inner.warm_up())
 
     def restart(self) -> None:
         """Restart the kernel: variables are lost, files are kept."""

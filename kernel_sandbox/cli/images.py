@@ -9,8 +9,8 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
-from ..images import build_images, list_images
-from ..images.builder import HELPER_NAMES, IMAGE_NAMES
+from ..backends.docker.images import build_images, list_images
+from ..backends.docker.images.builder import HELPER_NAMES, IMAGE_NAMES
 
 NAMES = [*IMAGE_NAMES, *HELPER_NAMES]
 

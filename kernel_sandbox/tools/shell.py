@@ -93,7 +93,7 @@ class ShellExecutor(Tool):
                 f"({self.default_timeout(sandbox):g} s, at most {self.options.max_timeout:g})."
             ),
             "cwd": (
-                f"Directory to run in, absolute or relative to {sandbox.config.working_dir}; "
+                f"Directory to run in, absolute or relative to {sandbox.working_dir}; "
                 "null for the working directory."
             ),
         }

@@ -11,6 +11,7 @@ Time from fault to answer and time to recover are printed (``pytest -s``) as
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import signal
@@ -28,7 +29,7 @@ import pytest
 
 from kernel_sandbox import rundirs
 from kernel_sandbox.agent import Agent, RetryPolicy
-from kernel_sandbox.backends.docker import DockerBackend
+from kernel_sandbox.backends.docker import DockerHost
 from kernel_sandbox.errors import (
     ContainerRemovedError,
     ContainerStoppedError,
@@ -452,7 +453,7 @@ def private_engine() -> Iterator[PrivateEngine]:
 async def engine_sandbox(private_engine, private_runtime) -> AsyncIterator[AsyncSandbox]:  # type: ignore[no-untyped-def]
     client = docker.DockerClient(base_url=private_engine.host, timeout=60)
     sandbox = await AsyncSandbox.create(
-        image=IMAGE, labels=TEST_LABEL, backend=DockerBackend(client=client)
+        image=IMAGE, labels=TEST_LABEL, host=functools.partial(DockerHost, client=client)
     )
     yield sandbox
     await sandbox.close()

@@ -207,7 +207,7 @@ async def test_kernel_starts_cleanly_and_plots_with_a_read_only_root(make_sandbo
     assert len(ex.images("image/png")) == 1
     assert ex.stderr == ""  # matplotlib warns here when its cache dir is not writable
     assert sandbox.container_id is not None
-    log = await sandbox.backend.logs(sandbox.container_id, tail=200)
+    log = await sandbox.host.logs(tail=200)
     assert not [line for line in log.splitlines() if "warn" in line.lower() or "rror" in line]
 
 

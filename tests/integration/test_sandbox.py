@@ -8,7 +8,8 @@ import os
 import pytest
 
 from kernel_sandbox.results import Execution
-from kernel_sandbox.sandbox import AsyncSandbox, runtime_root
+from kernel_sandbox.backends.docker.rundirs import runtime_root
+from kernel_sandbox.sandbox import AsyncSandbox
 
 pytestmark = pytest.mark.integration
 
