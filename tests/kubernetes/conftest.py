@@ -132,3 +132,21 @@ async def wait_until(check: Any, timeout: float = 60.0, pause: float = 0.2) -> A
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {timeout:g}s")
         await asyncio.sleep(pause)
+
+
+@pytest.fixture
+async def make_sandbox(namespace: str) -> AsyncIterator[Any]:
+    """Factory: ``await make_sandbox(**overrides)`` of sandboxes on the cluster."""
+    from kernel_sandbox.sandbox import AsyncSandbox
+
+    made: list[Any] = []
+
+    async def _make(**overrides: Any) -> Any:
+        labels = {**TEST_LABEL, **overrides.pop("labels", {})}
+        overrides.setdefault("image", PYTHON_IMAGE)
+        sandbox = await AsyncSandbox.create(host="kubernetes", labels=labels, **overrides)
+        made.append(sandbox)
+        return sandbox
+
+    yield _make
+    await asyncio.gather(*(s.close() for s in made), return_exceptions=True)

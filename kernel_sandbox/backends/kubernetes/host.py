@@ -45,7 +45,7 @@ from ...errors import (
 from ...kernel.connection import ConnectionInfo, new_connection_info
 from ...kernel.supervisor import GO_PREFIX, STATUS_FILE, TCP_STATE_DIR, parse_status
 from ...results import format_size
-from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
+from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord, owner_alive
 from . import manifests
 from .api import REMOVED_REASON, ApiException, api_call, kube, removed_error
 from .exec import pod_exec
@@ -164,7 +164,7 @@ class KubernetesHost(KernelHost):
         image_pull_policy: str = "IfNotPresent",
     ) -> None:
         super().__init__(sandbox_id, config)
-        self.namespace = namespace or getattr(config, "namespace", None) or default_namespace()
+        self.namespace = namespace or config.namespace or default_namespace()
         self.image_pull_policy = image_pull_policy
         self._kube = kube()
         self._generation = 0
@@ -643,18 +643,7 @@ def pod_state(pod: Any) -> PodState:
 
 def _owner_gone(labels: dict[str, str]) -> bool:
     """True when the pod's owner ran on this machine and no longer runs."""
-    if (
-        labels.get(f"{LABEL_PREFIX}.owner-host")
-        != manifests.kube_labels({"h": socket.gethostname()})["h"]
-    ):
-        return False
-    try:
-        os.kill(int(labels.get(f"{LABEL_PREFIX}.owner-pid", "0")), 0)
-    except (ProcessLookupError, ValueError):
-        return True
-    except PermissionError:
-        return False
-    return False
+    return owner_alive(labels) is False
 
 
 def _leftover(kind: str, name: str, delete: Any, namespace: str) -> Leftover:
