@@ -72,8 +72,6 @@ _STATUS_READ = (
 KILL_LIMIT = 5.0
 #: Waiting reasons of a container whose image cannot be had.
 IMAGE_REASONS = {"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"}
-#: Waiting reasons that will not fix themselves.
-FATAL_REASONS = {"CreateContainerConfigError", "CreateContainerError", "RunContainerError"}
 
 # Exit statuses of the file scripts below.
 _MISSING, _IS_DIR, _NOT_FILE, _TOO_BIG, _UNREADABLE = 3, 4, 5, 6, 7
@@ -342,11 +340,9 @@ class KubernetesHost(KernelHost):
                         "k8s.io images import -`), push it to a registry the cluster can pull "
                         "from, or set `image=` to one that is there"
                     )
-                if reason in FATAL_REASONS:
-                    raise SandboxStartError(
-                        f"the pod's container cannot start: {reason}: {message}"
-                    )
-                pending_why = f"its container is waiting ({reason})"
+                # other reasons (CreateContainerConfigError: "failed to sync secret cache",
+                # ...) may pass: the kubelet retries; the deadline reports the last one
+                pending_why = f"its container is waiting ({reason}: {message})"
             if state is not None and state.terminated is not None:
                 raise SandboxStartError(
                     f"the sandbox's container ended at start: {_terminated(state.terminated)}"
@@ -442,6 +438,15 @@ class KubernetesHost(KernelHost):
         self._status_read = 0.0
         return self._info
 
+    async def restart_whole(self) -> ConnectionInfo:
+        """A new pod (files are lost) — unless the pod was deleted or evicted from outside:
+        then, as on Docker, the sandbox is gone and a new one must be created."""
+        state = await self.state()
+        if state.removed or (isinstance(state, PodState) and state.evicted):
+            self._gone = state.death_reason()
+            raise ContainerRemovedError(f"the sandbox cannot be used: {self._gone}")
+        return await super().restart_whole()
+
     async def kill(self, restart: bool = False) -> None:
         await self._delete_pod(self.pod_name)
 
@@ -501,6 +506,8 @@ class KubernetesHost(KernelHost):
             ]
         if self.resource_id is None:
             raise KernelError("the sandbox's pod was not created")
+        if self._gone is not None:
+            raise ContainerRemovedError(f"the sandbox cannot be used: {self._gone}")
         return await pod_exec(
             self._kube,
             self.resource_id,

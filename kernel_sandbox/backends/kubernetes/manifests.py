@@ -175,7 +175,8 @@ def pod_manifest(
     }
     spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": 0,
+        # 0 would drop the pod from the API before the kubelet has killed it
+        "terminationGracePeriodSeconds": 1,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": {
