@@ -17,7 +17,7 @@ import functools
 import json
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import urllib3.exceptions
 from kubernetes import client as k8s
@@ -40,8 +40,6 @@ __all__ = [
     "kube",
     "message_of",
 ]
-
-T = TypeVar("T")
 
 #: Seconds to connect to the API server, and to wait for a (non-streaming) answer.
 REQUEST_TIMEOUT = (5, 60)
@@ -129,13 +127,14 @@ def _translate(exc: BaseException, what: str) -> SandboxError | None:
     return None
 
 
-async def api_call(what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+async def api_call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(*args, **kwargs)`` in a worker thread, its faults as :class:`SandboxError`.
 
     ``what`` names the action for messages ("creating the pod").  A 404 stays an
     ``ApiException`` for the caller to judge (a missing pod means different things);
     an unreachable API server is :class:`EngineUnavailableError`, an exceeded quota a
-    :class:`SandboxStartError` saying so.
+    :class:`SandboxStartError` saying so.  The result is the client's model object
+    (typed ``Any``: its fields are all optional in the client's types, never in practice).
     """
     kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
     try:

@@ -211,12 +211,13 @@ class KubernetesHost(KernelHost):
         name, ns, core = self.pod_name, self.namespace, self._kube.core
         info = new_connection_info("tcp", "0.0.0.0", list(manifests.KERNEL_PORTS))
         labels = self.labels
+        first_cidr = self._client_cidr(None)
         policy = manifests.network_policy_manifest(
             name,
             self.sandbox_id,
             labels,
             cfg,
-            client_cidr=self._client_cidr(None),
+            client_cidr=first_cidr,
             client_pod_labels=_client_pod_labels(),
         )
         await api_call(
@@ -240,11 +241,13 @@ class KubernetesHost(KernelHost):
         self._pod_uid = created.metadata.uid
         await self._adopt(name)
         ip = await self._wait_running(name, cfg.startup_timeout)
+        # the address this client reaches the pod from can differ from the one facing
+        # the API server (made before the pod had an IP): admit the right one
         cidr = self._client_cidr(ip)
-        if cidr != policy["spec"]["ingress"][0]["from"][-1].get("ipBlock", {}).get("cidr"):
+        if cidr is not None and cidr != first_cidr:
             await self._patch_policy(name, cidr)
-        self._info = dict(info, ip=ip)  # type: ignore[assignment]
-        return self._info
+        self._info = info = dict(info, ip=ip)  # type: ignore[assignment]
+        return info
 
     def _client_cidr(self, pod_ip: str | None) -> str | None:
         """The client's address as a /32, when the client is not a labelled pod."""
@@ -258,9 +261,8 @@ class KubernetesHost(KernelHost):
         return None
 
     async def _patch_policy(self, name: str, cidr: str | None) -> None:
-        peers = [
-            {"podSelector": {"matchLabels": labels}} for labels in [_client_pod_labels()] if labels
-        ]
+        client = _client_pod_labels()
+        peers: list[dict[str, Any]] = [{"podSelector": {"matchLabels": client}}] if client else []
         if cidr:
             peers.append({"ipBlock": {"cidr": cidr}})
         patch = {
