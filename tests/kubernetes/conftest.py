@@ -2,7 +2,7 @@
 
 The cluster is, in this order: the one ``KUBECONFIG`` names; the local one
 ``scripts/k8s/cluster.sh`` runs already (``.ci/run`` starts it); or, when neither is
-there and the tests run as root, one this session brings up and tears down itself.
+there, in CI (as root), one this session brings up and tears down itself.
 Without any, the tier skips locally and fails in CI.
 
 Every test session works in a namespace of its own (``ks-test-<pid>``), deleted at the
@@ -41,7 +41,9 @@ def _kubeconfig() -> tuple[str | None, bool]:
     ).stdout.strip()
     if _cluster_status():
         return path, False
-    if os.geteuid() != 0:
+    # Only CI starts a cluster of its own here (.ci/run normally did already): on a shared
+    # machine a test run must not start one behind its users' backs.
+    if os.geteuid() != 0 or not os.environ.get("CI"):
         return None, False
     up = subprocess.run([str(CLUSTER), "up"], capture_output=True, text=True)
     if up.returncode != 0:

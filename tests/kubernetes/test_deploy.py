@@ -146,3 +146,19 @@ def test_the_manifests_are_accepted_by_the_api_server(kube) -> None:
     finally:
         if created.returncode == 0:
             subprocess.run([KUBECTL, "delete", "-f", files[0], "--wait=false"], check=False)
+
+
+def test_the_readme_path_to_a_first_sandbox(namespace) -> None:
+    """The Python of the README's Kubernetes section, run as a user would run it."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("<!-- section:kubernetes -->")[1].split("<!-- /section:kubernetes")[0]
+    program = section.split("python - <<'PY'\n")[1].split("PY\n")[0]
+    assert "export KERNEL_SANDBOX_HOST=kubernetes" in section
+    env = {**os.environ, "KERNEL_SANDBOX_HOST": "kubernetes", "PYTHONPATH": str(ROOT)}
+    env["KERNEL_SANDBOX_NAMESPACE"] = namespace
+    done = subprocess.run(
+        [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.split()
+    assert lines[:2] == ["42", "1000"] and lines[2].startswith("kernel-sandbox-")
