@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,7 +41,19 @@ def alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def supervisor(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def sleep_log(tmp_path: Path) -> Path:
+    """Where the supervisor's ``sleep`` calls are logged (a ``sleep`` first on its PATH)."""
+    return tmp_path / "sleeps"
+
+
+@pytest.fixture
+def supervisor(tmp_path: Path, sleep_log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "sleep").write_text(
+        f'#!/bin/sh\necho "$*" >> {sleep_log}\nexec {shutil.which("sleep")} "$@"\n'
+    )
+    (shim / "sleep").chmod(0o755)
     proc = subprocess.Popen(
         [
             "sh",
@@ -52,7 +66,8 @@ def supervisor(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
             KERNEL,
             "k",
             str(tmp_path),
-        ]
+        ],
+        env={**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"},
     )
     yield proc
     proc.kill()
@@ -74,8 +89,9 @@ def test_kill_signal_ends_the_process_group_and_reports_it(
     kernel, child = kernel_pids(tmp_path)
     supervisor.send_signal(signal.SIGUSR1)
     end = wait_for_end(tmp_path, 1)
-    assert end == KernelEnd(128 + signal.SIGKILL, False)
-    assert not alive(kernel) and not alive(child)
+    assert end == KernelEnd(128 + signal.SIGKILL, False)  # not 138: the trap's own wait
+    # SIGKILL was sent to the whole group before the report; its delivery takes a moment
+    wait_for(lambda: not alive(kernel) and not alive(child), "the kernel's group to die")
 
 
 def wait_for_end(tmp_path: Path, kernel: int) -> KernelEnd:
@@ -86,8 +102,13 @@ def wait_for_end(tmp_path: Path, kernel: int) -> KernelEnd:
     return end
 
 
+def polls(sleep_log: Path) -> int:
+    """How often the supervisor has looked for its go-ahead (one short sleep each)."""
+    return sleep_log.read_text().split().count("0.05") if sleep_log.exists() else 0
+
+
 def test_a_new_kernel_starts_only_after_the_go_file_of_the_last(
-    supervisor: subprocess.Popen[bytes], tmp_path: Path
+    supervisor: subprocess.Popen[bytes], tmp_path: Path, sleep_log: Path
 ) -> None:
     first = kernel_pids(tmp_path)
     os.kill(first[0], signal.SIGSEGV)  # a crash: the rest of its group goes too
@@ -95,7 +116,9 @@ def test_a_new_kernel_starts_only_after_the_go_file_of_the_last(
     wait_for(lambda: not alive(first[1]), "the crashed kernel's child to be killed")
     (tmp_path / "pids").unlink()
     (tmp_path / f"{GO_PREFIX}2").touch()  # not the go-ahead for kernel 1
-    time.sleep(0.3)  # a blind respawn would have started a kernel by now
+    seen = polls(sleep_log)
+    # the supervisor looked again (twice, so at least once after go-2 existed) and waits
+    wait_for(lambda: polls(sleep_log) >= seen + 2, "the supervisor to look for go-1")
     assert not (tmp_path / "pids").exists()
     (tmp_path / f"{GO_PREFIX}1").touch()
     second = kernel_pids(tmp_path)
@@ -128,15 +151,48 @@ def test_reports_go_into_a_fifo_without_blocking_a_reader(tmp_path: Path) -> Non
         os.close(reader)
 
 
-def test_termination_signals_are_ignored(
+def test_termination_signals_never_end_the_supervisor(
     supervisor: subprocess.Popen[bytes], tmp_path: Path
 ) -> None:
     kernel, _ = kernel_pids(tmp_path)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         supervisor.send_signal(sig)
     supervisor.send_signal(signal.SIGUSR1)  # handled after the three above
-    wait_for_end(tmp_path, 1)
+    assert wait_for_end(tmp_path, 1) == KernelEnd(128 + signal.SIGKILL, False)
     assert supervisor.poll() is None and not alive(kernel)
+
+
+# A stand-in kernel that notes each SIGINT it gets in a file, and goes on.
+INTERRUPTIBLE = (
+    "import pathlib, signal, sys\n"
+    "log = pathlib.Path(sys.argv[1]) / 'interrupts'\n"
+    "signal.signal(signal.SIGINT, lambda *_: log.open('a').write('int\\n'))\n"
+    "(pathlib.Path(sys.argv[1]) / 'ready').touch()\n"
+    "while True:\n"
+    "    signal.pause()\n"
+)
+
+
+def test_sigint_is_passed_on_to_the_kernel_as_an_interrupt(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        ["sh", "-c", SUPERVISOR, "supervisor", str(tmp_path)]
+        + [sys.executable, "-c", INTERRUPTIBLE, str(tmp_path)]
+    )
+    try:
+        wait_for(lambda: (tmp_path / "ready").exists(), "the kernel to start")
+        for count in (1, 2):
+            proc.send_signal(signal.SIGINT)
+            log = tmp_path / "interrupts"
+            wait_for(
+                lambda c=count: log.exists() and log.read_text().count("int") == c,
+                f"interrupt {count} to reach the kernel",
+            )
+        assert proc.poll() is None and not (tmp_path / STATUS_FILE).exists()  # kernel lives
+    finally:
+        proc.send_signal(signal.SIGUSR1)
+        wait_for_end(tmp_path, 1)
+        proc.kill()
+        proc.wait()
 
 
 @pytest.mark.parametrize(
