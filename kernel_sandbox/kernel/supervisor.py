@@ -27,10 +27,8 @@ write lines of its own to ``status``: the kernel number and the blank line befor
 each report keep them from being taken for another kernel's end, and the worst a
 forged line does is restart the sandbox's own kernel.
 
-SIGTERM and SIGHUP are caught and ignored, and SIGINT is passed on to the kernel (an
-interrupt, as Jupyter's ``interrupt_mode: signal``), so user code signalling PID 1
-cannot end the container (a caught signal, unlike an ignored one, is reset for the
-kernel).
+SIGTERM, SIGINT and SIGHUP are caught and ignored (a caught signal, unlike an ignored
+one, is reset for the kernel), so user code signalling PID 1 cannot end the container.
 The shell costs about 2 MB of memory per sandbox.
 """
 

@@ -10,10 +10,11 @@
 # container restarts.  `wait` returns early (128 + the signal) when a trapped signal
 # arrives; then it is repeated, and returns the kernel's own status (the shell keeps it
 # even when it reaped the kernel during the interrupted wait).
+# Termination signals are caught (a caught signal, unlike an ignored one, is reset for
+# the kernel) and do nothing: sandbox code signalling PID 1 cannot end the container.
 trap 'sig=1' HUP
+trap 'sig=2' INT
 trap 'sig=15' TERM
-# SIGINT interrupts the kernel's running cell (Jupyter's interrupt_mode "signal").
-trap 'sig=2; kill -INT "$kernel" 2>/dev/null' INT
 trap 'sig=10; kill -KILL -"$kernel" 2>/dev/null' USR1
 trap 'sig=12; kill -KILL -1 2>/dev/null' USR2
 dir=$1

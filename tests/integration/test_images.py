@@ -19,8 +19,6 @@ import docker.errors
 import pytest
 from click.testing import CliRunner
 
-from kernel_sandbox.cli.main import cli
-from kernel_sandbox.errors import ImageError, ImageNotFoundError
 from kernel_sandbox.backends.docker.images import (
     STANDIN_TAG,
     forget_resolved,
@@ -30,6 +28,8 @@ from kernel_sandbox.backends.docker.images import (
 )
 from kernel_sandbox.backends.docker.images.builder import BASE_TAG, image_exists
 from kernel_sandbox.backends.docker.images.derive import DERIVED_FROM, KERNEL_LABEL, derive_image
+from kernel_sandbox.cli.main import cli
+from kernel_sandbox.errors import ImageError, ImageNotFoundError
 from tests.conftest import require
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from kernel_sandbox.results import Execution
 from kernel_sandbox.backends.docker.rundirs import runtime_root
+from kernel_sandbox.results import Execution
 from kernel_sandbox.sandbox import AsyncSandbox
 
 pytestmark = pytest.mark.integration
@@ -377,3 +377,20 @@ async def test_unclosed_sandbox_is_removed_when_the_program_exits(docker_engine)
     label = f"kernel-sandbox.id={sandbox_id}"
     assert not docker_engine.containers.list(all=True, filters={"label": label})
     assert not os.path.exists(run_dir)
+
+
+async def test_the_host_interrupts_a_running_cell_and_keeps_the_kernel(
+    py_sandbox: AsyncSandbox,
+) -> None:
+    await py_sandbox.run_python("kept = 5")
+    running = asyncio.ensure_future(
+        py_sandbox.run_python("import time\nopen('started', 'w').close()\ntime.sleep(60)")
+    )
+    deadline = asyncio.get_running_loop().time() + 30
+    while not await py_sandbox.files.exists("started"):  # the cell runs: SIGINT reaches it
+        assert asyncio.get_running_loop().time() < deadline, "the cell did not start"
+    await py_sandbox.host.interrupt()
+    interrupted = await asyncio.wait_for(running, 30)
+    assert interrupted.status == "error" and interrupted.error is not None
+    assert interrupted.error.ename == "KeyboardInterrupt"
+    assert (await py_sandbox.run_python("kept")).text == "5"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+import pytest
 
 from kernel_sandbox.events import Event, FileOperated, KernelRestarted, call_context
 from kernel_sandbox.notebook import META_KEY, NotebookRecorder, replay_notebook
@@ -72,10 +73,8 @@ async def test_a_failed_file_operation_is_an_event_with_its_error(
     sandbox = await new_sandbox()
     events: list[Event] = []
     sandbox.listeners.append(events.append)
-    try:
+    with pytest.raises(FileNotFoundError):
         await sandbox.files.read("missing.txt")
-    except FileNotFoundError:
-        pass
     (event,) = events
     assert isinstance(event, FileOperated)
     assert event.operation == "read" and event.error.startswith("no such file")

@@ -7,7 +7,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -160,39 +159,6 @@ def test_termination_signals_never_end_the_supervisor(
     supervisor.send_signal(signal.SIGUSR1)  # handled after the three above
     assert wait_for_end(tmp_path, 1) == KernelEnd(128 + signal.SIGKILL, False)
     assert supervisor.poll() is None and not alive(kernel)
-
-
-# A stand-in kernel that notes each SIGINT it gets in a file, and goes on.
-INTERRUPTIBLE = (
-    "import pathlib, signal, sys\n"
-    "log = pathlib.Path(sys.argv[1]) / 'interrupts'\n"
-    "signal.signal(signal.SIGINT, lambda *_: log.open('a').write('int\\n'))\n"
-    "(pathlib.Path(sys.argv[1]) / 'ready').touch()\n"
-    "while True:\n"
-    "    signal.pause()\n"
-)
-
-
-def test_sigint_is_passed_on_to_the_kernel_as_an_interrupt(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
-        ["sh", "-c", SUPERVISOR, "supervisor", str(tmp_path)]
-        + [sys.executable, "-c", INTERRUPTIBLE, str(tmp_path)]
-    )
-    try:
-        wait_for(lambda: (tmp_path / "ready").exists(), "the kernel to start")
-        for count in (1, 2):
-            proc.send_signal(signal.SIGINT)
-            log = tmp_path / "interrupts"
-            wait_for(
-                lambda c=count: log.exists() and log.read_text().count("int") == c,
-                f"interrupt {count} to reach the kernel",
-            )
-        assert proc.poll() is None and not (tmp_path / STATUS_FILE).exists()  # kernel lives
-    finally:
-        proc.send_signal(signal.SIGUSR1)
-        wait_for_end(tmp_path, 1)
-        proc.kill()
-        proc.wait()
 
 
 @pytest.mark.parametrize(

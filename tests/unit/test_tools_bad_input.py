@@ -14,14 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from kernel_sandbox.config import SandboxConfig
+from kernel_sandbox.sandbox import AsyncSandbox
+from kernel_sandbox.testing import LocalKernelHost
 from kernel_sandbox.tools import ToolSet
 from kernel_sandbox.tools.base import argument_problems, called_name, parse_arguments
 from kernel_sandbox.tools.files import FileParams
 from kernel_sandbox.tools.python import PythonParams
 from kernel_sandbox.tools.shell import ShellParams
-from kernel_sandbox.config import SandboxConfig
-from kernel_sandbox.sandbox import AsyncSandbox
-from kernel_sandbox.testing import LocalKernelHost
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),

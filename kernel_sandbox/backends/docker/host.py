@@ -16,7 +16,6 @@ import asyncio
 import atexit
 import contextlib
 import logging
-import signal
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -56,6 +55,16 @@ log = logging.getLogger(__name__)
 _ENGINE_POLL = 2.0
 #: Seconds the supervisor gets to report the end of a kernel it was told to kill.
 _KILL_LIMIT = 5.0
+
+# $1 is the signal number.  Fields after "comm)" in /proc/<pid>/stat: state ppid pgrp
+# session; the kernel leads its own session (the supervisor starts it with setsid).
+_SIGNAL_KERNEL = (
+    "sup=$(cut -d' ' -f1 /proc/1/task/1/children); "
+    'for k in $(cat "/proc/$sup/task/$sup/children"); do '
+    's=$(cat "/proc/$k/stat" 2>/dev/null) || continue; set -- "$1" ${s##*) }; '
+    '[ "$5" = "$k" ] && { kill -"$1" "$k"; exit; }; '
+    "done; exit 3"
+)
 
 # Hosts not cleaned up yet: removed at interpreter exit if their sandbox was never closed.
 _unclosed: dict[str, DockerHost] = {}
@@ -198,15 +207,19 @@ class DockerHost(KernelHost):
         return await self.engine.state(self.resource_id)
 
     async def send_signal(self, signum: int) -> None:
-        """SIGINT goes to the kernel (the supervisor passes it on); SIGKILL ends the
-        kernel's process group (reported as its end).  Other signals are refused."""
-        names = {signal.SIGINT: "SIGINT", signal.SIGKILL: KILL_SIGNAL}
-        if signum not in names:
+        """Signal the kernel process, as the sandbox user (``kill`` run beside it).
+
+        The kernel is the supervisor's child that leads its own session; the
+        supervisor is the only child of the container's init.
+        """
+        result = await self.exec(
+            ["sh", "-c", _SIGNAL_KERNEL, "sh", str(int(signum))], max_output_bytes=4096
+        )
+        if result.exit_code != 0:
             raise KernelError(
-                f"signal {signal.Signals(signum).name} cannot be sent to the kernel of a "
-                "Docker sandbox (SIGINT and SIGKILL can); use restart() to end it"
+                f"could not signal the kernel: "
+                f"{result.stderr.decode(errors='replace').strip() or 'no kernel is running'}"
             )
-        await self.engine.signal(self._container(), names[signal.Signals(signum)])
 
     async def restart_kernel(self, *, kill_all: bool = False) -> ConnectionInfo:
         """Have the supervisor kill the kernel (its group, or everything with ``kill_all``),
