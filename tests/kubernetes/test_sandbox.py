@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from kernel_sandbox.errors import FileOperationError
@@ -98,3 +100,19 @@ async def test_restart_loses_variables_and_ends_processes_keeps_files(make_sandb
     )
     ex = await sb.run_python(f"print('v' in dir(), open('f.txt').read())\n{count}")
     assert ex.stdout == "False kept\n0\n"
+
+
+async def test_the_host_interrupts_a_running_cell_and_keeps_the_kernel(make_sandbox) -> None:
+    sb = await make_sandbox()
+    await sb.run_python("kept = 5")
+    running = asyncio.ensure_future(
+        sb.run_python("import time\nopen('started', 'w').close()\ntime.sleep(60)")
+    )
+    deadline = asyncio.get_running_loop().time() + 60
+    while not await sb.files.exists("started"):  # the cell runs: SIGINT reaches it
+        assert asyncio.get_running_loop().time() < deadline, "the cell did not start"
+    await sb.host.interrupt()
+    interrupted = await asyncio.wait_for(running, 30)
+    assert interrupted.status == "error" and interrupted.error is not None
+    assert interrupted.error.ename == "KeyboardInterrupt"
+    assert (await sb.run_python("kept")).text == "5"
