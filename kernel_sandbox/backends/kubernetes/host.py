@@ -28,32 +28,29 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...config import LABEL_PREFIX
 from ...errors import (
     ConfigError,
     ContainerRemovedError,
-    FileOperationError,
     ImageNotFoundError,
     KernelError,
     SandboxError,
-    SandboxFileNotFoundError,
     SandboxStartError,
 )
 from ...kernel.connection import ConnectionInfo, new_connection_info
 from ...kernel.supervisor import GO_PREFIX, STATUS_FILE, TCP_STATE_DIR, parse_status
-from ...results import format_size
-from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord, owner_alive
-from . import manifests
-from .api import REMOVED_REASON, ApiException, api_call, kube, removed_error
+from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
+from . import cluster, files, manifests
+from .api import ApiException, api_call, kube, removed_error
+from .cluster import PodState, default_namespace, pod_state
 from .exec import pod_exec
 
 if TYPE_CHECKING:
     from ...config import SandboxConfig
 
-__all__ = ["KubernetesHost", "PodState", "default_namespace", "pod_state"]
+__all__ = ["KubernetesHost"]
 
 log = logging.getLogger(__name__)
 
@@ -73,42 +70,12 @@ KILL_LIMIT = 5.0
 #: Waiting reasons of a container whose image cannot be had.
 IMAGE_REASONS = {"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"}
 
-# Exit statuses of the file scripts below.
-_MISSING, _IS_DIR, _NOT_FILE, _TOO_BIG, _UNREADABLE = 3, 4, 5, 6, 7
-_READ = (
-    'test -e "$1" || exit 3; test -d "$1" && exit 4; test -f "$1" || exit 5; '
-    'test -r "$1" || exit 7; s=$(stat -L -c %s -- "$1") || exit 7; '
-    '[ "$s" -gt "$2" ] && { echo "$s"; exit 6; }; exec head -c "$(($2 + 1))" -- "$1"'
-)
-# On failure the rest of the input is drained, so the sender is never left blocked.
-_WRITE = (
-    'p=$1; test -d "$p" && { cat >/dev/null; exit 4; }; d=$(dirname -- "$p"); '
-    'mkdir -p -- "$d" || { cat >/dev/null; exit 8; }; t="$d/.kernel-sandbox-write.$$"; '
-    'if cat > "$t"; then mv -f -- "$t" "$p" && exit 0; else cat >/dev/null; fi; '
-    'rm -f -- "$t"; exit 9'
-)
 # The kernel is the supervisor's child in its own session (pgid = pid, parent = PID 1).
 _SIGNAL_KERNEL = (
     "for d in /proc/[0-9]*; do p=${d#/proc/}; "
     's=$(sed "s/.*) //" "$d/stat" 2>/dev/null) || continue; set -- $s; '
     'if [ "$2" = 1 ] && [ "$3" = "$p" ]; then kill -s "$0" "$p"; exit; fi; done; exit 3'
 )
-
-
-def default_namespace() -> str:
-    """``KERNEL_SANDBOX_NAMESPACE``, else the pod's own namespace in a cluster, else the
-    kubeconfig context's, else ``default``."""
-    if os.environ.get("KERNEL_SANDBOX_NAMESPACE"):
-        return os.environ["KERNEL_SANDBOX_NAMESPACE"]
-    token_dir = "/var/run/secrets/kubernetes.io/serviceaccount"
-    with contextlib.suppress(OSError), open(f"{token_dir}/namespace") as handle:
-        return handle.read().strip()
-    with contextlib.suppress(Exception):
-        from kubernetes import config as k8s_config
-
-        _, context = k8s_config.list_kube_config_contexts(os.environ.get("KUBECONFIG"))
-        return str(context["context"].get("namespace") or "default")
-    return "default"
 
 
 def _client_pod_labels() -> dict[str, str] | None:
@@ -129,23 +96,6 @@ def _local_address_towards(ip: str) -> str | None:
             return str(probe.getsockname()[0])
     except OSError:
         return None
-
-
-@dataclass(frozen=True)
-class PodState(HostState):
-    """:class:`HostState` with the pod's own reasons (evicted, deleted)."""
-
-    evicted: bool = False
-
-    def death_reason(self) -> str:
-        if self.removed:
-            return REMOVED_REASON
-        if self.evicted:
-            return (
-                f"the pod was evicted by the kubelet ({self.error}); its files and variables "
-                "are gone (raise disk_limit or memory_limit, or free the node)"
-            )
-        return super().death_reason()
 
 
 class KubernetesHost(KernelHost):
@@ -524,150 +474,22 @@ class KubernetesHost(KernelHost):
         )
 
     async def read_file(self, path: str, max_bytes: int) -> bytes:
-        result = await self.exec(
-            ["sh", "-c", _READ, "sh", path, str(max_bytes)], max_output_bytes=max_bytes + 1
-        )
-        code = result.exit_code
-        if code == _TOO_BIG or (code == 0 and len(result.stdout) > max_bytes):
-            size = result.stdout.decode(errors="replace").strip() if code == _TOO_BIG else ""
-            what = f"{path} is {format_size(int(size))}" if size.isdigit() else f"{path} is larger"
-            raise FileOperationError(
-                f"{what}; files are read whole into memory and the limit is "
-                f"{format_size(max_bytes)} (SandboxConfig.max_file_bytes): read a part with the "
-                "shell (head -c, tail -c, split) or raise max_file_bytes"
-            )
-        if code != 0:
-            raise self._file_error(code, path, result.stderr, "read")
-        return result.stdout
+        return await files.read_file(self.exec, path, max_bytes)
 
     async def write_file(self, path: str, data: bytes) -> None:
-        result = await self.exec(
-            ["sh", "-c", _WRITE, "sh", path], stdin=data, max_output_bytes=64 * 1024
-        )
-        if result.exit_code != 0:
-            raise self._file_error(result.exit_code, path, result.stderr, "write")
-
-    def _file_error(self, code: int, path: str, stderr: bytes, action: str) -> FileOperationError:
-        if code == _MISSING:
-            return SandboxFileNotFoundError(f"no such file or directory in the sandbox: {path}")
-        if code == _IS_DIR:
-            return FileOperationError(f"is a directory, not a file: {path}")
-        if code == _NOT_FILE:
-            return FileOperationError(f"not a regular file: {path}")
-        if code == _UNREADABLE:
-            return FileOperationError(f"cannot {action} {path}: permission denied")
-        text = stderr.decode(errors="replace").strip()
-        detail = text.splitlines()[-1] if text else f"exit status {code}"
-        if "no space left" in detail.lower():
-            detail = "no space left on device"
-        return FileOperationError(f"cannot {action} {path}: {detail}")
+        await files.write_file(self.exec, path, data)
 
     # -- the cluster as a whole ------------------------------------------------------------
 
     @classmethod
     async def list_sandboxes(cls, labels: dict[str, str]) -> list[SandboxRecord]:
-        selector = ",".join(f"{k}={v}" for k, v in {LABEL_PREFIX: "true", **labels}.items())
-        pods = await api_call(
-            "listing sandbox pods",
-            kube().core.list_namespaced_pod,
-            default_namespace(),
-            label_selector=selector,
-        )
-        records = []
-        for pod in pods.items:
-            statuses = pod.status.container_statuses or []
-            running = bool(statuses and statuses[0].state.running)
-            state = "running" if running else (pod.status.reason or pod.status.phase or "?").lower()
-            created = pod.metadata.creation_timestamp
-            records.append(
-                SandboxRecord(
-                    host=cls.name,
-                    resource_id=pod.metadata.name,
-                    name=pod.metadata.name,
-                    image=pod.spec.containers[0].image,
-                    state=state,
-                    labels=dict(pod.metadata.labels or {}),
-                    created=created.timestamp() if created is not None else None,
-                )
-            )
-        return records
+        return await cluster.list_sandboxes(cls.name, labels)
 
     @classmethod
     async def gc(cls, *, remove_all: bool = False) -> list[Leftover]:
         """Pods whose owner process (on this machine) is gone, and Secrets and policies
         whose pod is gone; with ``remove_all`` every object kernel_sandbox made here."""
-        ns, api = default_namespace(), kube()
-        selector = f"{LABEL_PREFIX}=true"
-        pods, secrets, policies = await asyncio.gather(
-            api_call("listing pods", api.core.list_namespaced_pod, ns, label_selector=selector),
-            api_call(
-                "listing secrets", api.core.list_namespaced_secret, ns, label_selector=selector
-            ),
-            api_call(
-                "listing policies",
-                api.networking.list_namespaced_network_policy,
-                ns,
-                label_selector=selector,
-            ),
-        )
-        leftovers: list[Leftover] = []
-        live_pods = set()
-        for pod in pods.items:
-            labels = pod.metadata.labels or {}
-            if remove_all or _owner_gone(labels):
-                leftovers.append(
-                    _leftover("pod", pod.metadata.name, api.core.delete_namespaced_pod, ns)
-                )
-            else:
-                live_pods.add(pod.metadata.name)
-        kinds = (
-            ("secret", secrets, api.core.delete_namespaced_secret),
-            ("networkpolicy", policies, api.networking.delete_namespaced_network_policy),
-        )
-        for kind, found, delete in kinds:
-            for item in found.items:
-                if item.metadata.name not in live_pods:
-                    leftovers.append(_leftover(kind, item.metadata.name, delete, ns))
-        return leftovers
-
-
-def pod_state(pod: Any) -> PodState:
-    """What a pod (a ``V1Pod`` from the API) says about the sandbox's kernel host."""
-    status = pod.status
-    if pod.metadata.deletion_timestamp is not None:
-        return PodState(running=False, removed=True)
-    if status.reason == "Evicted":
-        return PodState(running=False, evicted=True, error=status.message or "Evicted")
-    statuses = status.container_statuses or []
-    state = statuses[0].state if statuses else None
-    if state is not None and state.running is not None:
-        return PodState(running=True)
-    term = state.terminated if state is not None else None
-    if term is not None:
-        return PodState(
-            running=False,
-            exit_code=term.exit_code,
-            oom_killed=term.reason == "OOMKilled",
-            error=term.message or term.reason or "",
-        )
-    return PodState(running=False, error=f"the pod is {status.phase}")
-
-
-def _owner_gone(labels: dict[str, str]) -> bool:
-    """True when the pod's owner ran on this machine and no longer runs."""
-    return owner_alive(labels) is False
-
-
-def _leftover(kind: str, name: str, delete: Any, namespace: str) -> Leftover:
-    async def remove() -> None:
-        options = {"grace_period_seconds": 0} if kind == "pod" else {}
-        try:
-            await api_call(f"deleting {kind} {name}", delete, name, namespace, **options)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-
-    return Leftover(f"{kind} {namespace}/{name}", remove)
+        return await cluster.gc(remove_all=remove_all)
 
 
 def _terminated(term: Any) -> str:
