@@ -308,3 +308,23 @@ async def test_gc_removes_what_a_killed_owner_left(namespace, kube) -> None:
 
     await wait_until(gone, timeout=90)
     assert not [left for left in await KubernetesHost.gc() if sandbox_id in left.what]
+
+
+async def test_an_evicted_pod_is_a_clear_error(make_host, kube, namespace) -> None:
+    """Eviction through the API (what `kubectl drain` does to a node's pods)."""
+    host = await make_host("evict")
+    eviction = {
+        "apiVersion": "policy/v1beta1",
+        "kind": "Eviction",
+        "metadata": {"name": host.resource_id, "namespace": namespace},
+    }
+    kube.core.create_namespaced_pod_eviction(host.resource_id, namespace, eviction)
+
+    async def reason() -> str | None:
+        host._pod_read = 0.0
+        return await host.poll()
+
+    why = await wait_until(reason)
+    assert "evicted" in why and "create a new sandbox" in why
+    with pytest.raises(ContainerRemovedError, match="evicted"):
+        await host.restart_whole()

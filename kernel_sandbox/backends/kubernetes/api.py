@@ -45,8 +45,8 @@ __all__ = [
 REQUEST_TIMEOUT = (5, 60)
 
 REMOVED_REASON = (
-    "its pod was deleted from outside (e.g. `kubectl delete pod`), so its files and "
-    "variables are gone; create a new sandbox"
+    "its pod was deleted from outside (`kubectl delete pod`, or evicted by a node drain), "
+    "so its files and variables are gone; create a new sandbox"
 )
 
 API_HELP = (
