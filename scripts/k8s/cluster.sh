@@ -67,7 +67,7 @@ setup() { # binaries into $BIN (idempotent)
   [ -x "$BIN/kubelet" ] && [ -x "$BIN/etcd" ] && [ -x "$CNIBIN/bridge" ] && [ -x "$BASE/pause/pause" ] && return
   export DEBIAN_FRONTEND=noninteractive
   local need=()
-  for c in containerd runc openssl curl xz iptables; do command -v $c >/dev/null || need+=($c); done
+  for c in containerd runc openssl curl xz iptables; do command -v "$c" >/dev/null || need+=("$c"); done
   [ ${#need[@]} -gt 0 ] && { apt-get update -qq; apt-get install -y -qq containerd runc openssl curl xz-utils iptables >/dev/null; }
   mkdir -p "$BASE/debs" "$BASE/pkgroot" "$BIN" "$BASE/pause"
   # unpacked only: installing etcd-server would start a system etcd
@@ -304,7 +304,9 @@ down() {
          <(iptables-save | grep -vE '^[#:]' | grep -i -E 'ksk8s|kube|cni') >&2 \
       && log "iptables: no rule of ours is left"
   fi
-  [ -f "$RUN/created-dirs" ] && rm -rf $(cat "$RUN/created-dirs")
+  if [ -f "$RUN/created-dirs" ]; then
+    while read -r d; do rm -rf -- "$d"; done < "$RUN/created-dirs"
+  fi
   rm -rf "$RUN"
   log "down: sysctls $(sysctl -n $SYSCTLS | tr '\n' ' ')"
 }

@@ -17,6 +17,7 @@ as root.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import socket
@@ -41,6 +42,11 @@ STATUS_LIMIT = 64 * 1024
 _STDIN_CHUNK = 256 * 1024
 #: Seconds to open the websocket (TLS + upgrade through the API server to the kubelet).
 _CONNECT_TIMEOUT = 30
+#: Execs at once (each holds a thread while its process runs).  Their own pool: a few
+#: long shell commands must not take the default executor's handful of threads from
+#: every other API call of the process (pod polls, creates).
+MAX_EXECS = 64
+_EXECS = concurrent.futures.ThreadPoolExecutor(MAX_EXECS, thread_name_prefix="kernel-sandbox-exec")
 
 
 def _exit_code(status: bytes) -> int:
@@ -170,8 +176,9 @@ async def pod_exec(
     """
     job = _Exec()
     limit = max_output_bytes or sys.maxsize
-    worker = asyncio.ensure_future(
-        asyncio.to_thread(job.run, kube, pod, namespace, container, argv, stdin, limit)
+    loop = asyncio.get_running_loop()
+    worker = loop.run_in_executor(
+        _EXECS, job.run, kube, pod, namespace, container, argv, stdin, limit
     )
     try:
         return await asyncio.shield(worker)
