@@ -2,12 +2,15 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install images run demo test test-unit test-integration test-kubernetes cluster-up cluster-down soak lint bench
+.PHONY: install engine images run demo test test-unit test-integration test-kubernetes cluster-up cluster-down soak lint bench
 
 install:            ## install kernel_sandbox with its dev tools
 	$(PIP) install -q -e ".[dev]"
 
-images: install     ## build the sandbox images that are missing
+engine:             ## a Docker engine that answers: as root on Debian/Ubuntu, installed and started
+	scripts/engine.sh
+
+images: engine install  ## build the sandbox images that are missing
 	kernel-sandbox images build
 
 run: images         ## the main job: install, build what is missing, run the demo

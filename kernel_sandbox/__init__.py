@@ -7,18 +7,28 @@ jupyter_client.  The public API is re-exported here; everything else is internal
 from .config import DEFAULT_IMAGE, SandboxConfig
 from .errors import (
     ConfigError,
+    ContainerRemovedError,
+    ContainerStoppedError,
     EngineUnavailableError,
     FileOperationError,
     ImageError,
     ImageNotFoundError,
     KernelError,
+    NotebookError,
     SandboxClosedError,
     SandboxError,
     SandboxFileNotFoundError,
     SandboxNotFoundError,
     SandboxStartError,
 )
-from .events import Event, FileOperated, PythonExecuted, ShellExecuted
+from .events import (
+    Event,
+    FileOperated,
+    KernelRestarted,
+    PythonExecuted,
+    ShellExecuted,
+    call_context,
+)
 from .files import AsyncFiles
 from .manager import (
     DockerSandboxConfig,
@@ -33,7 +43,7 @@ from .manager import (
 from .results import CommandResult, Execution, ExecutionError, FileInfo
 from .sandbox import AsyncSandbox
 from .sync import Files, Sandbox
-from .tools import ToolResult, ToolSet
+from .tools import Tool, ToolResult, ToolSet, register_tool
 
 __version__ = "0.1.0"
 
@@ -78,6 +88,8 @@ __all__ = [
     "Budget",
     "CommandResult",
     "ConfigError",
+    "ContainerRemovedError",
+    "ContainerStoppedError",
     "DockerSandboxConfig",
     "EngineUnavailableError",
     "Event",
@@ -90,7 +102,9 @@ __all__ = [
     "ImageError",
     "ImageNotFoundError",
     "KernelError",
+    "KernelRestarted",
     "LocalSandboxManager",
+    "NotebookError",
     "NotebookRecorder",
     "PythonExecuted",
     "ReplayReport",
@@ -110,10 +124,13 @@ __all__ = [
     "SandboxStatus",
     "SandboxType",
     "ShellExecuted",
+    "Tool",
     "ToolResult",
     "ToolSet",
     "__version__",
+    "call_context",
     "export_notebook",
+    "register_tool",
     "replay",
     "replay_notebook",
 ]

@@ -10,8 +10,9 @@ import os
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from .errors import ConfigError
 from .limits import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_OUTPUT_BYTES
 
 __all__ = [
@@ -20,6 +21,7 @@ __all__ = [
     "KERNEL_PYTHON",
     "LABEL_PREFIX",
     "SandboxConfig",
+    "describe_invalid",
     "parse_size",
 ]
 
@@ -77,6 +79,17 @@ class SandboxConfig(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __init__(self, **data: Any) -> None:
+        """Validate the settings; a bad one raises :class:`ConfigError` saying which and why.
+
+        pydantic's own ``ValidationError`` is not a ``SandboxError``, so ``except
+        SandboxError`` would miss it; it stays attached as ``__cause__``.
+        """
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigError(describe_invalid(exc, type(self).__name__)) from exc
 
     image: str = DEFAULT_IMAGE
     network_enabled: bool = False
@@ -166,4 +179,18 @@ class SandboxConfig(BaseModel):
         """Return a validated copy with some fields changed."""
         if not overrides:
             return self
-        return type(self).model_validate({**self.model_dump(), **overrides})
+        return type(self)(**{**self.model_dump(), **overrides})
+
+
+def describe_invalid(exc: ValidationError, what: str) -> str:
+    """One line per bad setting of a pydantic error, e.g. ``memory_limit: 'lots' is not...``."""
+    problems = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"]) or what
+        if error["type"] == "extra_forbidden":
+            problems.append(f"{where}: unknown setting (not a field of {what})")
+            continue
+        message = str(error["msg"]).removeprefix("Value error, ")
+        # Our validators name the field themselves ("memory_limit='lots' is not a size").
+        problems.append(message if message.startswith(f"{where}=") else f"{where}: {message}")
+    return f"invalid {what}: " + "; ".join(problems)

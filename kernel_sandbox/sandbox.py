@@ -43,7 +43,7 @@ from .kernel.connection import ConnectionInfo
 from .results import CommandResult, Execution, ExecutionError, ExecutionStatus, strip_ansi
 from .shell import run_command
 
-__all__ = ["AsyncSandbox"]
+__all__ = ["PING_TIMEOUT", "AsyncSandbox"]
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ class AsyncSandbox:
         return self.host.labels
 
     async def _connect(self, info: ConnectionInfo) -> None:
-        """Connect to the kernel that starts now, then tell the host it is connected."""
+        """Connect to the kernel that starts now; tell the host when the attempt is over."""
         session = KernelSession(info)
         try:
             await session.connect(self.config.startup_timeout, self.host.poll)
@@ -133,8 +133,10 @@ class AsyncSandbox:
         except BaseException:  # cancelled: an unclosed client hangs zmq when collected
             session.close()
             raise
-        self._session = session
-        await self.host.post_launch()
+        else:
+            self._session = session
+        finally:  # connected or not: a kernel that never came must not leave a way in
+            await self.host.post_launch()
 
     async def _logs_tail(self) -> str:
         try:

@@ -10,7 +10,7 @@ import asyncio
 import time
 
 from .backends.base import KernelHost
-from .programs import program
+from .kernel.programs import program
 from .results import CommandResult
 
 __all__ = ["run_command"]

@@ -4,6 +4,20 @@ Every call is handed to one background event loop (a "portal" thread) that owns 
 async sandboxes of the process, so the blocking API works the same inside Jupyter,
 inside another running event loop, or in plain scripts.  Each method is a one-line
 wrapper; a test keeps the names and signatures identical to the async classes.
+
+Naming, everywhere in the package: a blocking class is ``X`` and its async twin
+``AsyncX`` with the same method names (``Sandbox`` / ``AsyncSandbox``); a blocking
+function or method with an async twin on the same object is ``name`` and the twin
+``aname`` (``Agent.run`` / ``Agent.arun``), the blocking one a :func:`run_sync`
+one-liner.  ``tests/unit/test_api.py`` finds every pair and checks their signatures.
+
+Why a hand-made portal and not ``anyio.from_thread.start_blocking_portal``: measured
+with ``bench/portal.py --calls 800 --rounds 16`` (same run, interleaved, one sandbox
+each), the ``print(1+1)`` round trip is the same within noise (median 2.33 ms here,
+2.17 ms anyio; an earlier run 2.95 / 3.12 ms), while the portal alone (an empty
+coroutine) costs 0.033 ms here against 0.067 ms for anyio.  anyio's portal also lives
+only inside a context manager (or a ref-counted provider that stops it when the last
+user leaves), whereas sandboxes outlive any one call and need a loop for the process.
 """
 
 from __future__ import annotations
@@ -17,7 +31,7 @@ from typing import Any, TypeVar
 from .backends.base import KernelHost
 from .backends.factory import HostFactory
 from .config import SandboxConfig
-from .files import AsyncFiles
+from .files import LIST_LIMIT, AsyncFiles
 from .kernel.client import OutputCallback
 from .results import CommandResult, Execution, FileInfo
 from .sandbox import PING_TIMEOUT, AsyncSandbox
@@ -69,9 +83,9 @@ class Files:
         """Add to the end of a file, creating it if needed."""
         return run_sync(self._files.append(path, data, encoding))
 
-    def list(self, path: str = ".") -> list[FileInfo]:
-        """Entries of a directory, sorted by name."""
-        return run_sync(self._files.list(path))
+    def list(self, path: str = ".", limit: int = LIST_LIMIT) -> list[FileInfo]:
+        """Entries of a directory, sorted by name; more than ``limit`` are refused."""
+        return run_sync(self._files.list(path, limit))
 
     def exists(self, path: str) -> bool:
         """True when the path exists."""

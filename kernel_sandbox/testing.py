@@ -202,8 +202,12 @@ class LocalKernelHost(KernelHost):
         env: dict[str, str] | None = None,
         stdin: bytes | None = None,
         max_output_bytes: int | None = None,
+        deadline: float | None = None,
     ) -> ExecResult:
-        """Run ``argv`` as a local process in its own session; output kept bounded."""
+        """Run ``argv`` as a local process in its own session; output kept bounded.
+
+        At ``deadline`` the process group is killed and FileOperationError raised.
+        """
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -223,11 +227,21 @@ class LocalKernelHost(KernelHost):
         out, err = HeadTail(limit), HeadTail(limit)
         assert proc.stdout is not None and proc.stderr is not None
         try:
-            await asyncio.gather(
-                _drain(proc.stdout, out), _drain(proc.stderr, err), _feed(proc, stdin)
+            await asyncio.wait_for(
+                asyncio.gather(
+                    _drain(proc.stdout, out), _drain(proc.stderr, err), _feed(proc, stdin)
+                ),
+                deadline,
             )
             code = await proc.wait()
+        except TimeoutError as exc:
+            raise FileOperationError(
+                f"the process did not finish within {deadline:g}s; it was killed"
+            ) from exc
         finally:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                if proc.returncode is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
             self._groups.discard(proc.pid)
         return ExecResult(
             128 - code if code < 0 else code, out.value(), err.value(), out.dropped + err.dropped

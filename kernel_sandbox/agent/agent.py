@@ -154,7 +154,7 @@ class Agent:
                 )
 
     def make_client(self) -> AsyncOpenAI:
-        """The OpenAI client for one session, with SDK retries off (``retry`` does them)."""
+        """The OpenAI client for one session, SDK retries off: ``retry`` (tenacity) does them."""
         if self.client is not None:
             return self.client.with_options(max_retries=0)
         from openai import AsyncOpenAI

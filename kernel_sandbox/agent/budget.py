@@ -3,8 +3,9 @@
 A :class:`Budget` caps one task (one prompt) by model calls, total tokens (as reported
 in ``usage``) and wall time; a :class:`BudgetTracker` counts against it and says which
 limit was reached.  A :class:`RetryPolicy` decides which model API errors are worth
-another try (rate limits, timeouts, 5xx, dropped connections) and how long to wait.
-Nothing here talks to a model or a sandbox, so all of it is unit-tested without either.
+another try (rate limits, timeouts, 5xx, dropped connections) and how long to wait; the
+retry loop itself is ``tenacity``'s (:meth:`RetryPolicy.retrying`).  Nothing here talks
+to a model or a sandbox, so all of it is unit-tested without either.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from __future__ import annotations
 import email.utils
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
 import openai
+import tenacity
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "BudgetHit",
     "BudgetKind",
     "BudgetTracker",
+    "RetryCallback",
     "RetryPolicy",
     "TokenUsage",
     "describe_api_error",
@@ -149,6 +152,10 @@ class BudgetTracker:
 _RETRY_STATUSES = frozenset({408, 409, 429})
 
 
+RetryCallback = Callable[[int, float, BaseException], Awaitable[None]]
+"""Told ``(failed attempt number, seconds until the next one, the error)`` before a retry."""
+
+
 class RetryPolicy(BaseModel):
     """How model API errors are retried: exponential backoff, a bounded number of times.
 
@@ -156,6 +163,12 @@ class RetryPolicy(BaseModel):
     (5xx), timeouts and dropped connections.  Not retried: everything that will fail
     the same way again (bad request, authentication, unknown model...).  A server's
     ``Retry-After`` is honoured up to ``max_delay``.
+
+    Why ``tenacity`` and not the openai SDK's own ``max_retries``: the SDK's backoff
+    (0.5 s doubling to 8 s) cannot be configured and it retries silently, while the agent
+    reports every retry (:class:`~kernel_sandbox.agent.events.ModelRetrying`, shown by the
+    CLI) and lets users set the delays.  The SDK's retries are therefore switched off
+    (``max_retries=0`` in :meth:`Agent.make_client`) so that requests are not retried twice.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -175,14 +188,48 @@ class RetryPolicy(BaseModel):
             return exc.status_code in _RETRY_STATUSES or exc.status_code >= 500
         return False
 
+    def retrying(self, on_retry: RetryCallback | None = None) -> tenacity.AsyncRetrying:
+        """A tenacity retrier for one model call: ``await policy.retrying(cb)(fn)``.
+
+        It re-raises the last error when retries run out or the error is not
+        retryable; ``on_retry`` is awaited before each wait (the agent emits its event).
+        ``fn`` must be an ``async def``: tenacity awaits only coroutine functions, not a
+        plain callable that returns an awaitable (such as the SDK's ``create``).
+        """
+
+        async def before_sleep(state: tenacity.RetryCallState) -> None:
+            if on_retry is not None and state.outcome is not None:
+                error = state.outcome.exception()
+                assert error is not None  # only failed attempts are retried
+                await on_retry(state.attempt_number, state.upcoming_sleep, error)
+
+        return tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception(self.is_retryable),
+            stop=tenacity.stop_after_attempt(self.max_retries + 1),
+            wait=_Backoff(self),
+            before_sleep=before_sleep,
+            reraise=True,
+        )
+
     def delay(self, retry: int, exc: BaseException | None = None) -> float:
-        """Seconds to wait before retry number ``retry`` (1-based)."""
+        """Seconds to wait before retry number ``retry`` (1-based): the hint, else backoff."""
         hinted = _retry_after(exc) if exc is not None else None
         if hinted is not None:
             return min(hinted, self.max_delay)
         base = self.initial_delay * self.multiplier ** (retry - 1)
-        base *= 1 + self.jitter * random.random()
-        return min(base, self.max_delay)
+        return min(base * (1 + self.jitter * random.random()), self.max_delay)
+
+
+class _Backoff(tenacity.wait.wait_base):
+    """tenacity's wait hook: :meth:`RetryPolicy.delay` for the attempt that just failed."""
+
+    def __init__(self, policy: RetryPolicy) -> None:
+        self.policy = policy
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        outcome = retry_state.outcome
+        error = outcome.exception() if outcome is not None else None
+        return self.policy.delay(retry_state.attempt_number, error)
 
 
 def _retry_after(exc: BaseException) -> float | None:

@@ -4,7 +4,7 @@ Each :meth:`AgentSession.send` is one task: the prompt goes to the model with th
 sandbox's tools; every tool call it asks for (several per turn included) runs in the
 sandbox, in order, and its result goes back as a ``tool`` message; this repeats until
 the model answers in plain text or a :class:`~kernel_sandbox.agent.Budget` limit is
-reached.  Model API errors are retried with backoff (:class:`RetryPolicy`) and, when
+reached.  Model API errors are retried with backoff (:class:`RetryPolicy`, tenacity) and, when
 retries run out, end the task with ``status="error"``; tool problems (unknown tool, bad
 JSON, wrong arguments, exceptions in user code) are results the model sees and repairs.
 
@@ -304,9 +304,12 @@ class AgentSession:
                     self.messages.append(images)
 
     async def _call_model(self, turn: int, tracker: BudgetTracker) -> Any:
-        """One chat completion, retried with backoff; raises _TimeUp or _ModelFailure."""
-        assert self._client is not None
-        policy = self.agent.retry
+        """One chat completion, retried by the policy; raises _TimeUp or _ModelFailure.
+
+        The time budget bounds the whole call, retries and waits included.
+        """
+        client = self._client
+        assert client is not None
         request: dict[str, Any] = {
             **self.agent.completion_options,
             "model": self.agent.model,
@@ -314,34 +317,33 @@ class AgentSession:
         }
         if self._tools:
             request["tools"] = self._tools
-        attempt = 0
-        while True:
-            attempt += 1
-            remaining = tracker.remaining_time()
-            if remaining is not None and remaining <= 0:
-                raise _TimeUp
-            call = self._client.chat.completions.create(**request)
-            try:
-                if remaining is None:
-                    return await call
-                return await asyncio.wait_for(call, remaining)
-            except Exception as exc:
-                if tracker.time_hit() is not None:
-                    raise _TimeUp from exc
-                message = describe_api_error(exc)
-                if not policy.is_retryable(exc):
-                    raise _ModelFailure(message, attempt) from exc
-                if attempt > policy.max_retries:
-                    raise _ModelFailure(message, attempt) from exc
-                delay = policy.delay(attempt, exc)
-                log.info("model call failed (%s); retry %d in %.2fs", message, attempt, delay)
-                await self._emit(
-                    ModelRetrying(
-                        session_id=self.id, turn=turn, attempt=attempt, delay=delay, error=message
-                    )
+        attempts = 0
+
+        async def attempt() -> Any:
+            nonlocal attempts
+            attempts += 1
+            return await client.chat.completions.create(**request)
+
+        async def announce(attempt: int, delay: float, exc: BaseException) -> None:
+            message = describe_api_error(exc)
+            log.info("model call failed (%s); retry %d in %.2fs", message, attempt, delay)
+            await self._emit(
+                ModelRetrying(
+                    session_id=self.id, turn=turn, attempt=attempt, delay=delay, error=message
                 )
-                remaining = tracker.remaining_time()
-                await asyncio.sleep(delay if remaining is None else min(delay, remaining))
+            )
+
+        remaining = tracker.remaining_time()
+        if remaining is not None and remaining <= 0:
+            raise _TimeUp
+        deadline = asyncio.timeout(remaining)
+        try:
+            async with deadline:
+                return await self.agent.retry.retrying(announce)(attempt)
+        except Exception as exc:
+            if deadline.expired() or tracker.time_hit() is not None:
+                raise _TimeUp from exc
+            raise _ModelFailure(describe_api_error(exc), attempts) from exc
 
     async def _run_tool(self, turn: int, call: ParsedCall) -> ToolResult:
         """Run one call in the sandbox (never raises) and record it with its id."""

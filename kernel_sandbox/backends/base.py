@@ -13,12 +13,12 @@ group :data:`HOSTS_GROUP`, as jupyter_client's provisioner factory finds provisi
 What :class:`~kernel_sandbox.sandbox.AsyncSandbox` does with a host, in order::
 
     info = await host.launch()          # kernel starting; connect a client to ``info``
-    await host.post_launch()            # client connected (e.g. seal the run directory)
+    await host.post_launch()            # connect attempt over (e.g. seal the run directory)
     await host.poll()                   # often, while a cell runs: None, or why it died
-    await host.exec([...]) / read_file / write_file    # beside the kernel, any time
+    await host.exec([...], stdin=...)   # processes and files beside the kernel, any time
     info = await host.restart_kernel()  # in place (files kept); KernelError if it cannot
     info = await host.restart_whole()   # the fallback (files may be lost)
-    await host.post_launch()            # after every (re)connect
+    await host.post_launch()            # after every (re)connect attempt
     await host.cleanup()                # close: remove everything; safe twice
 
 The sandbox layer (session, lock, events) never learns which engine runs it; nothing
@@ -28,6 +28,11 @@ Interface history (hosts outside this package are written against it):
 
 * 1 — first version.
 * 1.1 — added :func:`owner_alive` (additive).
+* 2 — file transfer is ``exec`` with stdin/stdout as the sandbox user (main's security
+  work): ``read_file``/``write_file`` are gone (the sandbox's ``files`` runs its
+  scripts through :meth:`KernelHost.exec`, the same on every host); ``exec`` gained
+  ``deadline``; :attr:`KernelHost.protected_paths` names what the file API refuses;
+  :meth:`KernelHost.post_launch` is called after every connect attempt, failed ones too.
 """
 
 from __future__ import annotations
@@ -177,8 +182,7 @@ class KernelHost(abc.ABC):
     back from the sandbox is bounded (``max_output_bytes``, ``max_bytes``), and every
     process and file operation acts as the sandbox user, never as root on a path the
     sandbox controls.  A host is used by one sandbox, which serialises lifecycle calls;
-    ``exec``/``read_file``/``write_file``/``poll``/``state`` may run concurrently with a
-    cell.
+    ``exec``/``poll``/``state`` may run concurrently with a cell.
     """
 
     #: The entry-point name this host is registered under.
@@ -202,6 +206,12 @@ class KernelHost(abc.ABC):
         """Where relative sandbox paths start (an absolute path inside the sandbox)."""
         return self.config.working_dir
 
+    @property
+    def protected_paths(self) -> tuple[str, ...]:
+        """Absolute sandbox paths the file API refuses, whatever link leads there
+        (e.g. a directory shared with the host for the kernel's connection)."""
+        return ()
+
     # -- the kernel's lifecycle -------------------------------------------------------
 
     @abc.abstractmethod
@@ -214,10 +224,11 @@ class KernelHost(abc.ABC):
         """
 
     async def post_launch(self) -> None:  # noqa: B027 (optional hook)
-        """A client is connected to the kernel that runs now (after every (re)start).
+        """The client's attempt to connect to the kernel that starts now is over.
 
-        The place to take back what only the kernel's start needed (e.g. write access
-        to a run directory).
+        Called after every (re)start, whether the client connected or not (a kernel
+        that never came must not leave a way in): the place to take back what only the
+        kernel's start needed (e.g. write access to a run directory).
         """
 
     @abc.abstractmethod
@@ -297,35 +308,20 @@ class KernelHost(abc.ABC):
         env: dict[str, str] | None = None,
         stdin: bytes | None = None,
         max_output_bytes: int | None = None,
+        deadline: float | None = None,
     ) -> ExecResult:
         """Run a process beside the kernel as the sandbox user and wait for it.
 
-        A busy or dead kernel never blocks it.  With ``max_output_bytes``, stdout and
-        stderr each keep only their head and tail within it
-        (:class:`~kernel_sandbox.limits.HeadTail`), read as streams, so a process
-        printing gigabytes never fills host memory.  ``stdin`` is fed to the process
-        and then closed.  The caller bounds the time (its own ``timeout`` in argv).
-        """
-
-    @abc.abstractmethod
-    async def read_file(self, path: str, max_bytes: int) -> bytes:
-        """The bytes of the file at the absolute sandbox ``path``, read as the sandbox user.
-
-        Raises :class:`~kernel_sandbox.errors.SandboxFileNotFoundError` for a missing
-        path, :class:`~kernel_sandbox.errors.FileOperationError` for a directory or
-        anything unreadable, and refuses (``FileOperationError`` naming
-        ``max_file_bytes``) a file larger than ``max_bytes`` before it is read.
-        """
-
-    @abc.abstractmethod
-    async def write_file(self, path: str, data: bytes) -> None:
-        """Create or replace the file at the absolute sandbox ``path`` as the sandbox user.
-
-        Parent directories are created.  Raises
-        :class:`~kernel_sandbox.errors.FileOperationError` when the sandbox user could
-        not do it (a directory, no permission, a read-only place); a full writable area
-        is a ``FileOperationError`` whose message contains "no space left on device",
-        and no half-written file is left behind.
+        A busy or dead kernel never blocks it; this is also how files move (a write is
+        ``cat`` reading ``stdin``, a read is ``head`` writing stdout), so every byte is
+        handled by the sandbox user, never by root on a path the sandbox controls.
+        With ``max_output_bytes``, stdout and stderr each keep only their head and tail
+        within it (:class:`~kernel_sandbox.limits.HeadTail`), read as streams, so a
+        process printing gigabytes never fills host memory.  ``stdin`` is fed to the
+        process and then closed.  With ``deadline`` (seconds) the host stops waiting
+        then and raises :class:`~kernel_sandbox.errors.FileOperationError`: a process
+        the sandbox can stop or block must never hold the host.  Without it the caller
+        bounds the time (its own ``timeout`` in argv).
         """
 
     # -- the engine as a whole ------------------------------------------------------------

@@ -46,6 +46,15 @@ DRAIN_LIMIT = 10.0
 STARTUP_ALIVE_INTERVAL = 0.2
 
 
+#: The client's private channel slots (``None`` until a channel is made).
+_CHANNEL_ATTRS = (
+    "_shell_channel",
+    "_iopub_channel",
+    "_stdin_channel",
+    "_hb_channel",
+    "_control_channel",
+)
+
 Outcome = Literal["finished", "interrupted", "stuck", "died"]
 
 
@@ -287,7 +296,12 @@ class KernelSession:
         return {}
 
     async def _get_msg(self, channel: Any, timeout: float) -> dict[str, Any] | None:
-        """``channel.get_msg`` made cheaper for the per-call path (about 0.5 ms a call).
+        """``channel.get_msg`` made cheaper for the per-call path.
+
+        Kept hand-written for speed: ``bench/handwritten.py --n 2000`` (a local kernel
+        answering ``kernel_info_request``, both readers taking turns) measured a median
+        round trip of 0.82 ms with ``get_msg`` and 0.77 ms with this, so about 50 µs a
+        message; a ``print(1+1)`` call reads five.
 
         A message that is already queued is read at once, without a future and an
         event-loop turn; headers are not searched for ISO dates to parse with dateutil
@@ -328,10 +342,20 @@ class KernelSession:
     def close(self) -> None:
         """Close the channels and the ZMQ context's sockets of this client."""
         self._readers.clear()  # shadows only: the channels own the sockets
-        try:
-            self.client.stop_channels()
-        except Exception:  # closing a half-open client must never hide the real error
-            log.debug("error while closing kernel channels", exc_info=True)
+        # Not ``stop_channels()``: its ``shell_channel`` & co. are properties that *create*
+        # (and connect) every channel not made yet, with path URLs a sandbox may have
+        # replaced by links to any socket on the host.  Only what exists is closed.
+        for attr in _CHANNEL_ATTRS:
+            channel = getattr(self.client, attr, None)
+            if channel is None:
+                continue
+            try:
+                if channel.is_alive():
+                    channel.stop()
+                else:
+                    channel.close()
+            except Exception:  # closing a half-open client must never hide the real error
+                log.debug("error while closing kernel channel %s", attr, exc_info=True)
         for fd in self._fds:
             os.close(fd)
         self._fds = []

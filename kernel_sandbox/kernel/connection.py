@@ -12,9 +12,11 @@ import json
 import posixpath
 import secrets
 import socket
-from typing import Literal, TypedDict
+from typing import Literal, NotRequired, TypedDict
 
-from ..programs import program
+import zmq
+
+from .programs import program
 from .supervisor import SUPERVISOR
 
 __all__ = [
@@ -52,6 +54,10 @@ class ConnectionInfo(TypedDict):
     key: str
     signature_scheme: str
     kernel_name: str
+    #: tcp: the kernel's CURVE key pair (z85); jupyter_client and ipykernel use the
+    #: same pair on both ends, so only a holder of the connection info can connect.
+    curve_publickey: NotRequired[str]
+    curve_secretkey: NotRequired[str]
 
 
 def free_tcp_ports(count: int = 5) -> list[int]:
@@ -81,6 +87,12 @@ def new_connection_info(
         "kernel_name": "python3",
     }
     info.update(zip(PORT_NAMES, ports, strict=True))
+    if transport == "tcp":
+        # HMAC proves who sent a message but hides nothing: anyone who reaches a tcp
+        # port (a local user, another container) could read iopub.  CURVE encrypts, and
+        # refuses a peer that does not know the key.
+        public, secret = zmq.curve_keypair()
+        info.update(curve_publickey=public.decode(), curve_secretkey=secret.decode())
     return info  # type: ignore[return-value]
 
 

@@ -228,9 +228,12 @@ def _merged(outputs: Iterable[Output]) -> list[Output]:
 
 def _output_from(msg_type: str, content: dict[str, Any]) -> Output:
     """The nbformat v4 output for an iopub message, as ``nbformat.v4.output_from_msg``
-    builds it but without validating it against the schema on every message (that
-    costs 0.1-0.35 ms per output on the per-call path; notebooks are validated when
-    they are written).
+    builds it but without validating it against the schema on every message.
+
+    Kept hand-written for speed: ``bench/handwritten.py --n 2000`` measured a median
+    of 51 µs (stream), 109 µs (PNG display) and 87 µs (execute_result) per output with
+    ``output_from_msg``, against 0.3-0.5 µs here.  Notebooks are still validated when
+    they are written.
     """
     if msg_type == "stream":
         return {"output_type": "stream", "name": content["name"], "text": content["text"]}

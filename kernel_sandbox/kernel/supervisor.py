@@ -36,7 +36,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..programs import program
+from .programs import program
 
 __all__ = [
     "GO_PREFIX",

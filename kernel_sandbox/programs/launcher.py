@@ -6,21 +6,30 @@ with the image's kernel Python, as a child of the supervisor.
 """
 
 import contextlib
+import json
 import os
 import sys
 import tempfile
 
 import zmq
 
+connection = os.environ.pop("KERNEL_SANDBOX_CONNECTION")
 fd, path = tempfile.mkstemp(prefix="kernel-", suffix=".json")
-os.write(fd, os.environ.pop("KERNEL_SANDBOX_CONNECTION").encode())
+os.write(fd, connection.encode())
 os.close(fd)
+# tcp: every socket the kernel binds is a CURVE server (encrypted; a peer must know the
+# server's key), whichever ipykernel the image has.
+curve = json.loads(connection).get("curve_secretkey", "").encode()
 # ipc: bind to the sockets the binder made (see binder.py) instead of making new ones.
 _fds = os.environ.pop("KERNEL_SANDBOX_FDS", "")
 prebound = dict(item.rsplit("=", 1) for item in _fds.split(",") if item)
 
 
 def _bind(self, addr, _bind=zmq.Socket.bind):
+    if curve:
+        self.curve_secretkey = curve
+        self.curve_publickey = zmq.curve_public(curve)
+        self.curve_server = True
     if addr in prebound:
         self.set(zmq.USE_FD, int(prebound[addr]))
     return _bind(self, addr)

@@ -13,6 +13,7 @@ test_hostile_isolation.py.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 
@@ -113,10 +114,44 @@ async def test_python_memory_bomb_is_named_and_recovered(box: AsyncSandbox) -> N
 
 # -- 4: fork bombs ----------------------------------------------------------------
 
-PIDS = "/sys/fs/cgroup/pids"
+#: Finds the sandbox's own cgroup files, v1 or v2, from /proc/self/cgroup.  Without a
+#: cgroup namespace (v1 on Docker 20.10) the listed path is the host's view and the
+#: mount at /sys/fs/cgroup/<controller> is already the container's own directory.
+CGROUP_FILES = """
+import json, os
+V2 = os.path.exists("/sys/fs/cgroup/cgroup.controllers")
+def _own(controller):
+    for line in open("/proc/self/cgroup"):
+        _, names, path = line.rstrip("\\n").split(":", 2)
+        if (names == "") if V2 else (controller in names.split(",")):
+            base = "/sys/fs/cgroup" if V2 else f"/sys/fs/cgroup/{controller}"
+            inside = base + path.rstrip("/")
+            return inside if os.path.isdir(inside) else base
+    raise LookupError(f"no {controller} cgroup in /proc/self/cgroup")
+pids, memory = _own("pids"), _own("memory")
+print(json.dumps({
+    "version": 2 if V2 else 1,
+    "pids.current": f"{pids}/pids.current",
+    "pids.max": f"{pids}/pids.max",
+    "pids.peak": f"{pids}/pids.peak",
+    "memory.peak": f"{memory}/memory.peak" if V2 else f"{memory}/memory.max_usage_in_bytes",
+}))
+"""
+
+
+async def cgroup_files(sandbox: AsyncSandbox) -> dict[str, str]:
+    """Paths of the sandbox's own pids and memory cgroup files, each checked to exist."""
+    ex = await sandbox.run_python(CGROUP_FILES)
+    assert ex.status == "ok", ex.text
+    files = json.loads(ex.stdout)
+    paths = " ".join(v for k, v in files.items() if k != "version")
+    listed = await sandbox.run_shell(f"ls {paths}")
+    assert listed.ok, f"cgroup v{files['version']}: {listed.stderr}"
+    return dict(files)
 
 
 async def test_python_fork_bomb_stops_at_the_pids_limit(box: AsyncSandbox) -> None:
+    cgroup = await cgroup_files(box)
     # Children only sleep (they are copies of the kernel and must not run its code);
     # the parent tries far more forks than the limit allows.
     ex = await box.run_python(
@@ -131,7 +166,7 @@ async def test_python_fork_bomb_stops_at_the_pids_limit(box: AsyncSandbox) -> No
         "        children.append(pid)\n"
         "except OSError as exc:\n"
         "    refused = exc\n"
-        f"tasks = int(open('{PIDS}/pids.current').read())\n"
+        f"tasks = int(open({cgroup['pids.current']!r}).read())\n"
         "for pid in children:\n"
         "    os.kill(pid, 9)\n"
         "    os.waitpid(pid, 0)\n"
@@ -142,7 +177,7 @@ async def test_python_fork_bomb_stops_at_the_pids_limit(box: AsyncSandbox) -> No
     forked, refused, tasks = ex.stdout.split()
     assert refused == "BlockingIOError"  # EAGAIN from the pids cgroup
     assert int(forked) < PIDS_LIMIT and int(tasks) <= PIDS_LIMIT
-    limit = await box.run_shell(f"cat {PIDS}/pids.max {PIDS}/pids.peak")
+    limit = await box.run_shell(f"cat {cgroup['pids.max']} {cgroup['pids.peak']}")
     most, peak = (int(v) for v in limit.stdout.split())
     assert most == PIDS_LIMIT and peak <= PIDS_LIMIT
     await assert_works(box, "after a Python fork bomb")
@@ -153,12 +188,13 @@ async def test_shell_fork_bomb_is_held_by_the_pids_limit_and_a_restart_clears_it
 ) -> None:
     sb = await AsyncSandbox.create(**LIMITS)  # type: ignore[arg-type]
     try:
+        cgroup = await cgroup_files(sb)  # before the bomb: finding them forks `ls`
         await sb.files.write("kept.txt", "file survives")
         r = await sb.run_shell("bash -c ':(){ :|:& };:'", timeout=5)
         assert "Resource temporarily unavailable" in r.stderr  # fork refused by the limit
         # The bomb backgrounds itself, so the command ends and the bomb goes on, held at
         # the limit (reading a file needs no fork: the kernel still answers and counts).
-        count = f"print(open('{PIDS}/pids.current').read())"
+        count = f"print(open({cgroup['pids.current']!r}).read())"
         tasks = int((await sb.run_python(count)).stdout)
         assert PIDS_LIMIT - 8 <= tasks <= PIDS_LIMIT
         started = time.monotonic()
@@ -174,21 +210,22 @@ async def test_shell_fork_bomb_is_held_by_the_pids_limit_and_a_restart_clears_it
 async def test_shell_fork_bomb_in_the_foreground_is_killed_at_its_timeout(
     box: AsyncSandbox,
 ) -> None:
-    count = f"print(open('{PIDS}/pids.current').read())"
+    cgroup = await cgroup_files(box)
+    count = f"print(open({cgroup['pids.current']!r}).read())"
     before = int((await box.run_python(count)).stdout)
     r = await box.run_shell("bash -c 'f() { f | f; }; f'", timeout=3)
     assert r.timed_out and "process group was killed" in r.stderr
-    after = await wait_for_tasks(box, before)
+    after = await wait_for_tasks(box, count, before)
     print(f"\n[hostile] foreground shell fork bomb: {before} tasks before, {after} after")
     assert after <= before
     await assert_works(box, "after a foreground shell fork bomb")
 
 
-async def wait_for_tasks(sandbox: AsyncSandbox, most: int, deadline: float = 30) -> int:
-    """The sandbox's task count once it is at most ``most`` (or when the deadline passes)."""
+async def wait_for_tasks(sandbox: AsyncSandbox, count: str, most: int, deadline: float = 30) -> int:
+    """The task count (``count`` prints it) once at most ``most``, or at the deadline."""
     end = time.monotonic() + deadline
     while True:
-        ex = await sandbox.run_python(f"print(open('{PIDS}/pids.current').read())")
+        ex = await sandbox.run_python(count)
         tasks = int(ex.stdout)
         if tasks <= most or time.monotonic() > end:
             return tasks
@@ -359,6 +396,7 @@ async def test_every_process_in_the_sandbox_is_the_sandbox_user(box: AsyncSandbo
 async def test_shell_memory_bomb_is_killed_and_the_kernel_lives(
     box: AsyncSandbox, command: str
 ) -> None:
+    cgroup = await cgroup_files(box)
     await box.run_python("kept_by_shell_bomb = 1")
     started = time.monotonic()
     r = await box.run_shell(command, timeout=60)
@@ -367,7 +405,7 @@ async def test_shell_memory_bomb_is_killed_and_the_kernel_lives(
     assert not r.ok and "done" not in r.stdout
     # Killed (137) or refused (MemoryError, exit 1): never allowed past memory_limit.
     assert r.exit_code in (1, 2, 137), r
-    peak = await box.run_shell("cat /sys/fs/cgroup/memory/memory.max_usage_in_bytes")
+    peak = await box.run_shell(f"cat {cgroup['memory.peak']}")
     assert int(peak.stdout) <= 256 * 1024**2
     assert (await box.run_python("kept_by_shell_bomb")).text == "1"
     await assert_works(box, "after a shell memory bomb")

@@ -20,10 +20,15 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from kernel_sandbox.backends.docker.rundirs import runtime_root
 from kernel_sandbox.cli.main import cli
 from kernel_sandbox.config import LABEL_PREFIX
 from kernel_sandbox.errors import FileOperationError, SandboxStartError
-from kernel_sandbox.kernel.connection import PORT_NAMES
+from kernel_sandbox.kernel.connection import (
+    CONTAINER_RUN_DIR,
+    ipc_socket_names,
+    new_connection_info,
+)
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.tools import ToolSet
 from tests.integration.conftest import ORPHAN_MAKER, PYTHON_IMAGE, orphan_of_killed_owner
@@ -290,13 +295,12 @@ print(json.dumps(codes))
 
 def host_entries(sandbox: AsyncSandbox) -> set[str]:
     """What the sandbox's run directory on the host holds (only the host's files, sealed)."""
-    assert sandbox._run_dir is not None
-    return set(os.listdir(sandbox._run_dir))
+    return set(os.listdir(runtime_root() / sandbox.id))
 
 
 def expected_entries(sandbox: AsyncSandbox) -> set[str]:
-    assert sandbox._host_info is not None
-    sockets = {f"k-{sandbox._host_info[p]}" for p in PORT_NAMES}  # type: ignore[literal-required]
+    # ipc sockets are named by the fixed "ports" of every ipc connection: k-1 ... k-5
+    sockets = ipc_socket_names(new_connection_info("ipc", f"{CONTAINER_RUN_DIR}/k"))
     return {*sockets, ".owner", "status"}
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from kernel_sandbox.config import SandboxConfig, parse_size
 from kernel_sandbox.errors import ConfigError, SandboxError
+from kernel_sandbox.sandbox import AsyncSandbox
 
 
 def test_defaults_are_the_safe_ones() -> None:
@@ -60,3 +61,25 @@ def test_no_disk_limit_means_no_budget() -> None:
     assert SandboxConfig(disk_limit=None).disk_budget() == {}
     with pytest.raises(ValueError, match="memory_limit"):
         SandboxConfig(memory_limit=None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"memory_limit": "lots"}, {"imagee": "x"}, {"cpu_limit": -1, "working_dir": "rel"}],
+)
+def test_bad_settings_raise_config_error_not_pydantics(overrides: dict[str, object]) -> None:
+    """``except SandboxError`` must catch a bad setting, at construction and in overrides."""
+    for make in (
+        lambda: SandboxConfig(**overrides),  # type: ignore[arg-type]
+        lambda: SandboxConfig().with_overrides(**overrides),
+    ):
+        with pytest.raises(ConfigError) as caught:
+            make()
+        for name in overrides:
+            assert name in str(caught.value)
+
+
+async def test_async_sandbox_create_with_a_bad_setting_raises_config_error() -> None:
+    """Checked before any engine is contacted, so this needs none."""
+    with pytest.raises(ConfigError, match="memory_limit='lots' is not a size"):
+        await AsyncSandbox.create(memory_limit="lots")

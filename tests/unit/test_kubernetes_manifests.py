@@ -8,8 +8,8 @@ import pytest
 from kubernetes import client as k8s
 
 from kernel_sandbox.backends.kubernetes import manifests
-from kernel_sandbox.backends.kubernetes.exec import _exit_code
 from kernel_sandbox.backends.kubernetes.cluster import pod_state
+from kernel_sandbox.backends.kubernetes.exec import _exit_code
 from kernel_sandbox.config import SandboxConfig
 from kernel_sandbox.errors import ConfigError
 from kernel_sandbox.kernel.connection import new_connection_info

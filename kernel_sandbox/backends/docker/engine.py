@@ -16,6 +16,7 @@ import functools
 import io
 import os
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -36,7 +37,6 @@ from ...errors import (
 from ..base import REMOVED_REASON, HostState, SandboxRecord
 
 __all__ = [
-    "INTERNAL_NETWORK",
     "ContainerSpec",
     "DockerEngine",
     "ImageUser",
@@ -45,8 +45,6 @@ __all__ = [
 ]
 
 T = TypeVar("T")
-#: Network without a route outside, used by the tcp transport when network is off.
-INTERNAL_NETWORK = "kernel-sandbox-internal"
 
 ENGINE_HELP = (
     "Cannot reach the Docker engine{where}: {error}. Start it (`sudo systemctl start docker`, "
@@ -73,8 +71,10 @@ class ContainerSpec:
     name: str | None = None
     #: container port -> host port on 127.0.0.1 (tcp transport with a network)
     published_ports: dict[int, int] = field(default_factory=dict)
-    #: put the container on a network without outside access (tcp transport, no network)
-    internal_network: bool = False
+    #: a network made for this container alone (tcp transport: no other sandbox can
+    #: reach its kernel); internal unless ``network_enabled``, removed by
+    #: :meth:`DockerEngine.remove_network`, labelled like the container for ``gc``
+    own_network: str | None = None
     #: mount the image's root filesystem read-only (writes go to ``volumes`` only)
     read_only: bool = False
     #: bytes of /dev/shm (None: the engine's default)
@@ -169,9 +169,9 @@ class DockerEngine:
     def _start_sync(self, spec: ContainerSpec) -> str:
         api = self.api
         network_mode = "bridge" if spec.network_enabled else "none"
-        if spec.internal_network:
-            self._ensure_internal_network()
-            network_mode = INTERNAL_NETWORK
+        if spec.own_network:
+            self._create_own_network(spec)
+            network_mode = spec.own_network
         host_config = api.create_host_config(
             binds=spec.volumes,
             init=True,
@@ -215,15 +215,40 @@ class DockerEngine:
             raise SandboxStartError(f"the engine could not start the container: {exc}") from exc
         return container_id
 
-    def _ensure_internal_network(self) -> None:
-        if not self.api.networks(names=[INTERNAL_NETWORK]):
-            try:
-                self.api.create_network(
-                    INTERNAL_NETWORK, internal=True, labels={"kernel-sandbox": "true"}
-                )
-            except docker.errors.APIError:  # created concurrently by another sandbox
-                if not self.api.networks(names=[INTERNAL_NETWORK]):
-                    raise
+    def _create_own_network(self, spec: ContainerSpec) -> None:
+        """A bridge for one container: no other container is on it, so none reaches it.
+
+        The shared network of old let sandbox A subscribe to sandbox B's iopub.  Without
+        ``network_enabled`` it is internal (no route outside).
+        """
+        assert spec.own_network is not None
+        try:
+            self.api.create_network(
+                spec.own_network,
+                driver="bridge",
+                internal=not spec.network_enabled,
+                labels=spec.labels,
+                check_duplicate=True,
+            )
+        except docker.errors.APIError as exc:
+            raise SandboxStartError(
+                f"the engine could not create the sandbox's network {spec.own_network}: "
+                f"{exc.explanation or exc}"
+            ) from exc
+
+    async def remove_network(self, name: str) -> None:
+        await run_in_thread(self.remove_network_blocking, name)
+
+    def remove_network_blocking(self, name: str) -> None:
+        """Remove a sandbox's own network; a missing one is not an error."""
+        with contextlib.suppress(docker.errors.NotFound):
+            self.api.remove_network(name)
+
+    async def list_networks(self, labels: dict[str, str]) -> list[dict[str, object]]:
+        """Networks carrying all these labels: name, labels."""
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        found = await run_in_thread(self.api.networks, filters=filters)
+        return [{"name": n["Name"], "labels": n.get("Labels") or {}} for n in found or []]
 
     async def image_user(self, image: str, user: str) -> ImageUser:
         hit = _image_users.get((image, user))
@@ -324,11 +349,15 @@ class DockerEngine:
             error=str(st.get("Error") or ""),
         )
 
-    async def restart(self, container_id: str) -> None:
+    async def restart(
+        self, container_id: str, before_start: Callable[[], None] | None = None
+    ) -> None:
         def _restart() -> None:
             with contextlib.suppress(docker.errors.APIError):  # already stopped
                 self.api.kill(container_id)
             self.api.wait(container_id, timeout=30)
+            if before_start is not None:
+                before_start()
             self.api.start(container_id)
 
         await run_in_thread(_restart)

@@ -2,16 +2,19 @@
 
 The output is read from the hijacked connection with :mod:`.attach` (which loses no
 early frame) into two :class:`~kernel_sandbox.limits.HeadTail` buffers, so a process
-printing gigabytes costs the host ``max_output_bytes`` at most.  ``stdin`` is written
-from a second thread while the output is read, so neither side waits on a full pipe.
+printing gigabytes costs the host ``max_output_bytes`` at most.  ``stdin`` is sent
+whole before the output is read (file writes: ``cat`` drains it as it comes), and a
+``deadline`` bounds the whole call on the host.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import socket
 import sys
-import threading
+import time
+from typing import Any
 
 import docker
 import docker.errors
@@ -35,8 +38,14 @@ async def exec_process(
     environment: dict[str, str] | None = None,
     stdin: bytes | None = None,
     max_output_bytes: int | None = None,
+    deadline: float | None = None,
 ) -> ExecResult:
-    """Run ``argv`` in the container beside the kernel and wait for it."""
+    """Run ``argv`` in the container beside the kernel and wait for it.
+
+    ``stdin`` is sent to the process, then closed.  With ``deadline`` (seconds) the
+    host stops waiting then and raises :class:`FileOperationError`: a process the
+    sandbox can stop (its own user's) must never hold the host.
+    """
 
     def _exec() -> ExecResult:
         exec_id = api.exec_create(
@@ -49,21 +58,31 @@ async def exec_process(
         )["Id"]
         limit = max_output_bytes or sys.maxsize
         out, err = HeadTail(limit), HeadTail(limit)
+        ends = None if deadline is None else time.monotonic() + deadline
         # docker-py only opens the stream here; its own frame reader would skip
         # what came in with the response headers (see attach.py), so read it here.
         with api.exec_start(exec_id, stream=True)._response as response:  # type: ignore[attr-defined]
             body = attach_body(response)
-            # the process may be silent for longer than the client's timeout;
-            # the caller's own deadline (``timeout`` in the container) ends it
-            api._disable_socket_timeout(body.raw)  # type: ignore[attr-defined]
-            writer = None
-            if stdin is not None:
-                writer = threading.Thread(target=_feed, args=(body, stdin), daemon=True)
-                writer.start()
+            sock = _socket_of(body) if stdin is not None or ends is not None else None
+            if sock is None or ends is None:
+                # the process may be silent for longer than the client's timeout;
+                # run_shell's own deadline (``timeout`` in the container) ends it
+                api._disable_socket_timeout(body.raw)  # type: ignore[attr-defined]
+            else:
+                sock.settimeout(deadline)
+            if sock is not None and stdin is not None:
+                # A process that ends without reading all of it (it refused the
+                # work) closes the pipe: its output and status tell why.
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    sock.sendall(stdin)
+                    sock.shutdown(socket.SHUT_WR)  # the process reads its end of input
             for stream, piece in read_frames(body):
                 (err if stream == STDERR else out).add(piece)
-            if writer is not None:
-                writer.join()
+                if sock is not None and ends is not None:  # a trickle must not stretch it
+                    left = ends - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError
+                    sock.settimeout(left)
         code = api.exec_inspect(exec_id)["ExitCode"]
         return ExecResult(
             int(code if code is not None else -1),
@@ -74,6 +93,11 @@ async def exec_process(
 
     try:
         return await run_in_thread(_exec)  # type: ignore[no-any-return]
+    except TimeoutError as exc:  # socket.timeout too
+        raise FileOperationError(
+            f"the process in the sandbox did not finish within {deadline:g}s (stopped or "
+            "blocked by sandbox code?); the host stopped waiting for it"
+        ) from exc
     except docker.errors.APIError as exc:
         raise FileOperationError(f"could not run a process in the sandbox: {exc}") from exc
     except TruncatedStreamError as exc:
@@ -83,23 +107,12 @@ async def exec_process(
         ) from exc
 
 
-def _feed(body: object, data: bytes) -> None:
-    """Write ``data`` to the process's stdin, then close only our sending side.
-
-    The engine closes the process's stdin when the connection is half-closed; a process
-    that exits without reading it all ends the write with an error, which is its right.
-    """
-    sock = _socket_of(body)
-    with contextlib.suppress(OSError):
-        sock.sendall(data)
-    with contextlib.suppress(OSError):
-        sock.shutdown(socket.SHUT_WR)
-
-
-def _socket_of(body: object) -> socket.socket:
-    """The socket under the buffered reader of a hijacked response (``SocketIO._sock``)."""
-    raw = getattr(body, "raw", None)
-    sock = getattr(raw, "_sock", None)
+def _socket_of(body: io.BufferedReader) -> socket.socket:
+    """The socket under an exec stream's reader (to write stdin and bound the waits)."""
+    raw: Any = body.raw
+    sock = getattr(raw, "_sock", raw)
     if not isinstance(sock, socket.socket):
-        raise FileOperationError("the engine's exec connection has no socket to write to")
+        raise FileOperationError(
+            f"this engine connection ({type(sock).__name__}) cannot carry a process's input"
+        )
     return sock

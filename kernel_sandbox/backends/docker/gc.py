@@ -1,4 +1,5 @@
-"""What ``kernel-sandbox gc`` removes on Docker: orphaned containers, volumes, run dirs.
+"""What ``kernel-sandbox gc`` removes on Docker: orphaned containers, volumes, networks,
+and host run directories.
 
 Only what kernel_sandbox made is touched: containers and volumes with its label whose
 owner process ran on this host and is gone (everything with ``remove_all``), and
@@ -31,6 +32,7 @@ async def find_leftovers(engine: DockerEngine, *, remove_all: bool = False) -> l
     return (
         _orphan_containers(engine, rows, remove_all)
         + await _orphan_volumes(engine, remove_all)
+        + await _orphan_networks(engine, remove_all)
         + _stale_run_dirs(rows)
     )
 
@@ -75,6 +77,26 @@ async def _orphan_volumes(engine: DockerEngine, remove_all: bool) -> list[Leftov
                 raise RuntimeError(f"the engine keeps it: {exc.explanation or exc}") from exc
 
         found.append(Leftover(f"volume {name}", remove))
+    return found
+
+
+async def _orphan_networks(engine: DockerEngine, remove_all: bool) -> list[Leftover]:
+    """A tcp sandbox's own network whose owner process is gone (removed after its
+    container: the engine refuses to remove a network a container still uses)."""
+    found = []
+    for network in await engine.list_networks({LABEL_PREFIX: "true"}):
+        labels: dict[str, str] = network["labels"]  # type: ignore[assignment]
+        if not remove_all and owner_alive(labels) is not False:
+            continue
+        name = str(network["name"])
+
+        async def remove(name: str = name) -> None:
+            try:
+                await engine.remove_network(name)
+            except docker.errors.APIError as exc:
+                raise RuntimeError(f"the engine keeps it: {exc.explanation or exc}") from exc
+
+        found.append(Leftover(f"network {name}", remove))
     return found
 
 

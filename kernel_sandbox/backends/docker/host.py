@@ -5,7 +5,8 @@ init), which restarts it in place so that files survive a kernel restart.  With 
 ``ipc`` transport it is reached over unix sockets in a per-sandbox host directory that
 is bind-mounted into the container, so the default sandbox has no network at all; the
 sandbox cannot write to that directory while its kernel is connected (``statedir``).
-Processes and files beside the kernel go through the engine (exec / archive API).  The
+Processes and files beside the kernel are processes the engine runs (exec) as the
+sandbox user.  The
 root filesystem is read-only: everything the sandbox writes lands in per-sandbox
 in-memory volumes bounded by ``disk_limit`` (``writable``).
 """
@@ -34,7 +35,6 @@ from ...kernel.connection import (
 )
 from ...kernel.supervisor import KILL_ALL_SIGNAL, KILL_SIGNAL, TCP_STATE_DIR
 from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
-from . import transfer
 from .engine import ContainerSpec, DockerEngine
 from .exec import exec_process
 from .gc import find_leftovers
@@ -108,6 +108,16 @@ class DockerHost(KernelHost):
         return {**super().labels, f"{LABEL_PREFIX}.run-dir": str(self._run_dir or "")}
 
     @property
+    def protected_paths(self) -> tuple[str, ...]:
+        """The run directory: the kernel's connection (on the host with ``ipc``)."""
+        return (CONTAINER_RUN_DIR,)
+
+    @property
+    def _network(self) -> str | None:
+        """The tcp sandbox's own network (no other sandbox on it); None with ipc."""
+        return f"kernel-sandbox-{self.sandbox_id}" if self.config.transport == "tcp" else None
+
+    @property
     def container_id(self) -> str | None:
         """The container's id once it was created (the same as ``resource_id``)."""
         return self.resource_id
@@ -162,7 +172,7 @@ class DockerHost(KernelHost):
             network_enabled=cfg.network_enabled,
             name=f"kernel-sandbox-{self.sandbox_id}",
             published_ports=published,
-            internal_network=cfg.transport == "tcp" and not cfg.network_enabled,
+            own_network=self._network,
             read_only=cfg.disk_limit is not None,
             shm_size=cfg.disk_budget().get("shm"),
         )
@@ -183,7 +193,8 @@ class DockerHost(KernelHost):
         return self._info  # type: ignore[return-value]
 
     async def post_launch(self) -> None:
-        """The kernel is connected: seal the run directory again."""
+        """The connect attempt is over: seal the run directory again (also after a
+        kernel that never came: it must not leave the directory open)."""
         if self._state is not None:
             self._state.seal()
 
@@ -244,8 +255,8 @@ class DockerHost(KernelHost):
         """Restart the same container (its volumes, and so its files, are kept)."""
         container, state = self._container(), self._state
         assert state is not None and self._info is not None
-        state.open_for_kernel()
-        await self.engine.restart(container)
+        # opened only once the old container is dead: nothing of it can plant there
+        await self.engine.restart(container, before_start=state.open_for_kernel)
         state.container_restarted()
         return self._info
 
@@ -265,6 +276,8 @@ class DockerHost(KernelHost):
             if self.resource_id is not None:
                 await self.engine.remove(self.resource_id)
             await self.engine.remove_volumes(self._volumes)  # in use until the container goes
+            if self._network is not None:
+                await self.engine.remove_network(self._network)
         finally:
             if self._state is not None:
                 self._state.close()
@@ -276,6 +289,8 @@ class DockerHost(KernelHost):
             if self.resource_id is not None:
                 self.engine.remove_blocking(self.resource_id)
             self.engine.remove_volumes_blocking(self._volumes)
+            if self._network is not None:
+                self.engine.remove_network_blocking(self._network)
         finally:
             if self._state is not None:
                 self._state.close()
@@ -295,6 +310,7 @@ class DockerHost(KernelHost):
         env: dict[str, str] | None = None,
         stdin: bytes | None = None,
         max_output_bytes: int | None = None,
+        deadline: float | None = None,
     ) -> ExecResult:
         return await exec_process(
             self.engine.api,
@@ -305,13 +321,8 @@ class DockerHost(KernelHost):
             environment=env,
             stdin=stdin,
             max_output_bytes=max_output_bytes,
+            deadline=deadline,
         )
-
-    async def read_file(self, path: str, max_bytes: int) -> bytes:
-        return await transfer.read_file(self.engine.api, self._container(), path, max_bytes)
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        await transfer.write_file(self.engine.api, self._container(), self.config.user, path, data)
 
     def _container(self) -> str:
         if self.resource_id is None:

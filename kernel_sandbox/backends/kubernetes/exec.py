@@ -169,10 +169,12 @@ async def pod_exec(
     *,
     stdin: bytes | None = None,
     max_output_bytes: int | None = None,
+    deadline: float | None = None,
 ) -> ExecResult:
     """Run ``argv`` in the pod's container and wait for it, output capped (see module).
 
-    Cancelling the call closes the connection, so the worker thread ends with it.
+    Cancelling the call, or ``deadline`` seconds passing, closes the connection, so the
+    worker thread ends with it; a passed deadline is a :class:`FileOperationError`.
     """
     job = _Exec()
     limit = max_output_bytes or sys.maxsize
@@ -181,7 +183,14 @@ async def pod_exec(
         _EXECS, job.run, kube, pod, namespace, container, argv, stdin, limit
     )
     try:
-        return await asyncio.shield(worker)
+        return await asyncio.wait_for(asyncio.shield(worker), deadline)
+    except TimeoutError:
+        job.cancel()
+        with contextlib.suppress(BaseException):
+            await worker
+        raise FileOperationError(
+            f"the process in the sandbox did not finish within {deadline:g}s and was left"
+        ) from None
     except asyncio.CancelledError:
         job.cancel()
         with contextlib.suppress(BaseException):

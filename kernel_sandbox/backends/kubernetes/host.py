@@ -42,7 +42,7 @@ from ...errors import (
 from ...kernel.connection import ConnectionInfo, new_connection_info
 from ...kernel.supervisor import GO_PREFIX, STATUS_FILE, TCP_STATE_DIR, parse_status
 from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
-from . import cluster, files, manifests
+from . import cluster, manifests
 from .api import ApiException, api_call, kube, removed_error
 from .cluster import PodState, default_namespace, pod_state
 from .exec import pod_exec
@@ -448,6 +448,7 @@ class KubernetesHost(KernelHost):
         env: dict[str, str] | None = None,
         stdin: bytes | None = None,
         max_output_bytes: int | None = None,
+        deadline: float | None = None,
     ) -> ExecResult:
         if workdir or env:
             assignments = [f"{k}={v}" for k, v in (env or {}).items()]
@@ -471,13 +472,8 @@ class KubernetesHost(KernelHost):
             argv,
             stdin=stdin,
             max_output_bytes=max_output_bytes,
+            deadline=deadline,
         )
-
-    async def read_file(self, path: str, max_bytes: int) -> bytes:
-        return await files.read_file(self.exec, path, max_bytes)
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        await files.write_file(self.exec, path, data)
 
     # -- the cluster as a whole ------------------------------------------------------------
 

@@ -27,7 +27,7 @@ import docker
 import docker.errors
 
 from ....errors import ImageError
-from ....programs import program
+from ....kernel.programs import program
 
 __all__ = [
     "PROBE",
