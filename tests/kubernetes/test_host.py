@@ -12,6 +12,7 @@ import sys
 import textwrap
 
 import pytest
+import zmq
 from kubernetes.utils import parse_quantity
 
 from kernel_sandbox.backends.kubernetes import KubernetesHost, api, manifests
@@ -102,6 +103,26 @@ async def test_network_policy_admits_only_the_client(make_host, kube, namespace)
     assert peer.ip_block.cidr == f"{_local_address_towards(host.info['ip'])}/32"
     assert sorted(p.port for p in rule.ports) == sorted(manifests.KERNEL_PORTS)
     assert {p.protocol for p in rule.ports} == {"TCP"}
+    # this cluster's bridge ignores the policy; the kernel's sockets still answer no one
+    # without the key (CURVE, its secret key in the Secret): the heartbeat answers a keyed
+    # peer, then a plain one gets nothing
+    assert host.info.get("curve_publickey")
+    ctx = zmq.Context.instance()
+    keyed = ctx.socket(zmq.REQ)
+    keyed.setsockopt(zmq.LINGER, 0)
+    public, secret = zmq.curve_keypair()
+    keyed.curve_publickey, keyed.curve_secretkey = public, secret
+    keyed.curve_serverkey = host.info["curve_publickey"].encode()
+    keyed.connect(f"tcp://{host.info['ip']}:{host.info['hb_port']}")
+    keyed.send(b"ping")
+    assert keyed.poll(30000) and keyed.recv() == b"ping"
+    keyed.close()
+    plain = ctx.socket(zmq.REQ)
+    plain.setsockopt(zmq.LINGER, 0)
+    plain.connect(f"tcp://{host.info['ip']}:{host.info['hb_port']}")
+    plain.send(b"ping")
+    assert not plain.poll(2000), "a peer without the key got an answer"
+    plain.close()
     opened = await make_host("netok", network_enabled=True)
     spec = kube.networking.read_namespaced_network_policy(opened.resource_id, namespace).spec
     assert len(spec.egress) == 1 and not spec.egress[0].to  # egress to anywhere
