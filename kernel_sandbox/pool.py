@@ -383,7 +383,7 @@ class SandboxPool:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self._creating.discard(asyncio.current_task())  # type: ignore[arg-type]
+            self._creating.discard(asyncio.current_task())
             self._counts["create_failures"] += 1
             self._failures += 1
             self._retry_at = time.monotonic() + min(30.0, 0.5 * 2 ** (self._failures - 1))
@@ -392,7 +392,7 @@ class SandboxPool:
             return
         self._failures = 0
         # No longer "creating" from here on, not only once the task's callbacks ran.
-        self._creating.discard(asyncio.current_task())  # type: ignore[arg-type]
+        self._creating.discard(asyncio.current_task())
         if self._closed:
             self._destroy(sandbox)
             return

@@ -65,6 +65,7 @@ class AsyncSandbox:
         self.host = host
         self.files = AsyncFiles(self)
         self._session: KernelSession | None = None
+        self._info: ConnectionInfo | None = None
         #: Restarts done since the last events went out (emitted after the call's own).
         self._restarts: list[KernelRestarted] = []
         self._lock = asyncio.Lock()
@@ -110,6 +111,12 @@ class AsyncSandbox:
         return self.host.resource_id
 
     @property
+    def connection_info(self) -> ConnectionInfo | None:
+        """How this process reaches the kernel (Jupyter connection-file fields, seen from
+        here), e.g. to attach another Jupyter client; None before the first start."""
+        return self._info
+
+    @property
     def working_dir(self) -> str:
         """Where relative paths start inside the sandbox (the host's working directory)."""
         return self.host.working_dir
@@ -121,6 +128,7 @@ class AsyncSandbox:
 
     async def _connect(self, info: ConnectionInfo) -> None:
         """Connect to the kernel that starts now; tell the host when the attempt is over."""
+        self._info = info
         session = KernelSession(info)
         try:
             await session.connect(self.config.startup_timeout, self.host.poll)
@@ -300,7 +308,7 @@ class AsyncSandbox:
             status = "kernel_died"
         message = f"{why}; {await self._try_restart()}"
         return Execution(
-            status,  # type: ignore[arg-type]
+            status,
             raw.outputs,
             count,
             error,

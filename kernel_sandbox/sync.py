@@ -33,6 +33,7 @@ from .backends.factory import HostFactory
 from .config import SandboxConfig
 from .files import LIST_LIMIT, AsyncFiles
 from .kernel.client import OutputCallback
+from .kernel.connection import ConnectionInfo
 from .results import CommandResult, Execution, FileInfo
 from .sandbox import PING_TIMEOUT, AsyncSandbox
 
@@ -148,6 +149,11 @@ class Sandbox:
     def container_id(self) -> str | None:
         """The engine's id of the container."""
         return self._inner.container_id
+
+    @property
+    def connection_info(self) -> ConnectionInfo | None:
+        """How this process reaches the kernel; see ``AsyncSandbox.connection_info``."""
+        return self._inner.connection_info
 
     @property
     def working_dir(self) -> str:

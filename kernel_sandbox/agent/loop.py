@@ -31,7 +31,6 @@ from ..events import emit
 from ..notebook import NotebookRecorder, new_session_path
 from ..sandbox import AsyncSandbox
 from ..tools import ToolResult, ToolSet
-from .agent import Agent, AgentResult, AgentStatus, borrowed
 from .budget import BudgetHit, BudgetTracker, TokenUsage, describe_api_error
 from .events import (
     AgentEvent,
@@ -57,9 +56,12 @@ from .messages import (
     tool_message,
 )
 from .recording import Recording
+from .results import AgentResult, AgentStatus, borrowed
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
+
+    from .agent import Agent
 
 __all__ = ["AgentSession"]
 

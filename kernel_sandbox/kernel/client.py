@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import zmq
 import zmq.asyncio
-from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.asynchronous.client import AsyncKernelClient
 
 from ..errors import KernelError
 from ..limits import DEFAULT_MAX_OUTPUT_BYTES

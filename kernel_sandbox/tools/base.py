@@ -159,9 +159,8 @@ def register_tool(cls: type[Tool]) -> type[Tool]:
 
 
 def available_tools() -> dict[str, type[Tool]]:
-    """Every registered tool class by name (the built-in ones included)."""
-    from . import files, python, shell  # noqa: F401 - registration happens on import
-
+    """Every registered tool class by name (the built-in ones included: the package's
+    ``__init__`` imports their modules, which register them, before this one is used)."""
     return dict(_REGISTRY)
 
 

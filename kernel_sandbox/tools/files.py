@@ -118,7 +118,7 @@ class FileOperation(Tool):
         params["properties"]["operation"]["enum"] = list(self.options.operations)
         return schema
 
-    async def run(self, sandbox: AsyncSandbox, params: FileParams) -> ToolResult:  # type: ignore[override]
+    async def run(self, sandbox: AsyncSandbox, params: FileParams) -> ToolResult:
         path = sandbox.resolve_path(params.file_path) if params.file_path.strip() else ""
         return await self._dispatch(sandbox, params, path)
 

@@ -98,7 +98,7 @@ class ShellExecutor(Tool):
             ),
         }
 
-    async def run(self, sandbox: AsyncSandbox, params: ShellParams) -> ToolResult:  # type: ignore[override]
+    async def run(self, sandbox: AsyncSandbox, params: ShellParams) -> ToolResult:
         timeout = min(params.timeout or self.default_timeout(sandbox), self.options.max_timeout)
         result = await sandbox.run_shell(params.command, timeout=timeout, cwd=params.cwd)
         metadata: dict[str, Any] = {"exit_code": result.exit_code, "timed_out": result.timed_out}

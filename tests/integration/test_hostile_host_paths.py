@@ -209,7 +209,7 @@ async def test_status_links_and_fifos_cost_the_host_nothing(box: AsyncSandbox) -
         planted = await box.run_python(PLANT_STATUS.format(path=path, make=make))
         assert planted.stdout.split()[0] == expected, planted.stdout
         # a cell silent for 3 s: the host checks the kernel's status several times
-        with Meter(f"{box.config.transport} status {kind}", box._run_dir):
+        with Meter(f"{box.config.transport} status {kind}", run_dir_of(box)):
             ex = await asyncio.wait_for(
                 box.run_python("import time; time.sleep(3); print('done')", timeout=20), 120
             )
@@ -230,7 +230,7 @@ async def test_file_api_refuses_the_run_directory(box: AsyncSandbox) -> None:
     await box.run_python(
         "import os\nos.path.lexists('/tmp/rl') or os.symlink('/run/kernel-sandbox', '/tmp/rl')"
     )
-    with Meter(f"{box.config.transport} writes into the run directory", box._run_dir):
+    with Meter(f"{box.config.transport} writes into the run directory", run_dir_of(box)):
         for path in (
             "/run/kernel-sandbox/status",
             "/run/kernel-sandbox/new",
@@ -285,7 +285,7 @@ async def test_folder_to_link_swap_never_writes_the_host(box: AsyncSandbox, host
     targets = ["/guarded", "/run/kernel-sandbox"]
     await box.run_python(SWAPPER.format(seconds=15, targets=targets))
     landed = refused = 0
-    with Meter(f"{box.config.transport} folder/link swap", box._run_dir, host_dir):
+    with Meter(f"{box.config.transport} folder/link swap", run_dir_of(box), host_dir):
         deadline = time.monotonic() + 12
         n = 0
         while time.monotonic() < deadline:
@@ -451,8 +451,8 @@ async def test_tcp_sandboxes_cannot_reach_each_other(docker_engine: object) -> N
     b = await AsyncSandbox.create(image=PYTHON_IMAGE, labels=TEST_LABEL, transport="tcp")
     networks = []
     try:
-        assert b._host_info is not None
-        target = (b._host_info["ip"], b._host_info["iopub_port"])
+        assert b.connection_info is not None
+        target = (b.connection_info["ip"], b.connection_info["iopub_port"])
         probe = await a.run_python(
             "import socket\n"
             "try:\n"
@@ -462,7 +462,7 @@ async def test_tcp_sandboxes_cannot_reach_each_other(docker_engine: object) -> N
         )
         print(f"\n[host-paths] tcp sandbox A to B's iopub: {probe.stdout.strip()}")
         assert probe.stdout.startswith("unreachable"), probe.stdout
-        networks = [n for s in (a, b) if (n := s._network) is not None]
+        networks = [n for s in (a, b) if (n := getattr(s.host, "network", None)) is not None]
         assert len(set(networks)) == 2
         # A host process without the key (any local user) learns nothing from iopub.
         await assert_iopub_needs_the_key(b, target)
@@ -496,9 +496,10 @@ async def test_published_ports_need_the_key(docker_engine: object) -> None:
         image=PYTHON_IMAGE, labels=TEST_LABEL, transport="tcp", network_enabled=True
     )
     try:
-        assert sandbox._host_info is not None
-        assert sandbox._host_info["ip"] == "127.0.0.1"  # published on the host's loopback
-        await assert_iopub_needs_the_key(sandbox, ("127.0.0.1", sandbox._host_info["iopub_port"]))
+        info = sandbox.connection_info
+        assert info is not None
+        assert info["ip"] == "127.0.0.1"  # published on the host's loopback
+        await assert_iopub_needs_the_key(sandbox, ("127.0.0.1", info["iopub_port"]))
     finally:
         await sandbox.close()
 

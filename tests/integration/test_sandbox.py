@@ -364,7 +364,7 @@ async def test_unclosed_sandbox_is_removed_when_the_program_exits(docker_engine)
         "async def main():\n"
         "    sb = await AsyncSandbox.create(image='kernel-sandbox:python',"
         " labels={'kernel-sandbox.test': '1'})\n"
-        "    print(sb.id, sb._run_dir)\n"
+        "    print(sb.id, sb.labels['kernel-sandbox.run-dir'])\n"
         "asyncio.run(main())\n"
     )
     import subprocess

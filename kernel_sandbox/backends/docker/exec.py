@@ -61,13 +61,13 @@ async def exec_process(
         ends = None if deadline is None else time.monotonic() + deadline
         # docker-py only opens the stream here; its own frame reader would skip
         # what came in with the response headers (see attach.py), so read it here.
-        with api.exec_start(exec_id, stream=True)._response as response:  # type: ignore[attr-defined]
+        with api.exec_start(exec_id, stream=True)._response as response:
             body = attach_body(response)
             sock = _socket_of(body) if stdin is not None or ends is not None else None
             if sock is None or ends is None:
                 # the process may be silent for longer than the client's timeout;
                 # run_shell's own deadline (``timeout`` in the container) ends it
-                api._disable_socket_timeout(body.raw)  # type: ignore[attr-defined]
+                api._disable_socket_timeout(body.raw)
             else:
                 sock.settimeout(deadline)
             if sock is not None and stdin is not None:

@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import docker.errors
 
 from ...config import LABEL_PREFIX
+from ...errors import SandboxError
 from ..base import Leftover, SandboxRecord, owner_alive
 from . import rundirs
 from .engine import DockerEngine
@@ -58,46 +60,46 @@ def _orphan_containers(
     return found
 
 
-async def _orphan_volumes(engine: DockerEngine, remove_all: bool) -> list[Leftover]:
-    """Labelled volumes (a sandbox's writable area) whose owner process is gone.
+def _orphan_resources(
+    kind: str,
+    listed: list[dict[str, object]],
+    remove_one: Callable[[str], Awaitable[None]],
+    remove_all: bool,
+) -> list[Leftover]:
+    """Labelled volumes or networks (a sandbox's writable area, a tcp sandbox's own
+    network) whose owner process is gone.
 
-    The engine refuses to remove a volume a container still uses, which is reported.
+    Removed after the containers: the engine refuses to remove what a container still
+    uses, which is reported, not fatal.
     """
     found = []
-    for volume in await engine.list_volumes({LABEL_PREFIX: "true"}):
-        labels: dict[str, str] = volume["labels"]  # type: ignore[assignment]
+    for resource in listed:
+        labels: dict[str, str] = resource["labels"]  # type: ignore[assignment]
         if not remove_all and owner_alive(labels) is not False:
             continue
-        name = str(volume["name"])
+        name = str(resource["name"])
 
         async def remove(name: str = name) -> None:
             try:
-                await engine.remove_volumes([name])
+                await remove_one(name)
             except docker.errors.APIError as exc:
-                raise RuntimeError(f"the engine keeps it: {exc.explanation or exc}") from exc
+                raise SandboxError(f"the engine keeps it: {exc.explanation or exc}") from exc
 
-        found.append(Leftover(f"volume {name}", remove))
+        found.append(Leftover(f"{kind} {name}", remove))
     return found
+
+
+async def _orphan_volumes(engine: DockerEngine, remove_all: bool) -> list[Leftover]:
+    async def remove(name: str) -> None:
+        await engine.remove_volumes([name])
+
+    volumes = await engine.list_volumes({LABEL_PREFIX: "true"})
+    return _orphan_resources("volume", volumes, remove, remove_all)
 
 
 async def _orphan_networks(engine: DockerEngine, remove_all: bool) -> list[Leftover]:
-    """A tcp sandbox's own network whose owner process is gone (removed after its
-    container: the engine refuses to remove a network a container still uses)."""
-    found = []
-    for network in await engine.list_networks({LABEL_PREFIX: "true"}):
-        labels: dict[str, str] = network["labels"]  # type: ignore[assignment]
-        if not remove_all and owner_alive(labels) is not False:
-            continue
-        name = str(network["name"])
-
-        async def remove(name: str = name) -> None:
-            try:
-                await engine.remove_network(name)
-            except docker.errors.APIError as exc:
-                raise RuntimeError(f"the engine keeps it: {exc.explanation or exc}") from exc
-
-        found.append(Leftover(f"network {name}", remove))
-    return found
+    networks = await engine.list_networks({LABEL_PREFIX: "true"})
+    return _orphan_resources("network", networks, engine.remove_network, remove_all)
 
 
 def _stale_run_dirs(rows: list[SandboxRecord]) -> list[Leftover]:

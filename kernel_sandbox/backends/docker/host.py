@@ -113,7 +113,7 @@ class DockerHost(KernelHost):
         return (CONTAINER_RUN_DIR,)
 
     @property
-    def _network(self) -> str | None:
+    def network(self) -> str | None:
         """The tcp sandbox's own network (no other sandbox on it); None with ipc."""
         return f"kernel-sandbox-{self.sandbox_id}" if self.config.transport == "tcp" else None
 
@@ -172,7 +172,7 @@ class DockerHost(KernelHost):
             network_enabled=cfg.network_enabled,
             name=f"kernel-sandbox-{self.sandbox_id}",
             published_ports=published,
-            own_network=self._network,
+            own_network=self.network,
             read_only=cfg.disk_limit is not None,
             shm_size=cfg.disk_budget().get("shm"),
         )
@@ -276,8 +276,8 @@ class DockerHost(KernelHost):
             if self.resource_id is not None:
                 await self.engine.remove(self.resource_id)
             await self.engine.remove_volumes(self._volumes)  # in use until the container goes
-            if self._network is not None:
-                await self.engine.remove_network(self._network)
+            if self.network is not None:
+                await self.engine.remove_network(self.network)
         finally:
             if self._state is not None:
                 self._state.close()
@@ -289,8 +289,8 @@ class DockerHost(KernelHost):
             if self.resource_id is not None:
                 self.engine.remove_blocking(self.resource_id)
             self.engine.remove_volumes_blocking(self._volumes)
-            if self._network is not None:
-                self.engine.remove_network_blocking(self._network)
+            if self.network is not None:
+                self.engine.remove_network_blocking(self.network)
         finally:
             if self._state is not None:
                 self._state.close()

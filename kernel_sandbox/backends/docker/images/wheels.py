@@ -247,7 +247,7 @@ def probe_python(client: docker.DockerClient, image: str, name: str | None = Non
             tried.append(f"`{candidate}` printed no description: {out.strip()[-200:]}")
             continue
         return PythonTarget(
-            version=tuple(info["version"]),  # type: ignore[arg-type]
+            version=tuple(info["version"]),
             machine=str(info["machine"]),
             libc="glibc" if info["libc"] == "glibc" else str(info["libc"] or ""),
             libc_version=str(info["libc_version"] or ""),
