@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install engine images run demo test test-unit test-integration test-runsc soak lint bench bench-server
+.PHONY: install engine images run demo test test-unit test-integration test-runsc test-kubernetes cluster-up cluster-down soak lint bench bench-server
 #: Run a second time under gVisor (runtime="runsc", README "Stronger isolation"): every
 #: hostile-code suite (the glob takes new ones too) and the core sandbox tests.
 RUNSC_TESTS ?= tests/integration/test_hostile*.py tests/integration/test_sandbox.py
@@ -34,6 +34,15 @@ test-unit:
 
 test-integration:
 	$(PYTHON) -m pytest -q -rfEs tests/integration
+
+test-kubernetes:    ## the Kubernetes tier (KUBECONFIG, or the cluster of `make cluster-up`)
+	$(PYTHON) -m pytest -q -rfEs tests/kubernetes
+
+cluster-up:         ## a local single-node Kubernetes beside Docker (root); prints its KUBECONFIG
+	scripts/k8s/cluster.sh up
+
+cluster-down:       ## stop it, leaving the host as it was
+	scripts/k8s/cluster.sh down
 
 soak:               ## full load test: 10 000 checked calls on 20 sandboxes (table: bench/soak.py)
 	KS_SOAK_EXECUTIONS=10000 $(PYTHON) -m pytest -q -rfEs -s tests/integration/test_soak.py

@@ -145,6 +145,13 @@ class SandboxConfig(BaseModel):
             "$KERNEL_SANDBOX_HOST, else docker."
         ),
     )
+    namespace: str | None = Field(
+        default=None,
+        description=(
+            "Kubernetes namespace of the sandbox's pod (kubernetes host only); None: "
+            "$KERNEL_SANDBOX_NAMESPACE, else the pod's own namespace, else the kubeconfig's."
+        ),
+    )
 
     @field_validator("memory_limit", "disk_limit")
     @classmethod

@@ -32,6 +32,7 @@ HostFactory: TypeAlias = Callable[[str, "SandboxConfig"], KernelHost]
 BUILTIN_HOSTS = {
     "docker": "kernel_sandbox.backends.docker:DockerHost",
     "local": "kernel_sandbox.testing:LocalKernelHost",
+    "kubernetes": "kernel_sandbox.backends.kubernetes:KubernetesHost",
 }
 
 

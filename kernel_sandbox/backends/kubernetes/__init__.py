@@ -1,0 +1,11 @@
+"""The Kubernetes kernel host: a sandbox per pod (see :mod:`.host`).
+
+``manifests`` (the objects of a sandbox), ``api`` (the client and its errors), ``exec``
+(bounded exec over the websocket), ``files`` (file transfer), ``cluster`` (ps, gc, pod
+states), ``host`` (:class:`KubernetesHost`).
+"""
+
+from .cluster import PodState, default_namespace
+from .host import KubernetesHost
+
+__all__ = ["KubernetesHost", "PodState", "default_namespace"]

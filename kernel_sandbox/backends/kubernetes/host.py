@@ -1,0 +1,500 @@
+"""KubernetesHost: one sandbox = one pod, its kernel reached over TCP at the pod's IP.
+
+What a sandbox is made of on a cluster (names ``kernel-sandbox-<id>``, every object
+labelled with the sandbox id and owner, see :mod:`.manifests`):
+
+- a **Secret** with the kernel's launch environment, so the HMAC key never appears in the
+  pod spec; the pod reads it at start (``envFrom``);
+- a **Pod** whose main process is the same supervisor as on Docker
+  (:mod:`kernel_sandbox.kernel.supervisor`), keeping its state in the pod's ``/tmp``:
+  kernel restarts are in place, crash and OOM reasons come from its reports;
+- a **NetworkPolicy** for that pod alone: no egress, ingress to the kernel's ports only
+  from the client (needs a CNI that enforces policies).
+
+The Secret and the policy are owned by the pod (``ownerReferences``), so deleting the
+pod, from here or from outside, lets the cluster's garbage collector remove them too.
+Shell commands and files go through the exec API as the pod's user (uid 1000), read
+frame by frame within their caps (:mod:`.exec`).  A whole restart is a new pod: files
+are lost then, as the message says.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ...config import LABEL_PREFIX
+from ...errors import (
+    ConfigError,
+    ContainerRemovedError,
+    ImageNotFoundError,
+    KernelError,
+    SandboxError,
+    SandboxStartError,
+)
+from ...kernel.connection import ConnectionInfo, new_connection_info
+from ...kernel.supervisor import GO_PREFIX, STATUS_FILE, TCP_STATE_DIR, parse_status
+from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
+from . import cluster, manifests
+from .api import ApiException, api_call, kube, removed_error
+from .cluster import PodState, default_namespace, pod_state
+from .exec import pod_exec
+
+if TYPE_CHECKING:
+    from ...config import SandboxConfig
+
+__all__ = ["KubernetesHost"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds between reads of the supervisor's status file while a cell runs (each is an
+#: exec, ~40 ms of API server and kubelet work), and between pod status reads.
+STATUS_POLL = 0.5
+POD_POLL = 2.0
+#: The supervisor's status file is read with this cap and time limit: the sandbox can
+#: replace it with a link to /dev/zero or a FIFO.
+STATUS_READ_LIMIT = 64 * 1024
+_STATUS_READ = (
+    f'f={TCP_STATE_DIR}/{STATUS_FILE}; test -f "$f" || exit 0; '
+    f'exec timeout 2 head -c {STATUS_READ_LIMIT} -- "$f"'
+)
+#: Seconds the supervisor gets to report the end of a kernel it was told to kill.
+KILL_LIMIT = 5.0
+#: Waiting reasons of a container whose image cannot be had.
+IMAGE_REASONS = {"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"}
+
+# The kernel is the supervisor's child in its own session (pgid = pid, parent = PID 1).
+_SIGNAL_KERNEL = (
+    "for d in /proc/[0-9]*; do p=${d#/proc/}; "
+    's=$(sed "s/.*) //" "$d/stat" 2>/dev/null) || continue; set -- $s; '
+    'if [ "$2" = 1 ] && [ "$3" = "$p" ]; then kill -s "$0" "$p"; exit; fi; done; exit 3'
+)
+
+
+def _client_pod_labels() -> dict[str, str] | None:
+    """Labels that select this process's pod (``KERNEL_SANDBOX_CLIENT_LABELS=k=v,k=v``).
+
+    The in-cluster server's Deployment sets them, so sandbox pods admit only the server.
+    """
+    raw = os.environ.get("KERNEL_SANDBOX_CLIENT_LABELS", "")
+    pairs = [item.split("=", 1) for item in raw.split(",") if "=" in item]
+    return {k.strip(): v.strip() for k, v in pairs} or None
+
+
+def _local_address_towards(ip: str) -> str | None:
+    """The address this machine sends from to reach ``ip`` (no packet is sent)."""
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((ip, 9))
+            return str(probe.getsockname()[0])
+    except OSError:
+        return None
+
+
+class KubernetesHost(KernelHost):
+    """Runs a sandbox's kernel in a pod of a Kubernetes cluster (see the module)."""
+
+    name: ClassVar[str] = "kubernetes"
+
+    def __init__(
+        self,
+        sandbox_id: str,
+        config: SandboxConfig,
+        *,
+        namespace: str | None = None,
+        image_pull_policy: str = "IfNotPresent",
+    ) -> None:
+        super().__init__(sandbox_id, config)
+        self.namespace = namespace or config.namespace or default_namespace()
+        self.image_pull_policy = image_pull_policy
+        self._kube = kube()
+        self._generation = 0
+        self._info: ConnectionInfo | None = None
+        self._pod_uid = ""
+        self._kernel = 1
+        self._status_read = 0.0
+        self._pod_read = 0.0
+        self._gone: str | None = None
+
+    @classmethod
+    def configure(cls, **options: Any) -> Callable[[str, SandboxConfig], KubernetesHost]:
+        """A host factory with options (``namespace=``, ``image_pull_policy=``) for
+        ``AsyncSandbox.create(host=KubernetesHost.configure(namespace="x"))``."""
+
+        def factory(sandbox_id: str, config: SandboxConfig) -> KubernetesHost:
+            return cls(sandbox_id, config, **options)
+
+        return factory
+
+    # -- names and labels -------------------------------------------------------------
+
+    @property
+    def pod_name(self) -> str:
+        """The pod that runs the sandbox now (a whole restart makes a new one)."""
+        base = manifests.resource_name(self.sandbox_id)
+        return base if self._generation <= 1 else f"{base}-r{self._generation}"
+
+    @property
+    def labels(self) -> dict[str, str]:
+        return manifests.kube_labels({**super().labels, f"{LABEL_PREFIX}.host": self.name})
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def launch(self) -> ConnectionInfo:
+        cfg = self.config
+        if cfg.volumes:
+            raise ConfigError(
+                "volumes= binds host directories, which a pod cannot have; copy data in "
+                "with sandbox.files, or use the docker host"
+            )
+        manifests.sandbox_uid(cfg)  # a ConfigError before anything is created
+        self._generation += 1
+        self._kernel = 1
+        self._gone = None
+        name, ns, core = self.pod_name, self.namespace, self._kube.core
+        info = new_connection_info("tcp", "0.0.0.0", list(manifests.KERNEL_PORTS))
+        labels = self.labels
+        first_cidr = self._client_cidr(None)
+        policy = manifests.network_policy_manifest(
+            name,
+            self.sandbox_id,
+            labels,
+            cfg,
+            client_cidr=first_cidr,
+            client_pod_labels=_client_pod_labels(),
+        )
+        await api_call(
+            "creating the sandbox's NetworkPolicy",
+            self._kube.networking.create_namespaced_network_policy,
+            ns,
+            policy,
+        )
+        await api_call(
+            "creating the sandbox's Secret",
+            core.create_namespaced_secret,
+            ns,
+            manifests.secret_manifest(name, labels, info, cfg),
+        )
+        pod = manifests.pod_manifest(
+            name, labels, info, cfg, image=cfg.image, image_pull_policy=self.image_pull_policy
+        )
+        created = await api_call("creating the sandbox's pod", core.create_namespaced_pod, ns, pod)
+        self.resource_id = name
+        self.image = cfg.image
+        self._pod_uid = created.metadata.uid
+        await self._adopt(name)
+        ip = await self._wait_running(name, cfg.startup_timeout)
+        # the address this client reaches the pod from can differ from the one facing
+        # the API server (made before the pod had an IP): admit the right one
+        cidr = self._client_cidr(ip)
+        if cidr is not None and cidr != first_cidr:
+            await self._patch_policy(name, cidr)
+        self._info = info = dict(info, ip=ip)  # type: ignore[assignment]
+        return info
+
+    def _client_cidr(self, pod_ip: str | None) -> str | None:
+        """The client's address as a /32, when the client is not a labelled pod."""
+        if _client_pod_labels():
+            return None
+        target = pod_ip or (self._kube.host.split("//")[-1].split(":")[0] or "127.0.0.1")
+        with contextlib.suppress(ValueError):
+            ipaddress.ip_address(target)
+            local = _local_address_towards(target)
+            return f"{local}/32" if local else None
+        return None
+
+    async def _patch_policy(self, name: str, cidr: str | None) -> None:
+        client = _client_pod_labels()
+        peers: list[dict[str, Any]] = [{"podSelector": {"matchLabels": client}}] if client else []
+        if cidr:
+            peers.append({"ipBlock": {"cidr": cidr}})
+        patch = {
+            "spec": {
+                "ingress": [
+                    {
+                        "from": peers,
+                        "ports": [
+                            {"protocol": "TCP", "port": port} for port in manifests.KERNEL_PORTS
+                        ],
+                    }
+                ]
+            }
+        }
+        await api_call(
+            "updating the sandbox's NetworkPolicy",
+            self._kube.networking.patch_namespaced_network_policy,
+            name,
+            self.namespace,
+            patch,
+        )
+
+    async def _adopt(self, name: str) -> None:
+        """Make the pod own its Secret and policy, so they go when it goes (from anywhere)."""
+        owner = {
+            "metadata": {
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": self._pod_uid}
+                ]
+            }
+        }
+        await asyncio.gather(
+            api_call(
+                "adopting the Secret",
+                self._kube.core.patch_namespaced_secret,
+                name,
+                self.namespace,
+                owner,
+            ),
+            api_call(
+                "adopting the NetworkPolicy",
+                self._kube.networking.patch_namespaced_network_policy,
+                name,
+                self.namespace,
+                owner,
+            ),
+        )
+
+    async def _read_pod(self, name: str | None = None) -> Any:
+        try:
+            return await api_call(
+                "reading the sandbox's pod",
+                self._kube.core.read_namespaced_pod,
+                name or self.pod_name,
+                self.namespace,
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                raise removed_error() from exc
+            raise
+
+    async def _wait_running(self, name: str, timeout: float) -> str:
+        """The pod's IP once its container runs; clear errors for what will not start."""
+        deadline = time.monotonic() + timeout
+        pending_why = "it was not scheduled"
+        while True:
+            pod = await self._read_pod(name)
+            status = pod.status
+            statuses = status.container_statuses or []
+            state = statuses[0].state if statuses else None
+            if state is not None and state.waiting is not None:
+                reason, message = state.waiting.reason or "", state.waiting.message or ""
+                if reason in IMAGE_REASONS:
+                    raise ImageNotFoundError(
+                        f"{reason}: the node cannot get image {self.config.image!r} ({message}). "
+                        "Load it into the node's container runtime (`docker save IMAGE | ctr -n "
+                        "k8s.io images import -`), push it to a registry the cluster can pull "
+                        "from, or set `image=` to one that is there"
+                    )
+                # other reasons (CreateContainerConfigError: "failed to sync secret cache",
+                # ...) may pass: the kubelet retries; the deadline reports the last one
+                pending_why = f"its container is waiting ({reason}: {message})"
+            if state is not None and state.terminated is not None:
+                raise SandboxStartError(
+                    f"the sandbox's container ended at start: {_terminated(state.terminated)}"
+                    + await self._logs_suffix(name)
+                )
+            if status.phase in ("Failed", "Succeeded"):
+                raise SandboxStartError(
+                    f"the sandbox's pod is {status.phase}: {status.reason or ''} "
+                    f"{status.message or ''}".rstrip()
+                )
+            if state is not None and state.running is not None and status.pod_ip:
+                return str(status.pod_ip)
+            for cond in status.conditions or []:
+                if cond.type == "PodScheduled" and cond.status == "False":
+                    pending_why = f"it cannot be scheduled: {cond.message or cond.reason}"
+            if time.monotonic() > deadline:
+                raise SandboxStartError(
+                    f"the sandbox's pod {self.namespace}/{name} did not run within {timeout:g}s: "
+                    f"{pending_why} (raise startup_timeout, or see `kubectl describe pod`)"
+                )
+            await asyncio.sleep(0.1)
+
+    async def _logs_suffix(self, name: str) -> str:
+        with contextlib.suppress(Exception):
+            text = (await self._logs(name, 15)).strip()
+            if text:
+                return f"\npod log (last lines):\n{text}"
+        return ""
+
+    async def poll(self) -> str | None:
+        if self._gone is not None:
+            return self._gone
+        now = time.monotonic()
+        if now - self._status_read >= STATUS_POLL:
+            self._status_read = now
+            end = await self._kernel_end()
+            if end is not None:
+                return PodState(False, end.exit_code, end.oom_killed).death_reason()
+        if now - self._pod_read < POD_POLL:
+            return None
+        self._pod_read = now
+        state = await self.state()
+        if state.running:
+            return None
+        if state.removed or getattr(state, "evicted", False):
+            self._gone = state.death_reason()
+        return state.death_reason()
+
+    async def _kernel_end(self) -> Any:
+        try:
+            result = await self.exec(["sh", "-c", _STATUS_READ], max_output_bytes=STATUS_READ_LIMIT)
+        except SandboxError:  # the pod is gone or stopped: the pod check says so
+            return None
+        if result.exit_code != 0:
+            return None
+        return parse_status(result.stdout.decode(errors="replace"), self._kernel)
+
+    async def state(self) -> HostState:
+        try:
+            pod = await self._read_pod()
+        except ContainerRemovedError:
+            return PodState(running=False, removed=True)
+        return pod_state(pod)
+
+    async def send_signal(self, signum: int) -> None:
+        result = await self.exec(["sh", "-c", _SIGNAL_KERNEL, str(int(signum))])
+        if result.exit_code != 0:
+            raise KernelError("there is no kernel process to signal in the sandbox")
+
+    async def restart_kernel(self, *, kill_all: bool = False) -> ConnectionInfo:
+        if self._info is None:
+            raise KernelError("the kernel was never started")
+        signal_name = "USR2" if kill_all else "USR1"
+        try:
+            result = await self.exec(["sh", "-c", f"kill -{signal_name} 1"])
+        except SandboxError as exc:
+            raise KernelError(f"cannot signal the supervisor: {exc}") from exc
+        # USR2 makes the supervisor kill every process of the sandbox user, this exec's
+        # shell too (exit 137): the supervisor's report below is what tells
+        if result.exit_code != 0 and not (kill_all and result.exit_code == 137):
+            raise KernelError(
+                f"cannot signal the supervisor (exit {result.exit_code}): "
+                f"{result.stderr.decode(errors='replace')}"
+            )
+        deadline = time.monotonic() + KILL_LIMIT
+        while await self._kernel_end() is None:
+            if time.monotonic() > deadline:
+                raise KernelError(
+                    f"the supervisor did not report the kernel's end within {KILL_LIMIT:g}s"
+                )
+            await asyncio.sleep(0.05)
+        go = await self.exec(["touch", f"{TCP_STATE_DIR}/{GO_PREFIX}{self._kernel}"])
+        if go.exit_code != 0:
+            raise KernelError("cannot let the supervisor start the next kernel")
+        self._kernel += 1
+        self._status_read = 0.0
+        return self._info
+
+    async def restart_whole(self) -> ConnectionInfo:
+        """A new pod (files are lost) — unless the pod was deleted or evicted from outside:
+        then, as on Docker, the sandbox is gone and a new one must be created."""
+        state = await self.state()
+        if state.removed or (isinstance(state, PodState) and state.evicted):
+            self._gone = state.death_reason()
+            raise ContainerRemovedError(f"the sandbox cannot be used: {self._gone}")
+        return await super().restart_whole()
+
+    async def kill(self, restart: bool = False) -> None:
+        await self._delete_pod(self.pod_name)
+
+    async def cleanup(self, restart: bool = False) -> None:
+        name = self.resource_id or self.pod_name
+        await asyncio.gather(
+            self._delete_pod(name),
+            self._delete(self._kube.core.delete_namespaced_secret, name),
+            self._delete(self._kube.networking.delete_namespaced_network_policy, name),
+        )
+        self._info = None
+
+    async def _delete_pod(self, name: str) -> None:
+        await self._delete(self._kube.core.delete_namespaced_pod, name, grace_period_seconds=0)
+
+    async def _delete(self, fn: Any, name: str, **options: Any) -> None:
+        try:
+            await api_call("deleting " + name, fn, name, self.namespace, **options)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+    async def logs(self, tail: int) -> str:
+        return await self._logs(self.pod_name, tail)
+
+    async def _logs(self, name: str, tail: int) -> str:
+        text = await api_call(
+            "reading the pod's log",
+            self._kube.core.read_namespaced_pod_log,
+            name,
+            self.namespace,
+            tail_lines=tail,
+            limit_bytes=64 * 1024,
+        )
+        return str(text)
+
+    # -- beside the kernel ----------------------------------------------------------------
+
+    async def exec(
+        self,
+        argv: list[str],
+        *,
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: bytes | None = None,
+        max_output_bytes: int | None = None,
+        deadline: float | None = None,
+    ) -> ExecResult:
+        if workdir or env:
+            assignments = [f"{k}={v}" for k, v in (env or {}).items()]
+            argv = [
+                "sh",
+                "-c",
+                'cd -- "$0" || exit 125; exec env -- "$@"',
+                workdir or self.working_dir,
+                *assignments,
+                *argv,
+            ]
+        if self.resource_id is None:
+            raise KernelError("the sandbox's pod was not created")
+        if self._gone is not None:
+            raise ContainerRemovedError(f"the sandbox cannot be used: {self._gone}")
+        return await pod_exec(
+            self._kube,
+            self.resource_id,
+            self.namespace,
+            manifests.CONTAINER_NAME,
+            argv,
+            stdin=stdin,
+            max_output_bytes=max_output_bytes,
+            deadline=deadline,
+        )
+
+    # -- the cluster as a whole ------------------------------------------------------------
+
+    @classmethod
+    async def list_sandboxes(cls, labels: dict[str, str]) -> list[SandboxRecord]:
+        return await cluster.list_sandboxes(cls.name, labels)
+
+    @classmethod
+    async def gc(cls, *, remove_all: bool = False) -> list[Leftover]:
+        """Pods whose owner process (on this machine) is gone, and Secrets and policies
+        whose pod is gone; with ``remove_all`` every object kernel_sandbox made here."""
+        return await cluster.gc(remove_all=remove_all)
+
+
+def _terminated(term: Any) -> str:
+    reason = term.reason or ""
+    if reason == "OOMKilled":
+        return "it ran out of memory (OOMKilled; raise memory_limit)"
+    return f"exit code {term.exit_code} ({reason}) {message_of_term(term)}".rstrip()
+
+
+def message_of_term(term: Any) -> str:
+    """The container's termination message, if it left one."""
+    return str(term.message or "")[:500]
