@@ -21,6 +21,13 @@ PLOT = (
     "import matplotlib.pyplot as plt\n"
     "plt.figure(figsize=(4, 3)); plt.plot(range(50), [i * i for i in range(50)]); plt.show()"
 )
+#: A describe() and a PNG in one cell: the same cell bench/peers/driver.py sends.
+ANALYSIS = (
+    "import numpy as np, pandas as pd, matplotlib.pyplot as plt\n"
+    "df = pd.DataFrame(np.random.default_rng(0).normal(size=(1000, 4)), columns=list('abcd'))\n"
+    "plt.figure(figsize=(4, 3)); plt.plot(df['a'].cumsum()); plt.show()\n"
+    "df.describe()"
+)
 #: When did the kernel process start (host clock; containers share the host kernel)?
 KERNEL_STARTED = (
     "import os, time\n"
@@ -130,8 +137,9 @@ async def warm_pool(image: str, n: int, size: int) -> dict[str, list[float]]:
     return {"acquire": acquire, "acquire_to_first_result": first}
 
 
-async def round_trips(image: str, calls: int, big: int) -> dict[str, list[float]]:
-    """print(1+1) round trips; 1 MB of stdout; a matplotlib PNG (first one apart)."""
+async def round_trips(image: str, calls: int, big: int) -> dict[str, Any]:
+    """print(1+1) round trips; 1 MB of stdout; a matplotlib PNG and a describe() + PNG
+    cell (first ones apart, they import); state kept between calls."""
     async with await AsyncSandbox.create(config(image)) as sandbox:
         for _ in range(20):
             await sandbox.run_python("print(1+1)")
@@ -155,11 +163,25 @@ async def round_trips(image: str, calls: int, big: int) -> dict[str, list[float]
             ex = await sandbox.run_python(PLOT)
             png.append(time.perf_counter() - t)
             assert ex.images("image/png"), ex.text
+        t = time.perf_counter()
+        await sandbox.run_python(ANALYSIS)
+        analysis_first = [time.perf_counter() - t]
+        analysis = []
+        for _ in range(5):
+            t = time.perf_counter()
+            ex = await sandbox.run_python(ANALYSIS)
+            analysis.append(time.perf_counter() - t)
+            assert ex.images("image/png") and "mean" in ex.text, ex.text
+        await sandbox.run_python("x = 41")
+        state_kept = (await sandbox.run_python("print(x + 1)")).text == "42"
     return {
         "print": latency,
         "stdout_1mb": stdout_1mb,
         "png_first_with_import": png_first,
         "png": png,
+        "analysis_first_with_import": analysis_first,
+        "analysis": analysis,
+        "state_kept": state_kept,
     }
 
 
