@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install engine images run demo test test-unit test-integration soak lint bench
+.PHONY: install engine images run demo test test-unit test-integration soak lint bench bench-quick
 
 install:            ## install kernel_sandbox with its dev tools
 	$(PIP) install -q -e ".[dev]"
@@ -38,3 +38,6 @@ lint:
 
 bench:              ## performance figures against baselines, printed and written to JSON
 	$(PYTHON) bench/run.py
+
+bench-quick:        ## the key ratios in < 2 min; exits 1 if one regressed past its margin
+	$(PYTHON) bench/quick.py
