@@ -1,40 +1,85 @@
-"""Files inside a sandbox, moved through the engine's archive API beside the kernel.
+"""Files inside a sandbox, moved by processes that run as the sandbox user beside the kernel.
 
-Every operation acts with the sandbox user's permissions: writes are checked by a
-process running as that user before the archive is extracted, and land owned by it.
+Every operation is a process the engine runs in the container *as the sandbox user*:
+a write streams the bytes into ``cat``'s stdin, a read takes ``head``'s stdout, so
+nothing is checked as one user and done as another (the engine's archive API works as
+root: a path swapped for a link between the check and the extraction, or a file the
+user may not read, would be root's business).  The run directory (the kernel's
+sockets and the supervisor's status, on the host with ``ipc``) is refused whatever
+link leads there.  Every output is capped and every call has a deadline on the host.
 Relative paths resolve against the sandbox's working directory.  Binary-safe.
 """
 
 from __future__ import annotations
 
 import contextlib
-import io
-import posixpath
-import tarfile
-import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from .errors import FileOperationError, SandboxFileNotFoundError
+from .kernel.connection import CONTAINER_RUN_DIR
 from .results import FileInfo, format_size
 
 if TYPE_CHECKING:
     from .sandbox import AsyncSandbox
 
-__all__ = ["AsyncFiles"]
+__all__ = ["LIST_LIMIT", "AsyncFiles"]
 
-_TYPES = {"f": "file", "d": "directory", "l": "symlink"}
+_TYPES: dict[str, Literal["file", "directory", "symlink"]] = {
+    "f": "file",
+    "d": "directory",
+    "l": "symlink",
+}
 # Exit statuses of the helper scripts below.
-_MISSING, _NOT_DIR, _IS_DIR = 3, 4, 5
+_MISSING, _NOT_DIR, _IS_DIR, _RUN_DIR, _NOT_FILE, _TOO_LARGE = 3, 4, 5, 6, 7, 8
+#: Most entries :meth:`AsyncFiles.list` returns; a larger directory is refused.
+LIST_LIMIT = 10_000
+#: Seconds any file operation may take on top of moving its bytes (at 10 MB/s):
+#: a process the sandbox stops or blocks (a FIFO) never holds the host longer.
+_DEADLINE = 60.0
+_RATE = 10e6
 
-_PREPARE_WRITE = (
-    'test -d "$1" && exit 5; mkdir -p -- "$(dirname -- "$1")" && touch -- "$1" && id -u && id -g'
+# Refuses the run directory, whatever link leads there; then runs the operation.
+# ``fail`` exits with a status; a write's ``fail`` first drains its input: the engine
+# resets a connection whose input was not read, and the reason would be lost.
+_GUARD = (
+    'r=$(realpath -m -- "$1" 2>/dev/null || readlink -f -- "$1"); '
+    f'case "$r" in {CONTAINER_RUN_DIR}|{CONTAINER_RUN_DIR}/*) fail {_RUN_DIR};; esac; '
 )
+_EXIT = 'fail() { exit "$1"; }; '
+_READ = (
+    _EXIT
+    + _GUARD
+    + (
+        f'test -e "$1" || exit {_MISSING}; test -d "$1" && exit {_IS_DIR}; '
+        f'test -f "$1" || exit {_NOT_FILE}; s=$(stat -Lc %s -- "$1") || exit 1; '
+        f'if [ "$s" -gt "$2" ]; then echo "$s" >&2; exit {_TOO_LARGE}; fi; '
+        # one byte more than allowed tells a file that grew since (or lied about its size)
+        'exec head -c "$(($2 + 1))" -- "$1"'
+    )
+)
+_WRITE = (
+    'fail() { cat >/dev/null; exit "$1"; }; '
+    + _GUARD
+    + (
+        f'test -d "$1" && fail {_IS_DIR}; test -e "$1" && ! test -f "$1" && fail {_NOT_FILE}; '
+        'mkdir -p -- "$(dirname -- "$1")" || fail 1; '
+        'if [ "$2" = append ]; then cat >> "$1" || fail $?; else cat > "$1" || fail $?; fi'
+    )
+)
+# '/' separates the fields and NUL ends an entry: neither can be in a file name.
 _LIST = (
-    'test -e "$1" || exit 3; test -d "$1" || exit 4; '
-    "find \"$1\" -mindepth 1 -maxdepth 1 -printf '%y\\t%s\\t%f\\n'"
+    _EXIT
+    + _GUARD
+    + (
+        f'test -e "$1" || exit {_MISSING}; test -d "$1" || exit {_NOT_DIR}; '
+        'find "$1" -mindepth 1 -maxdepth 1 -printf \'%y/%s/%f\\0\' | head -zn "$2"'
+    )
 )
-_REMOVE = 'test -e "$1" || test -L "$1" || exit 3; rm -rf -- "$1"'
+_REMOVE = _EXIT + _GUARD + f'test -e "$1" || test -L "$1" || exit {_MISSING}; rm -rf -- "$1"'
+_MKDIR = _EXIT + _GUARD + 'mkdir -p -- "$1"'
+#: Bytes of one listed entry at most: type, size, a 255-byte name, separators.
+_ENTRY_BYTES = 300
 
 
 class AsyncFiles:
@@ -43,18 +88,29 @@ class AsyncFiles:
     def __init__(self, sandbox: AsyncSandbox) -> None:
         self._sandbox = sandbox
 
-    async def _sh(self, script: str, path: str) -> tuple[int, str, str]:
+    async def _sh(
+        self,
+        script: str,
+        path: str,
+        arg: str = "",
+        *,
+        stdin: bytes | None = None,
+        max_output_bytes: int = 1 << 16,
+    ) -> tuple[int, bytes, str]:
+        """Run ``script`` as the sandbox user with ``$1`` = path; (status, stdout, stderr)."""
         sb = self._sandbox
         sb._check_open()
         assert sb.container_id is not None
+        moved = len(stdin or b"") + max_output_bytes
         result = await sb.backend.exec(
-            sb.container_id, ["sh", "-c", script, "sh", path], user=sb.config.user
+            sb.container_id,
+            ["sh", "-c", script, "sh", path, arg],
+            user=sb.config.user,
+            max_output_bytes=max_output_bytes,
+            stdin=stdin,
+            deadline=_DEADLINE + moved / _RATE,
         )
-        return (
-            result.exit_code,
-            result.stdout.decode(errors="replace"),
-            result.stderr.decode(errors="replace"),
-        )
+        return result.exit_code, result.stdout, result.stderr.decode(errors="replace")
 
     def _fail(self, code: int, path: str, stderr: str, action: str) -> FileOperationError:
         if code == _MISSING:
@@ -63,6 +119,16 @@ class AsyncFiles:
             return FileOperationError(f"not a directory: {path}")
         if code == _IS_DIR:
             return FileOperationError(f"is a directory, not a file: {path}")
+        if code == _NOT_FILE:
+            return FileOperationError(
+                f"not a regular file: {path} (devices, FIFOs and sockets are not read or "
+                "written through the file API)"
+            )
+        if code == _RUN_DIR:
+            return FileOperationError(
+                f"cannot {action} {path}: it is in {CONTAINER_RUN_DIR}, the sandbox's kernel "
+                "connection, which the file API never touches"
+            )
         detail = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {code}"
         if "read-only file system" in detail.lower():
             detail += (
@@ -81,26 +147,32 @@ class AsyncFiles:
             f"(now {config.disk_limit!r}: {split})"
         )
 
+    def _too_large(self, path: str, size: int | None) -> FileOperationError:
+        limit = self._sandbox.config.max_file_bytes
+        what = f"{path} is {format_size(size)}" if size is not None else f"{path} grew past that"
+        return FileOperationError(
+            f"{what}; files are read whole into memory and the limit is {format_size(limit)} "
+            "(SandboxConfig.max_file_bytes): read a part with the shell (head -c, tail -c, "
+            "split) or raise max_file_bytes"
+        )
+
     async def read(self, path: str) -> bytes:
-        """The bytes of a file; one over ``config.max_file_bytes`` is refused, unread."""
-        sb = self._sandbox
-        sb._check_open()
-        full = sb.resolve_path(path)
-        assert sb.container_id is not None
-        archive = await sb.backend.get_archive(sb.container_id, full, sb.config.max_file_bytes)
-        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-            member = tar.next()
-            if member is None:
-                raise SandboxFileNotFoundError(f"no such file in the sandbox: {full}")
-            if member.isdir():
-                raise FileOperationError(f"is a directory, not a file: {full}")
-            if member.issym():
-                target = posixpath.join(posixpath.dirname(full), member.linkname)
-                return await self.read(target)
-            handle = tar.extractfile(member)
-            if handle is None:
-                raise FileOperationError(f"not a regular file: {full}")
-            return handle.read()
+        """The bytes of a file; one over ``config.max_file_bytes`` is refused, unread.
+
+        Read as the sandbox user: a file it may not read is refused as it would be
+        inside.  Links are followed as they would be inside.
+        """
+        full = self._sandbox.resolve_path(path)
+        limit = self._sandbox.config.max_file_bytes
+        code, out, err = await self._sh(_READ, full, str(limit), max_output_bytes=limit + 1)
+        if code == _TOO_LARGE:
+            size = err.strip().splitlines()[-1] if err.strip() else ""
+            raise self._too_large(full, int(size) if size.isdigit() else None)
+        if code != 0:
+            raise self._fail(code, full, err, "read")
+        if len(out) > limit:
+            raise self._too_large(full, None)
+        return out
 
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
         """A file decoded as text."""
@@ -115,51 +187,49 @@ class AsyncFiles:
 
     async def write(self, path: str, data: bytes | str, encoding: str = "utf-8") -> None:
         """Create or replace a file (parent directories are created)."""
-        payload = data.encode(encoding) if isinstance(data, str) else data
-        full = self._sandbox.resolve_path(path)
-        code, out, err = await self._sh(_PREPARE_WRITE, full)
-        if code != 0:
-            raise self._fail(code, full, err, "write")
-        uid, gid = (int(x) for x in out.split())
-        buffer = io.BytesIO()
-        with tarfile.open(fileobj=buffer, mode="w") as tar:
-            info = tarfile.TarInfo(posixpath.basename(full))
-            info.size, info.mode, info.uid, info.gid = len(payload), 0o644, uid, gid
-            info.mtime = int(time.time())
-            tar.addfile(info, io.BytesIO(payload))
-        assert self._sandbox.container_id is not None
-        try:
-            await self._sandbox.backend.put_archive(
-                self._sandbox.container_id, posixpath.dirname(full), buffer.getvalue()
-            )
-        except FileOperationError as exc:
-            if "no space left on device" not in str(exc).lower():
-                raise
-            # The engine leaves the file truncated (and owned by root): remove it, so that
-            # the space comes back and no half-written file passes for the real one.
-            with contextlib.suppress(FileOperationError):  # the first error is the news
-                await self._sh('rm -f -- "$1"', full)
-            raise self._full(full, len(payload)) from exc
+        await self._put(path, data, encoding, "write")
 
     async def append(self, path: str, data: bytes | str, encoding: str = "utf-8") -> None:
         """Add to the end of a file, creating it if needed."""
-        payload = data.encode(encoding) if isinstance(data, str) else data
-        try:
-            existing = await self.read(path)
-        except SandboxFileNotFoundError:
-            existing = b""
-        await self.write(path, existing + payload)
+        await self._put(path, data, encoding, "append")
 
-    async def list(self, path: str = ".") -> list[FileInfo]:
-        """Entries of a directory, sorted by name."""
+    async def _put(self, path: str, data: bytes | str, encoding: str, mode: str) -> None:
+        payload = data.encode(encoding) if isinstance(data, str) else data
         full = self._sandbox.resolve_path(path)
-        code, out, err = await self._sh(_LIST, full)
+        code, _, err = await self._sh(_WRITE, full, mode, stdin=payload)
+        if code == 0:
+            return
+        if "no space left on device" in err.lower():
+            if mode == "write":
+                # Remove the half-written file, so that the space comes back and no
+                # truncated file passes for the real one.
+                with contextlib.suppress(FileOperationError):  # the first error is the news
+                    await self._sh('rm -f -- "$1"', full)
+            raise self._full(full, len(payload))
+        raise self._fail(code, full, err, "write")
+
+    async def list(self, path: str = ".", limit: int = LIST_LIMIT) -> list[FileInfo]:
+        """Entries of a directory, sorted by name; more than ``limit`` are refused."""
+        full = self._sandbox.resolve_path(path)
+        code, out, err = await self._sh(
+            _LIST, full, str(limit + 1), max_output_bytes=(limit + 1) * _ENTRY_BYTES
+        )
         if code != 0:
             raise self._fail(code, full, err, "list")
+        records = out.split(b"\0")[:-1]
+        if len(records) > limit:
+            raise FileOperationError(
+                f"{full} holds more than {limit} entries; list a part with the shell "
+                "(e.g. `ls | head`) or pass a larger limit"
+            )
         entries = []
-        for line in out.splitlines():
-            kind, size, name = line.split("\t", 2)
-            entries.append(FileInfo(name, _TYPES.get(kind, "other"), int(size)))  # type: ignore[arg-type]
+        for record in records:
+            kind, size, name = record.split(b"/", 2)
+            entries.append(
+                FileInfo(
+                    name.decode(errors="replace"), _TYPES.get(kind.decode(), "other"), int(size)
+                )  # type: ignore[arg-type]
+            )
         return sorted(entries, key=lambda e: e.name)
 
     async def exists(self, path: str) -> bool:
@@ -177,7 +247,7 @@ class AsyncFiles:
     async def mkdir(self, path: str) -> None:
         """Create a directory and its parents; an existing directory is fine."""
         full = self._sandbox.resolve_path(path)
-        code, _, err = await self._sh('mkdir -p -- "$1"', full)
+        code, _, err = await self._sh(_MKDIR, full)
         if code != 0:
             raise self._fail(code, full, err, "create directory")
 

@@ -5,9 +5,10 @@ init), which restarts it in place so that files survive a kernel restart.  It is
 with jupyter_client over unix sockets in a per-sandbox host directory that is
 bind-mounted into the container, so the default sandbox has no network at all; the
 sandbox cannot write to that directory while its kernel is connected (``statedir``).
-Shell commands and file operations go through the engine (exec / archive API), so a
-busy or dead kernel never blocks them.  The root filesystem is read-only: everything
-the sandbox writes lands in per-sandbox in-memory volumes bounded by ``disk_limit``.
+Shell commands and file operations are processes the engine runs (exec) as the
+sandbox user, so a busy or dead kernel never blocks them.  The root filesystem is
+read-only: everything the sandbox writes lands in per-sandbox in-memory volumes
+bounded by ``disk_limit``.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def _remove_unclosed() -> None:
             if sandbox.container_id is not None:
                 sandbox.backend.remove_blocking(sandbox.container_id)
             sandbox.backend.remove_volumes_blocking(sandbox._volumes)
+            remove_network = getattr(sandbox.backend, "remove_network_blocking", None)
+            if sandbox._network is not None and remove_network is not None:
+                remove_network(sandbox._network)
         except Exception:  # exit must go on; `kernel-sandbox gc` finds what is left
             log.warning("could not remove sandbox %s at exit", sandbox.id, exc_info=True)
         if sandbox._state is not None:
@@ -122,6 +126,8 @@ class AsyncSandbox:
         self._engine_checked = 0.0
         self._lock = asyncio.Lock()
         self._closed = False
+        #: Why calls are refused before :meth:`close` ran (released to a pool).
+        self._retired = ""
         self.created_at = time.time()
         #: Called with every :mod:`~kernel_sandbox.events` event of this sandbox.
         self.listeners: list[Listener] = []
@@ -203,7 +209,7 @@ class AsyncSandbox:
             network_enabled=cfg.network_enabled,
             name=f"kernel-sandbox-{self.id}",
             published_ports=published,
-            internal_network=cfg.transport == "tcp" and not cfg.network_enabled,
+            own_network=self._network,
             read_only=cfg.disk_limit is not None,
             shm_size=cfg.disk_budget().get("shm"),
         )
@@ -229,17 +235,19 @@ class AsyncSandbox:
     async def _connect(self) -> None:
         """Connect to the kernel that starts now, then seal the run directory again."""
         assert self._host_info is not None and self._state is not None
-        session = KernelSession(self._host_info)
+        session = KernelSession(self._host_info, self.config.max_output_bytes)
         try:
             await session.connect(self.config.startup_timeout, self._check_alive)
         except KernelError as exc:
             session.close()
+            self._state.seal()  # a kernel that never came must not leave the directory open
             logs = await self._logs_tail()
             raise SandboxStartError(
                 f"the kernel in image {self.image!r} did not start: {exc}{logs}"
             ) from exc
         except BaseException:  # cancelled: an unclosed client hangs zmq when collected
             session.close()
+            self._state.seal()
             raise
         self._session = session
         self._state.seal()
@@ -252,6 +260,11 @@ class AsyncSandbox:
         except Exception:  # the start error is what matters; the log is a bonus
             return ""
         return f"\ncontainer log (last lines):\n{text}" if text else ""
+
+    @property
+    def _network(self) -> str | None:
+        """The tcp sandbox's own network (no other sandbox on it); None with ipc."""
+        return f"kernel-sandbox-{self.id}" if self.config.transport == "tcp" else None
 
     @property
     def _state_dir(self) -> str:
@@ -288,6 +301,8 @@ class AsyncSandbox:
             if self.container_id is not None:
                 await self.backend.remove(self.container_id)
             await self.backend.remove_volumes(self._volumes)  # in use until the container goes
+            if self._network is not None:
+                await self.backend.remove_network(self._network)
         finally:
             if self._state is not None:
                 self._state.close()
@@ -304,8 +319,15 @@ class AsyncSandbox:
         return self._closed
 
     def _check_open(self) -> None:
+        if self._retired:
+            raise SandboxClosedError(f"sandbox {self.id} {self._retired}")
         if self._closed:
             raise SandboxClosedError(f"sandbox {self.id} is closed; create a new one")
+
+    def _retire(self, why: str) -> None:
+        """Refuse every later call at once, with ``why``, while :meth:`close` is still to
+        come (a pool closes released sandboxes in the background)."""
+        self._retired = why
 
     # -- python ------------------------------------------------------------------
 
@@ -419,9 +441,9 @@ class AsyncSandbox:
             why = str(exc)
         log.warning("sandbox %s: restarting the container: %s", self.id, why)
         assert self._state is not None
-        self._state.open_for_kernel()
         try:
-            await self.backend.restart(self.container_id)
+            # opened only once the old container is dead: nothing of it can plant there
+            await self.backend.restart(self.container_id, before_start=self._state.open_for_kernel)
         except Exception as exc:
             raise KernelError(
                 f"the kernel could not be restarted in place ({why}), "

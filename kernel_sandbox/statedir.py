@@ -45,6 +45,19 @@ log = logging.getLogger(__name__)
 _READ_LIMIT = 1 << 20
 #: An unfinished line longer than this is not a report (they are ~20 bytes): dropped.
 _LINE_LIMIT = 256
+#: The tcp status file is read through the engine; it is one or two ~20-byte lines
+#: (the supervisor truncates it), so this much is plenty; more is the sandbox's junk.
+_TCP_READ_LIMIT = 4096
+#: Seconds a tcp status read may take: the file is the sandbox's, so it may be a FIFO.
+_TCP_WAIT = 2.0
+# Only a regular file that is not a link is read, at most _TCP_READ_LIMIT bytes, for at
+# most _TCP_WAIT seconds (a link to /dev/zero or a FIFO swapped in after the test are
+# cut by the byte cap and the time limit; the host's own deadline covers a stopped
+# `timeout`).
+_TCP_READ = (
+    '[ -f "$1" ] && [ ! -L "$1" ] || exit 0; '
+    f'exec timeout -s KILL "$2" head -c {_TCP_READ_LIMIT} -- "$1"'
+)
 #: The run directory while a kernel binds its sockets: writable, but nobody removes or
 #: renames what is not theirs (sticky).  Sealed, the container user may only look.
 _OPEN_MODE, _SEALED_MODE = 0o1777, 0o755
@@ -141,8 +154,13 @@ class HostRunDir(StateDir):
         (self.path / name).touch()
 
     def open_for_kernel(self) -> None:
-        for name in self._sockets:
-            (self.path / name).unlink(missing_ok=True)
+        """Clear the directory of everything but the host's files, then open it.
+
+        Call only once no process of the old container is left (the engine waited for
+        its end): anything put here from now on is the new binder's.  Whatever is in
+        the sockets' place (a folder or link an old container planted) goes too.
+        """
+        self._sweep(keep_sockets=False)
         os.chmod(self.path, _OPEN_MODE)
 
     def seal(self) -> None:
@@ -154,12 +172,20 @@ class HostRunDir(StateDir):
         it is done after every connect.
         """
         os.chmod(self.path, _SEALED_MODE)
+        self._sweep(keep_sockets=True)
+
+    def _sweep(self, keep_sockets: bool) -> None:
+        """Remove every entry but the host's own (and the kernel's sockets if kept).
+
+        Never follows a link: entries are judged by ``lstat`` and trees removed with
+        ``rmtree``, which does not follow links either.
+        """
         keep = {rundirs.OWNER_FILE, STATUS_FILE}
         for entry in os.scandir(self.path):
             if entry.name in keep:
                 continue
             info = entry.stat(follow_symlinks=False)
-            if entry.name in self._sockets and stat.S_ISSOCK(info.st_mode):
+            if keep_sockets and entry.name in self._sockets and stat.S_ISSOCK(info.st_mode):
                 self._warn_if_owned(info.st_uid)
                 continue
             if stat.S_ISDIR(info.st_mode):
@@ -206,9 +232,13 @@ class ContainerStateDir(StateDir):
     async def _read_end(self) -> KernelEnd | None:
         try:
             result = await self._backend.exec(
-                self._container_id, ["cat", f"{TCP_STATE_DIR}/{STATUS_FILE}"], user=self._user
+                self._container_id,
+                ["sh", "-c", _TCP_READ, "sh", f"{TCP_STATE_DIR}/{STATUS_FILE}", f"{_TCP_WAIT:g}"],
+                user=self._user,
+                max_output_bytes=_TCP_READ_LIMIT,
+                deadline=_TCP_WAIT + 3,
             )
-        except SandboxError:  # the container is gone: the engine check says so
+        except SandboxError:  # gone (the engine check says so), or stalled by the sandbox
             return None
         text = result.stdout.decode(errors="replace") if result.exit_code == 0 else ""
         return parse_status(text, self.kernel)

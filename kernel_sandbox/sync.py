@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 from .backends.base import Backend
 from .config import SandboxConfig
-from .files import AsyncFiles
+from .files import LIST_LIMIT, AsyncFiles
 from .kernel.client import OutputCallback
 from .results import CommandResult, Execution, FileInfo
 from .sandbox import AsyncSandbox
@@ -82,9 +82,9 @@ class Files:
         """Add to the end of a file, creating it if needed."""
         return run_sync(self._files.append(path, data, encoding))
 
-    def list(self, path: str = ".") -> list[FileInfo]:
-        """Entries of a directory, sorted by name."""
-        return run_sync(self._files.list(path))
+    def list(self, path: str = ".", limit: int = LIST_LIMIT) -> list[FileInfo]:
+        """Entries of a directory, sorted by name; more than ``limit`` are refused."""
+        return run_sync(self._files.list(path, limit))
 
     def exists(self, path: str) -> bool:
         """True when the path exists."""

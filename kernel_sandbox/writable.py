@@ -3,7 +3,7 @@
 The container's root filesystem is read-only, so everything the sandbox writes lands in
 one of these volumes (or in the caller's own ``volumes``) and a disk filler gets ENOSPC
 at its share of ``disk_limit`` instead of filling the engine's disk.  The engine mounts
-the volumes itself, so its archive API, and with it ``sandbox.files``, reaches them.
+the volumes itself, so its archive API reaches them on a read-only root filesystem.
 """
 
 from __future__ import annotations

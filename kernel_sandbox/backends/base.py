@@ -8,6 +8,7 @@ be added beside ``docker.py``.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -44,8 +45,10 @@ class ContainerSpec:
     name: str | None = None
     #: container port -> host port on 127.0.0.1 (tcp transport with a network)
     published_ports: dict[int, int] = field(default_factory=dict)
-    #: put the container on a network without outside access (tcp transport, no network)
-    internal_network: bool = False
+    #: a network made for this container alone (tcp transport: no other sandbox can
+    #: reach its kernel); internal unless ``network_enabled``, removed by
+    #: :meth:`Backend.remove_network`, labelled like the container for ``gc``
+    own_network: str | None = None
     #: mount the image's root filesystem read-only (writes go to ``volumes`` only)
     read_only: bool = False
     #: bytes of /dev/shm (None: the engine's default)
@@ -138,13 +141,22 @@ class Backend(abc.ABC):
     async def list_volumes(self, labels: dict[str, str]) -> list[dict[str, object]]:
         """Volumes carrying all these labels: name, labels."""
 
+    async def remove_network(self, name: str) -> None:  # noqa: B027 (engines without any)
+        """Delete a network made for one container (``ContainerSpec.own_network``)."""
+
     @abc.abstractmethod
     async def state(self, container_id: str) -> ContainerState:
         """Poll the container; a removed one is ``ContainerState(removed=True)``."""
 
     @abc.abstractmethod
-    async def restart(self, container_id: str) -> None:
-        """Kill the main process (if alive) and start the same container again."""
+    async def restart(
+        self, container_id: str, before_start: Callable[[], None] | None = None
+    ) -> None:
+        """Kill the main process (if alive) and start the same container again.
+
+        ``before_start`` is called once the old container has stopped (none of its
+        processes is left) and before the new one starts.
+        """
 
     @abc.abstractmethod
     async def signal(self, container_id: str, signal: str) -> None:
@@ -172,12 +184,17 @@ class Backend(abc.ABC):
         workdir: str | None = None,
         environment: dict[str, str] | None = None,
         max_output_bytes: int | None = None,
+        stdin: bytes | None = None,
+        deadline: float | None = None,
     ) -> ExecResult:
         """Run a process in the container beside the kernel and wait for it.
 
         With ``max_output_bytes``, stdout and stderr are each read as a stream and
         keep only their head and tail within it (see :class:`~kernel_sandbox.limits.HeadTail`),
-        so a process printing gigabytes never fills host memory.
+        so a process printing gigabytes never fills host memory.  ``stdin`` is sent to
+        the process, then closed.  With ``deadline`` (seconds) the host stops waiting
+        then and raises :class:`~kernel_sandbox.errors.FileOperationError`: a process the
+        sandbox can stop (its own user's) must never hold the host.
         """
 
     @abc.abstractmethod

@@ -12,14 +12,17 @@ import contextlib
 import functools
 import io
 import os
+import socket
 import sys
 import tarfile
+import time
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import docker
 import docker.errors
 import requests.exceptions
-from docker.types import Ulimit
+from docker.types import LogConfig, Ulimit
 
 from ..config import LABEL_PREFIX
 from ..errors import (
@@ -37,11 +40,16 @@ from ..results import format_size
 from .attach import STDERR, TruncatedStreamError, attach_body, read_frames
 from .base import REMOVED_REASON, Backend, ContainerSpec, ContainerState, ExecResult, ImageUser
 
-__all__ = ["INTERNAL_NETWORK", "DockerBackend", "docker_client"]
+__all__ = ["DockerBackend", "docker_client"]
 
 T = TypeVar("T")
-#: Network without a route outside, used by the tcp transport when network is off.
-INTERNAL_NETWORK = "kernel-sandbox-internal"
+#: The engine's log of a sandbox: what the kernel writes to its original fd 1/2 (or to
+#: ``/proc/1/fd/1``) lands here, on the host's disk, outside ``disk_limit``.  It is only
+#: read for the last lines of a failed start, so it is kept small: ``max-file`` files of
+#: ``max-size`` each, rotated by the engine as it writes (at most 2 MiB per sandbox).
+ENGINE_LOG = LogConfig(type="json-file", config={"max-size": "1m", "max-file": "2"})
+#: Bytes of the engine's log read back for a start error (lines can be 16 KiB each).
+_LOG_TAIL_BYTES = 64 * 1024
 #: Room for tar headers and padding on top of ``get_archive``'s ``max_bytes``.
 _TAR_OVERHEAD = 64 * 1024
 
@@ -109,6 +117,17 @@ def _lookup(database: str, key: str) -> list[str] | None:
     return None
 
 
+def _socket_of(body: io.BufferedReader) -> socket.socket:
+    """The socket under an exec stream's reader (to write stdin and bound the waits)."""
+    raw: Any = body.raw
+    sock = getattr(raw, "_sock", raw)
+    if not isinstance(sock, socket.socket):
+        raise FileOperationError(
+            f"this engine connection ({type(sock).__name__}) cannot carry a process's input"
+        )
+    return sock
+
+
 def _too_large(path: str, size: int | None, max_bytes: int) -> FileOperationError:
     what = f"{path} is {format_size(size)}" if size is not None else f"{path} holds more than that"
     return FileOperationError(
@@ -153,9 +172,9 @@ class DockerBackend(Backend):
     def _start_sync(self, spec: ContainerSpec) -> str:
         api = self.api
         network_mode = "bridge" if spec.network_enabled else "none"
-        if spec.internal_network:
-            self._ensure_internal_network()
-            network_mode = INTERNAL_NETWORK
+        if spec.own_network:
+            self._create_own_network(spec)
+            network_mode = spec.own_network
         host_config = api.create_host_config(
             binds=spec.volumes,
             init=True,
@@ -170,6 +189,7 @@ class DockerBackend(Backend):
             ulimits=[Ulimit(name="core", soft=0, hard=0)],
             read_only=spec.read_only,
             shm_size=spec.shm_size,
+            log_config=ENGINE_LOG,
         )
         try:
             created = api.create_container(
@@ -199,15 +219,40 @@ class DockerBackend(Backend):
             raise SandboxStartError(f"the engine could not start the container: {exc}") from exc
         return container_id
 
-    def _ensure_internal_network(self) -> None:
-        if not self.api.networks(names=[INTERNAL_NETWORK]):
-            try:
-                self.api.create_network(
-                    INTERNAL_NETWORK, internal=True, labels={"kernel-sandbox": "true"}
-                )
-            except docker.errors.APIError:  # created concurrently by another sandbox
-                if not self.api.networks(names=[INTERNAL_NETWORK]):
-                    raise
+    def _create_own_network(self, spec: ContainerSpec) -> None:
+        """A bridge for one container: no other container is on it, so none reaches it.
+
+        The shared network of old let sandbox A subscribe to sandbox B's iopub.  Without
+        ``network_enabled`` it is internal (no route outside).
+        """
+        assert spec.own_network is not None
+        try:
+            self.api.create_network(
+                spec.own_network,
+                driver="bridge",
+                internal=not spec.network_enabled,
+                labels=spec.labels,
+                check_duplicate=True,
+            )
+        except docker.errors.APIError as exc:
+            raise SandboxStartError(
+                f"the engine could not create the sandbox's network {spec.own_network}: "
+                f"{exc.explanation or exc}"
+            ) from exc
+
+    async def remove_network(self, name: str) -> None:
+        await _run(self.remove_network_blocking, name)
+
+    def remove_network_blocking(self, name: str) -> None:
+        """Remove a sandbox's own network; a missing one is not an error."""
+        with contextlib.suppress(docker.errors.NotFound):
+            self.api.remove_network(name)
+
+    async def list_networks(self, labels: dict[str, str]) -> list[dict[str, object]]:
+        """Networks carrying all these labels: name, labels."""
+        filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
+        found = await _run(self.api.networks, filters=filters)
+        return [{"name": n["Name"], "labels": n.get("Labels") or {}} for n in found or []]
 
     async def image_user(self, image: str, user: str) -> ImageUser:
         hit = _image_users.get((image, user))
@@ -306,11 +351,15 @@ class DockerBackend(Backend):
             error=str(st.get("Error") or ""),
         )
 
-    async def restart(self, container_id: str) -> None:
+    async def restart(
+        self, container_id: str, before_start: Callable[[], None] | None = None
+    ) -> None:
         def _restart() -> None:
             with contextlib.suppress(docker.errors.APIError):  # already stopped
                 self.api.kill(container_id)
             self.api.wait(container_id, timeout=30)
+            if before_start is not None:
+                before_start()
             self.api.start(container_id)
 
         await _run(_restart)
@@ -344,22 +393,45 @@ class DockerBackend(Backend):
         workdir: str | None = None,
         environment: dict[str, str] | None = None,
         max_output_bytes: int | None = None,
+        stdin: bytes | None = None,
+        deadline: float | None = None,
     ) -> ExecResult:
         def _exec() -> ExecResult:
             exec_id = self.api.exec_create(
-                container_id, argv, user=user, workdir=workdir, environment=environment
+                container_id,
+                argv,
+                user=user,
+                workdir=workdir,
+                environment=environment,
+                stdin=stdin is not None,
             )["Id"]
             limit = max_output_bytes or sys.maxsize
             out, err = HeadTail(limit), HeadTail(limit)
+            ends = None if deadline is None else time.monotonic() + deadline
             # docker-py only opens the stream here; its own frame reader would skip
             # what came in with the response headers (see attach.py), so read it here.
             with self.api.exec_start(exec_id, stream=True)._response as response:
                 body = attach_body(response)
-                # the process may be silent for longer than the client's timeout;
-                # run_shell's own deadline (``timeout`` in the container) ends it
-                self.api._disable_socket_timeout(body.raw)
+                sock = _socket_of(body) if stdin is not None or ends is not None else None
+                if sock is None or ends is None:
+                    # the process may be silent for longer than the client's timeout;
+                    # run_shell's own deadline (``timeout`` in the container) ends it
+                    self.api._disable_socket_timeout(body.raw)
+                else:
+                    sock.settimeout(deadline)
+                if sock is not None and stdin is not None:
+                    # A process that ends without reading all of it (it refused the
+                    # work) closes the pipe: its output and status tell why.
+                    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                        sock.sendall(stdin)
+                        sock.shutdown(socket.SHUT_WR)  # the process reads its end of input
                 for stream, piece in read_frames(body):
                     (err if stream == STDERR else out).add(piece)
+                    if sock is not None and ends is not None:  # a trickle must not stretch it
+                        left = ends - time.monotonic()
+                        if left <= 0:
+                            raise TimeoutError
+                        sock.settimeout(left)
             code = self.api.exec_inspect(exec_id)["ExitCode"]
             return ExecResult(
                 int(code if code is not None else -1),
@@ -370,6 +442,11 @@ class DockerBackend(Backend):
 
         try:
             return await _run(_exec)  # type: ignore[no-any-return]
+        except TimeoutError as exc:  # socket.timeout too
+            raise FileOperationError(
+                f"the process in the sandbox did not finish within {deadline:g}s (stopped or "
+                "blocked by sandbox code?); the host stopped waiting for it"
+            ) from exc
         except docker.errors.APIError as exc:
             raise FileOperationError(f"could not run a process in the sandbox: {exc}") from exc
         except TruncatedStreamError as exc:
@@ -421,7 +498,7 @@ class DockerBackend(Backend):
 
     async def logs(self, container_id: str, tail: int) -> str:
         raw = await _run(self.api.logs, container_id, tail=tail)
-        return bytes(raw).decode(errors="replace")
+        return bytes(raw)[-_LOG_TAIL_BYTES:].decode(errors="replace")
 
     async def address(self, container_id: str) -> str:
         info = await _run(self.api.inspect_container, container_id)

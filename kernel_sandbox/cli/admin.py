@@ -8,9 +8,10 @@ import os
 import shutil
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import click
 import docker.errors
@@ -92,27 +93,47 @@ def _orphan_containers(
     return found
 
 
-def _orphan_volumes(backend: DockerBackend, remove_all: bool) -> list[_Leftover]:
-    """Labelled volumes (a sandbox's writable area) whose owner process is gone.
+def _orphan_resources(
+    kind: str,
+    listed: list[dict[str, object]],
+    remove_one: Callable[[list[str]], Coroutine[Any, Any, None]],
+    remove_all: bool,
+) -> list[_Leftover]:
+    """Labelled volumes or networks (a sandbox's writable area, a tcp sandbox's own
+    network) whose owner process is gone.
 
     Listed before their containers are removed and removed after them; the engine
-    refuses to remove a volume a container still uses, which is reported, not fatal.
+    refuses to remove what a container still uses, which is reported, not fatal.
     """
     found = []
-    for volume in asyncio.run(backend.list_volumes({LABEL_PREFIX: "true"})):
-        labels: dict[str, str] = volume["labels"]  # type: ignore[assignment]
+    for resource in listed:
+        labels: dict[str, str] = resource["labels"]  # type: ignore[assignment]
         if not remove_all and _owner_alive(labels) is not False:
             continue
-        name = str(volume["name"])
+        name = str(resource["name"])
 
         def remove(name: str = name) -> None:
             try:
-                asyncio.run(backend.remove_volumes([name]))
+                asyncio.run(remove_one([name]))
             except docker.errors.APIError as exc:
-                click.echo(f"left volume {name}: {exc.explanation or exc}")
+                click.echo(f"left {kind} {name}: {exc.explanation or exc}")
 
-        found.append(_Leftover(f"volume {name}", remove))
+        found.append(_Leftover(f"{kind} {name}", remove))
     return found
+
+
+def _orphan_volumes(backend: DockerBackend, remove_all: bool) -> list[_Leftover]:
+    volumes = asyncio.run(backend.list_volumes({LABEL_PREFIX: "true"}))
+    return _orphan_resources("volume", volumes, backend.remove_volumes, remove_all)
+
+
+def _orphan_networks(backend: DockerBackend, remove_all: bool) -> list[_Leftover]:
+    async def remove(names: list[str]) -> None:
+        for name in names:
+            await backend.remove_network(name)
+
+    networks = asyncio.run(backend.list_networks({LABEL_PREFIX: "true"}))
+    return _orphan_resources("network", networks, remove, remove_all)
 
 
 def _stale_run_dirs(rows: list[dict[str, object]]) -> list[_Leftover]:
@@ -150,7 +171,7 @@ def _stale_run_dirs(rows: list[dict[str, object]]) -> list[_Leftover]:
 )
 @click.option("--dry-run", is_flag=True, help="Only say what would be removed.")
 def gc(remove_all: bool, dry_run: bool) -> None:
-    """Remove orphaned sandboxes (their owner process is gone), their volumes and host files.
+    """Remove orphaned sandboxes (their owner process is gone), their volumes, networks, files.
 
     Only what kernel-sandbox made is touched: containers and volumes with its label whose
     owner ran on this host, and unclaimed directories in the runtime root.
@@ -158,7 +179,12 @@ def gc(remove_all: bool, dry_run: bool) -> None:
     backend = DockerBackend()
     rows = _sandboxes()
     containers = _orphan_containers(backend, rows, remove_all)
-    leftovers = containers + _orphan_volumes(backend, remove_all) + _stale_run_dirs(rows)
+    leftovers = (
+        containers
+        + _orphan_volumes(backend, remove_all)
+        + _orphan_networks(backend, remove_all)
+        + _stale_run_dirs(rows)
+    )
     failed = 0
     for leftover in leftovers:
         click.echo(f"{'would remove' if dry_run else 'removing'} {leftover.what}")

@@ -12,7 +12,9 @@ import json
 import posixpath
 import secrets
 import socket
-from typing import Literal, TypedDict
+from typing import Literal, NotRequired, TypedDict
+
+import zmq
 
 from .supervisor import SUPERVISOR
 
@@ -61,20 +63,29 @@ os.execvp("sh", ["sh"] + sys.argv[1:])
 
 # Runs inside the container as the kernel (a child of the supervisor).
 LAUNCHER = """\
+import json
 import os
 import sys
 import tempfile
 
 import zmq
 
+connection = os.environ.pop("KERNEL_SANDBOX_CONNECTION")
 fd, path = tempfile.mkstemp(prefix="kernel-", suffix=".json")
-os.write(fd, os.environ.pop("KERNEL_SANDBOX_CONNECTION").encode())
+os.write(fd, connection.encode())
 os.close(fd)
+# tcp: every socket the kernel binds is a CURVE server (encrypted; a peer must know the
+# server's key), whichever ipykernel the image has.
+curve = json.loads(connection).get("curve_secretkey", "").encode()
 # ipc: bind to the sockets the binder made (see BINDER) instead of making new ones.
 prebound = os.environ.pop("KERNEL_SANDBOX_FDS", "")
 prebound = dict(item.rsplit("=", 1) for item in prebound.split(",") if item)
 
 def _bind(self, addr, _bind=zmq.Socket.bind):
+    if curve:
+        self.curve_secretkey = curve
+        self.curve_publickey = zmq.curve_public(curve)
+        self.curve_server = True
     if addr in prebound:
         self.set(zmq.USE_FD, int(prebound[addr]))
     return _bind(self, addr)
@@ -155,6 +166,10 @@ class ConnectionInfo(TypedDict):
     key: str
     signature_scheme: str
     kernel_name: str
+    #: tcp: the kernel's CURVE key pair (z85); jupyter_client and ipykernel use the
+    #: same pair on both ends, so only a holder of the connection info can connect.
+    curve_publickey: NotRequired[str]
+    curve_secretkey: NotRequired[str]
 
 
 def free_tcp_ports(count: int = 5) -> list[int]:
@@ -184,6 +199,12 @@ def new_connection_info(
         "kernel_name": "python3",
     }
     info.update(zip(PORT_NAMES, ports, strict=True))
+    if transport == "tcp":
+        # HMAC proves who sent a message but hides nothing: anyone who reaches a tcp
+        # port (a local user, another container) could read iopub.  CURVE encrypts, and
+        # refuses a peer that does not know the key.
+        public, secret = zmq.curve_keypair()
+        info.update(curve_publickey=public.decode(), curve_secretkey=secret.decode())
     return info  # type: ignore[return-value]
 
 

@@ -31,10 +31,10 @@ sys.stdin.read()  # wait to be killed
 """
 
 
-def orphan_of_killed_owner() -> str:
-    """Run ``ORPHAN_MAKER``, SIGKILL it once its sandbox is up; the orphan's sandbox id."""
+def orphan_of_killed_owner(program: str = ORPHAN_MAKER) -> str:
+    """Run ``program`` (``ORPHAN_MAKER``), SIGKILL it once its sandbox is up; its id."""
     maker = subprocess.Popen(
-        [sys.executable, "-c", ORPHAN_MAKER],
+        [sys.executable, "-c", program],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

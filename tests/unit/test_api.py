@@ -32,7 +32,7 @@ SUBMODULE_ONLY: dict[str, set[str]] = {
     "config": {"DISK_SHARES", "KERNEL_PYTHON", "LABEL_PREFIX", "describe_invalid", "parse_size"},
     "errors": set(),  # every exception is catchable from the root
     "events": {"Listener", "emit"},
-    "files": set(),
+    "files": {"LIST_LIMIT"},
     "manager": {"SandboxManagerType", "register_manager"},
     "results": {
         "BINARY_PREFIXES",

@@ -26,6 +26,7 @@ def test_one_leftover_that_cannot_be_removed_does_not_keep_the_others(
     monkeypatch.setattr(admin, "_sandboxes", lambda: [])
     monkeypatch.setattr(admin, "_orphan_containers", lambda *a: leftovers)
     monkeypatch.setattr(admin, "_orphan_volumes", lambda *a: [])
+    monkeypatch.setattr(admin, "_orphan_networks", lambda *a: [])
     monkeypatch.setattr(admin, "_stale_run_dirs", lambda *a: [])
 
     result: Any = CliRunner().invoke(admin.gc, [])
