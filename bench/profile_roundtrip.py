@@ -39,11 +39,11 @@ async def _alive() -> None:
     return None
 
 
-async def local_session() -> tuple[KernelSession, int, object]:
+async def local_session(kernel: str) -> tuple[KernelSession, int, object]:
     from jupyter_client.manager import AsyncKernelManager
 
     run_dir = tempfile.mkdtemp(prefix="ks-prof-")
-    km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=f"{run_dir}/k")
+    km = AsyncKernelManager(kernel_name=kernel, transport="ipc", ip=f"{run_dir}/k")
     await km.start_kernel(extra_arguments=TUNED_KERNEL_ARGS)
     session = KernelSession(km.get_connection_info())  # type: ignore[arg-type]
     await session.connect(60, _alive)
@@ -66,7 +66,7 @@ async def main(args: argparse.Namespace) -> None:
         ).stdout.splitlines()[1:]
         pid = int(next(line.split()[0] for line in top if "ipykernel" in line))
     else:
-        session, pid, km = await local_session()
+        session, pid, km = await local_session(args.kernel)
 
     async def call() -> None:
         await session.execute("print(1+1)", timeout=30, interrupt_grace=2, check_alive=_alive)
@@ -218,4 +218,5 @@ if __name__ == "__main__":
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--sandbox", action="store_true", help="profile a real sandbox's kernel")
     p.add_argument("--image", default="kernel-sandbox:datascience")
+    p.add_argument("--kernel", default="python3", help="local kernelspec (e.g. another ipykernel)")
     asyncio.run(main(p.parse_args()))
