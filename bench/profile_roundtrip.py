@@ -18,6 +18,7 @@ import collections
 import cProfile
 import io
 import itertools
+import os
 import pstats
 import shutil
 import subprocess
@@ -64,7 +65,9 @@ async def main(args: argparse.Namespace) -> None:
             text=True,
             check=True,
         ).stdout.splitlines()[1:]
-        pid = int(next(line.split()[0] for line in top if "ipykernel" in line))
+        # the kernel is the last process with IPKernelApp in its command line (the
+        # init and the supervisor's shell carry the same text as arguments)
+        pid = int([line for line in top if "IPKernelApp" in line][-1].split()[0])
     else:
         session, pid, km = await local_session(args.kernel)
 
@@ -74,6 +77,11 @@ async def main(args: argparse.Namespace) -> None:
     for _ in range(50):
         await call()
     await timeline(session, args.calls // 3)
+    await cpu_per_call(call, pid, args.calls // 3)
+    if args.cpu_only:
+        await _close(sandbox, session, km)
+        return
+    await kernel_cprofile(session, args.calls // 3, args.top)
     out = Path(tempfile.mkdtemp(prefix="ks-prof-out-"))
     spy = subprocess.Popen(
         [
@@ -100,8 +108,12 @@ async def main(args: argparse.Namespace) -> None:
     print("\n".join(buf.getvalue().splitlines()[4:]))
     kernel_report(out / "kernel.txt", args.top)
     shutil.rmtree(out, ignore_errors=True)
+    await _close(sandbox, session, km)
+
+
+async def _close(sandbox: object, session: KernelSession, km: object) -> None:
     if sandbox is not None:
-        await sandbox.close()
+        await sandbox.close()  # type: ignore[attr-defined]
     else:
         session.close()
         await km.shutdown_kernel(now=True)  # type: ignore[attr-defined]
@@ -152,6 +164,50 @@ async def timeline(session: KernelSession, calls: int) -> None:
         values.sort()
         print(f"  {values[len(values) // 2] * 1000:7.3f}  {name}")
     print()
+
+
+async def cpu_per_call(call: object, pid: int, calls: int) -> None:
+    """CPU time a call costs each side (no profiler): this process and the kernel's.
+
+    On 2 shared cores the sum bounds the calls per second the machine can do at all.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def kernel_cpu() -> float:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / tick
+
+    k0, c0, t0 = kernel_cpu(), time.process_time(), time.perf_counter()
+    for _ in range(calls):
+        await call()  # type: ignore[operator]
+    wall = (time.perf_counter() - t0) / calls * 1000
+    client = (time.process_time() - c0) / calls * 1000
+    kernel = (kernel_cpu() - k0) / calls * 1000
+    print(f"CPU per call over {calls} calls: client {client:.3f} ms, kernel {kernel:.3f} ms")
+    print(f"  (wall {wall:.3f} ms a call; 2 cores allow <= {2000 / (client + kernel):.0f}/s)\n")
+
+
+async def kernel_cprofile(session: KernelSession, calls: int, top: int) -> None:
+    """cProfile inside the kernel (its main thread: dispatch, IPython, the reply) over
+    ``calls`` calls; the profiler's own cells are left out of the figures."""
+
+    async def run(code: str) -> list[dict[str, object]]:
+        raw = await session.execute(code, timeout=60, interrupt_grace=2, check_alive=_alive)
+        return raw.outputs
+
+    await run("import cProfile as _cp, pstats as _ps, io as _io\n_prof = _cp.Profile()")
+    await run("_prof.enable()")
+    for _ in range(calls):
+        await run("print(1+1)")
+    await run("_prof.disable()")
+    outputs = await run(
+        "_buf = _io.StringIO()\n"
+        f"_ps.Stats(_prof, stream=_buf).sort_stats('tottime').print_stats({top})\n"
+        "print(_buf.getvalue())"
+    )
+    text = "".join(str(o.get("text", "")) for o in outputs)
+    print(f"kernel main thread (cProfile over {calls} calls, by own time):")
+    print("\n".join(line[:160] for line in text.splitlines()[: top + 12]))
 
 
 #: Frames whose inclusive share of the kernel's samples tells where a call goes.
@@ -218,5 +274,6 @@ if __name__ == "__main__":
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--sandbox", action="store_true", help="profile a real sandbox's kernel")
     p.add_argument("--image", default="kernel-sandbox:datascience")
+    p.add_argument("--cpu-only", action="store_true", help="timeline and CPU, no profilers")
     p.add_argument("--kernel", default="python3", help="local kernelspec (e.g. another ipykernel)")
     asyncio.run(main(p.parse_args()))
