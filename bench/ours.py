@@ -286,7 +286,13 @@ async def density(
             "open_files_of_this_process": len(os.listdir("/proc/self/fd")),
         }
     finally:
-        await asyncio.gather(*(s.close() for s in sandboxes))
+        slots = asyncio.Semaphore(concurrency)  # hundreds of removals at once swamp the engine
+
+        async def close(sandbox: AsyncSandbox) -> None:
+            async with slots:
+                await sandbox.close()
+
+        await asyncio.gather(*(close(s) for s in sandboxes))
 
 
 def _raise_open_file_limit() -> None:
