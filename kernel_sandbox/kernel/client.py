@@ -93,6 +93,8 @@ class RawExecution:
     reply: dict[str, Any] = field(default_factory=dict)
     death_reason: str = ""
     truncated_bytes: int = 0
+    display_ids: dict[str, list[int]] = field(default_factory=dict)
+    display_updates: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _shared_context() -> zmq.asyncio.Context:
@@ -168,6 +170,10 @@ class _PinnedClient(AsyncKernelClient):
         sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE.get(channel, 2))
         if identity:
             sock.identity = identity
+        if self.curve_publickey is not None:  # tcp: the kernel's sockets are CURVE servers
+            sock.curve_secretkey = self.curve_secretkey
+            sock.curve_publickey = self.curve_publickey
+            sock.curve_serverkey = self.curve_publickey
         address = f"inproc://kernel-sandbox-monitor-{next(_monitor_ids)}"
         sock.monitor(address, zmq.EVENT_DISCONNECTED)
         monitor: zmq.Socket[bytes] = zmq.Context.shadow(self.context.underlying).socket(zmq.PAIR)
@@ -338,8 +344,17 @@ class KernelSession:
             return LOST_REPLY if await self._reply(probes, wait) is not None else None
 
         def result(outcome: Outcome, **details: Any) -> RawExecution:
+            outputs = collector.outputs
+            updates = {
+                k: {"data": d, "metadata": m} for k, (d, m) in collector.display_updates.items()
+            }
             return RawExecution(
-                outcome, collector.outputs, truncated_bytes=collector.truncated_bytes, **details
+                outcome,
+                outputs,
+                truncated_bytes=collector.truncated_bytes,
+                display_ids=collector.display_ids(outputs),
+                display_updates=updates,
+                **details,
             )
 
         loop = asyncio.get_running_loop()
