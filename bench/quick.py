@@ -11,13 +11,13 @@ measured in the same run, interleaved with ours:
 - ``cold_vs_docker``: create -> first result p50 / ``docker run --rm IMAGE true`` p50,
   lower is better;
 - ``throughput16_x_local``: short executions per second over 16 sandboxes times the
-  local kernel's round trip p50 (how many local round trips' worth of work one second
-  of 16 sandboxes does: the machine's speed cancels), higher is better.
+  local kernel's round trip p50, higher is better: printed, not gated (``REPORTED``).
 
-Each has a margin (``MARGINS``): a ratio worse than the committed
+Each gated ratio has a margin (``MARGINS``): a ratio worse than the committed
 ``bench/results/baseline.json`` by more than it exits 1.  The margins are wide because
-the ratios still move with the load (up to ±30 % between runs at load 12-25 on 2 cores
-here); the absolute figures are printed for the record only.  Under two minutes even at
+the ratios still move with the load (print ±30 %, cold start up to +55 % between runs
+of the same code at load 12-25 on 2 cores here), so the gate catches large regressions
+only; the absolute figures are printed for the record only.  Under two minutes even at
 load 25 (~35 s on a quiet machine).
 """
 
@@ -46,9 +46,12 @@ BASELINE = HERE / "results" / "baseline.json"
 #: metric -> (direction, allowed regression as a fraction of the baseline value)
 MARGINS: dict[str, tuple[str, float]] = {
     "print_vs_local": ("lower", 0.35),
-    "cold_vs_docker": ("lower", 0.40),
-    "throughput16_x_local": ("higher", 0.40),
+    "cold_vs_docker": ("lower", 0.60),
 }
+#: Printed beside the gated ratios but never failing the run: at load 12-15 it moved from
+#: 0.74 to 2.38 between two runs of the same code (the local round trip and the 16
+#: sandboxes are measured at different moments of a load that changes by the second).
+REPORTED = ("throughput16_x_local",)
 
 
 async def round_trips(image: str, calls: int) -> list[float]:
@@ -151,9 +154,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average {load[0]:.1f} -> {os.getloadavg()[0]:.1f}, {time.time() - started:.0f} s")
     base = json.loads(args.baseline.read_text())["ratios"] if args.baseline.exists() else {}
     verdicts = compare(now, base)
-    width = max(len(n) for n, _, _ in verdicts)
+    width = max(len(n) for n in now)
     for name, line, _ in verdicts:
         print(f"  {name:<{width}}  {line}")
+    for name in REPORTED:
+        ref = base.get(name)
+        was = f" (baseline {ref:.3f}; reported, not gated)" if ref else ""
+        print(f"  {name:<{width}}  {now[name]:.3f}{was}")
     if args.update:
         args.baseline.parent.mkdir(parents=True, exist_ok=True)
         payload = {

@@ -60,8 +60,12 @@ def ensure_image(peer: str, progress: Any = None) -> str:
     """The peer's image, built offline on our debootstrap base when missing."""
     import docker
 
-    from kernel_sandbox.images.builder import image_exists, run_build
-    from kernel_sandbox.images.wheels import build_context, complete_wheels, probe_python
+    from kernel_sandbox.backends.docker.images.builder import image_exists, run_build
+    from kernel_sandbox.backends.docker.images.wheels import (
+        build_context,
+        complete_wheels,
+        probe_python,
+    )
 
     _, tag, _ = PEERS[peer]
     client = docker.from_env(timeout=600)
