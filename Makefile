@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install engine images run demo test test-unit test-integration test-runsc test-kubernetes cluster-up cluster-down soak lint bench bench-server
+.PHONY: install engine images run demo test test-unit test-integration test-runsc test-kubernetes cluster-up cluster-down soak lint bench bench-server bench-quick
 #: Run a second time under gVisor (runtime="runsc", README "Stronger isolation"): every
 #: hostile-code suite (the glob takes new ones too) and the core sandbox tests.
 RUNSC_TESTS ?= tests/integration/test_hostile*.py tests/integration/test_sandbox.py
@@ -55,6 +55,9 @@ lint:               ## ruff, mypy, and shellcheck on the programs that run insid
 
 bench:              ## performance figures against baselines, printed and written to JSON
 	$(PYTHON) bench/run.py
+
+bench-quick:        ## the key ratios in < 2 min; exits 1 if one regressed past its margin
+	$(PYTHON) bench/quick.py
 
 bench-server:       ## print(1+1) through HTTP and MCP vs in-process; 50 clients on 50 sandboxes
 	$(PYTHON) bench/server.py

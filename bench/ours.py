@@ -7,7 +7,9 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
+import resource
 import time
+from pathlib import Path
 from typing import Any
 
 import docker
@@ -21,6 +23,13 @@ BENCH_LABEL = {"kernel-sandbox.bench": "1"}
 PLOT = (
     "import matplotlib.pyplot as plt\n"
     "plt.figure(figsize=(4, 3)); plt.plot(range(50), [i * i for i in range(50)]); plt.show()"
+)
+#: A describe() and a PNG in one cell: the same cell bench/peers/driver.py sends.
+ANALYSIS = (
+    "import numpy as np, pandas as pd, matplotlib.pyplot as plt\n"
+    "df = pd.DataFrame(np.random.default_rng(0).normal(size=(1000, 4)), columns=list('abcd'))\n"
+    "plt.figure(figsize=(4, 3)); plt.plot(df['a'].cumsum()); plt.show()\n"
+    "df.describe()"
 )
 #: When did the kernel process start (host clock; containers share the host kernel)?
 KERNEL_STARTED = (
@@ -133,8 +142,9 @@ async def warm_pool(image: str, n: int, size: int) -> dict[str, list[float]]:
     return {"acquire": acquire, "acquire_to_first_result": first}
 
 
-async def round_trips(image: str, calls: int, big: int) -> dict[str, list[float]]:
-    """print(1+1) round trips; 1 MB of stdout; a matplotlib PNG (first one apart)."""
+async def round_trips(image: str, calls: int, big: int) -> dict[str, Any]:
+    """print(1+1) round trips; 1 MB of stdout; a matplotlib PNG and a describe() + PNG
+    cell (first ones apart, they import); state kept between calls."""
     async with await AsyncSandbox.create(config(image)) as sandbox:
         for _ in range(20):
             await sandbox.run_python("print(1+1)")
@@ -158,11 +168,25 @@ async def round_trips(image: str, calls: int, big: int) -> dict[str, list[float]
             ex = await sandbox.run_python(PLOT)
             png.append(time.perf_counter() - t)
             assert ex.images("image/png"), ex.text
+        t = time.perf_counter()
+        await sandbox.run_python(ANALYSIS)
+        analysis_first = [time.perf_counter() - t]
+        analysis = []
+        for _ in range(5):
+            t = time.perf_counter()
+            ex = await sandbox.run_python(ANALYSIS)
+            analysis.append(time.perf_counter() - t)
+            assert ex.images("image/png") and "mean" in ex.text, ex.text
+        await sandbox.run_python("x = 41")
+        state_kept = (await sandbox.run_python("print(x + 1)")).text == "42"
     return {
         "print": latency,
         "stdout_1mb": stdout_1mb,
         "png_first_with_import": png_first,
         "png": png,
+        "analysis_first_with_import": analysis_first,
+        "analysis": analysis,
+        "state_kept": state_kept,
     }
 
 
@@ -191,11 +215,18 @@ async def throughput(image: str, counts: list[int], seconds: float) -> dict[str,
         await asyncio.gather(*(s.close() for s in sandboxes))
 
 
-async def _start_many(image: str, n: int, concurrency: int) -> list[AsyncSandbox]:
+async def _start_many(
+    image: str, n: int, concurrency: int, mem_floor: int = 0
+) -> list[AsyncSandbox]:
+    """Start n sandboxes, ``concurrency`` at a time; none once the host's available
+    memory is under ``mem_floor`` bytes (the density run stops there instead of pushing
+    the machine, which others share, into the OOM killer)."""
     slots = asyncio.Semaphore(concurrency)
 
-    async def one() -> AsyncSandbox:
+    async def one() -> AsyncSandbox | None:
         async with slots:
+            if mem_floor and _mem_available() < mem_floor:
+                return None
             return await AsyncSandbox.create(config(image))
 
     results = await asyncio.gather(*(one() for _ in range(n)), return_exceptions=True)
@@ -207,11 +238,18 @@ async def _start_many(image: str, n: int, concurrency: int) -> list[AsyncSandbox
     return sandboxes
 
 
-async def density(image: str, n: int, concurrency: int) -> dict[str, Any]:
-    """Start n sandboxes, check all answer at once, and measure what an idle one costs."""
+async def density(
+    image: str, n: int, concurrency: int, mem_floor_gb: float = 3.0
+) -> dict[str, Any]:
+    """Start n sandboxes, check all answer at once, and measure what an idle one costs:
+    in its cgroup, and on the engine's side (each container's shim, and the growth of
+    dockerd and containerd), and on the host as a whole (MemAvailable)."""
+    _raise_open_file_limit()
     before = _mem_available()
+    engine_before = _engine_rss()
+    own_before = _pss(os.getpid())
     t0 = time.perf_counter()
-    sandboxes = await _start_many(image, n, concurrency)
+    sandboxes = await _start_many(image, n, concurrency, int(mem_floor_gb * 2**30))
     started = time.perf_counter() - t0
     try:
         answers = await asyncio.gather(*(s.run_python("print(1+1)") for s in sandboxes))
@@ -229,20 +267,86 @@ async def density(image: str, n: int, concurrency: int) -> dict[str, Any]:
             pids = [row[top["Titles"].index("PID")] for row in top["Processes"]]
             procs.append(len(pids))
             threads.append(sum(_threads(int(p)) for p in pids))
+        shims = _shim_pss({s.container_id for s in sandboxes})
+        engine_after = _engine_rss()
         after = _mem_available()
+        k = max(len(sandboxes), 1)
         return {
             "requested": n,
+            "started": len(sandboxes),
             "alive": alive,
             "seconds_to_start_all": started,
             "start_concurrency": concurrency,
+            "mem_floor_gb": mem_floor_gb,
             "cgroup_mem_per_sandbox_mb": [u / 2**20 for u in usages],
             "rss_per_sandbox_mb": [r / 2**20 for r in rss],
-            "host_mem_per_sandbox_mb": (before - after) / n / 2**20,
+            "shim_pss_per_sandbox_mb": [x / 2**20 for x in shims],
+            "engine_growth_per_sandbox_mb": (engine_after - engine_before) / k / 2**20,
+            "client_pss_per_sandbox_mb": (_pss(os.getpid()) - own_before) / k / 2**20,
+            "host_mem_per_sandbox_mb": (before - after) / k / 2**20,
             "processes_per_sandbox": procs,
             "threads_per_sandbox": threads,
+            "open_files_of_this_process": len(os.listdir("/proc/self/fd")),
         }
     finally:
-        await asyncio.gather(*(s.close() for s in sandboxes))
+        slots = asyncio.Semaphore(concurrency)  # hundreds of removals at once swamp the engine
+
+        async def close(sandbox: AsyncSandbox) -> None:
+            async with slots:
+                await sandbox.close()
+
+        await asyncio.gather(*(close(s) for s in sandboxes))
+
+
+def _raise_open_file_limit() -> None:
+    """Each sandbox holds a few dozen descriptors in this process: use the hard limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def _pss(pid: int) -> int:
+    """Proportional set size of a process in bytes (shared pages split among users)."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _shim_pss(container_ids: set[str]) -> list[int]:
+    """PSS of the ``containerd-shim`` of each of these containers (the engine's per-
+    container process; runc is gone once a container runs)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"containerd-shim-runc-v2") and b"-id" in argv:
+            cid = argv[argv.index(b"-id") + 1].decode()
+            if cid in container_ids:
+                out.append(_pss(int(pid)))
+    return out
+
+
+def _engine_rss() -> int:
+    """RSS of the engine's daemons (dockerd and its containerd), from their pid files."""
+    total = 0
+    for pid_file in ("/var/run/docker.pid", "/var/run/docker/containerd/containerd.pid"):
+        try:
+            pid = int(Path(pid_file).read_text().strip())
+            with open(f"/proc/{pid}/status") as f:
+                total += next(int(x.split()[1]) * 1024 for x in f if x.startswith("VmRSS:"))
+        except (OSError, ValueError, StopIteration):
+            continue
+    return total
 
 
 def _mem_available() -> int:

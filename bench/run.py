@@ -1,13 +1,16 @@
 """kernel_sandbox benchmark: one command, one table, one JSON file, baselines in the same run.
 
-    make bench                                  # everything, modest sizes (~5 min)
+    make bench                                  # everything, modest sizes (~8 min)
+    python bench/run.py --parts latency,peers   # us against AutoGen and smolagents
     python bench/run.py --parts latency,baselines --calls 500
-    python bench/run.py --alive 60              # density: 60 idle sandboxes at once
+    python bench/run.py --parts density --alive 400 --concurrency 16   # 400 idle at once
     python bench/run.py --parts gvisor          # runc beside gVisor's runsc (needs runsc)
 
 Figures are taken on whatever else the machine is doing, so the table also gives them
 as ratios to baselines measured in the same run (a bare ``docker run``, a local
-ipykernel, ms-enclave 0.0.8's ``python_executor``).  JSON goes to bench/results/.
+ipykernel, ms-enclave 0.0.8's ``python_executor``, and the stateful peers: AutoGen's
+``DockerJupyterCodeExecutor`` and smolagents' ``DockerExecutor``, see bench/peers/).
+JSON goes to bench/results/.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ sys.path.insert(0, str(HERE))
 import baselines  # noqa: E402
 import gvisor  # noqa: E402
 import ours  # noqa: E402
+import peers  # noqa: E402
 
 #: (result name, launched with our kernel flags, driven by our KernelSession)
 LOCAL_KERNELS = (
@@ -38,7 +42,7 @@ LOCAL_KERNELS = (
     ("local_kernel_tuned", True, False),
     ("local_kernel_ours", True, True),
 )
-PARTS = ("cold", "pool", "latency", "throughput", "density", "baselines", "gvisor")
+PARTS = ("cold", "pool", "latency", "throughput", "density", "baselines", "peers", "gvisor")
 #: Parts run when --parts is not given (gvisor needs the runsc runtime on the engine).
 DEFAULT_PARTS = PARTS[:-1]
 DEFAULT_IMAGE = "kernel-sandbox:datascience"
@@ -123,7 +127,7 @@ async def measure(args: argparse.Namespace, parts: set[str], log: Any) -> dict[s
         r["throughput"] = await ours.throughput(image, counts, args.seconds)
     if "density" in parts:
         log(f"density: {args.alive} idle sandboxes at once")
-        r["density"] = await ours.density(image, args.alive, args.concurrency)
+        r["density"] = await ours.density(image, args.alive, args.concurrency, args.mem_floor_gb)
     if "gvisor" in parts:
         log(
             f"runc beside runsc: {args.gvisor_cold} cold starts, {args.calls} round trips, "
@@ -143,7 +147,107 @@ async def measure(args: argparse.Namespace, parts: set[str], log: Any) -> dict[s
             r["msenclave"] = await asyncio.to_thread(baselines.msenclave, 3, args.msenclave_calls)
         except Exception as exc:  # reported in the table; the rest stands
             r["msenclave"] = {"error": f"{type(exc).__name__}: {exc}"}
+    if "peers" in parts:
+        for name in peers.PEERS:
+            log(f"peer: {name} ({peers.PEERS[name][0]}), {args.peer_calls} calls")
+            try:
+                r[f"peer_{name}"] = await asyncio.to_thread(
+                    peers.measure, name, args.peer_starts, args.peer_calls, args.peer_idle
+                )
+            except Exception as exc:  # reported in the table; the rest stands
+                r[f"peer_{name}"] = {"error": f"{type(exc).__name__}: {exc}"}
+            finally:
+                peers.cleanup()
     return r
+
+
+def peer_rows(r: dict[str, Any]) -> list[tuple[str, ...]]:
+    """One line per system: the stateful peers beside us, and the other baselines."""
+    ms = 1000.0
+
+    def p(values: list[float] | None, q: int, scale: float = ms, fmt: str = "{:.1f}") -> str:
+        return fmt.format(pct(values, q) * scale) if values else "-"
+
+    ours_lat = r.get("latency", {})
+    ours_cold = r.get("cold", {}).get("total")
+    base = pct(ours_lat["print"], 50) if ours_lat.get("print") else None
+    density = r.get("density", {})
+    lines: list[tuple[str, ...]] = []
+    if ours_lat or ours_cold:
+        mem = density.get("cgroup_mem_per_sandbox_mb")
+        lines.append(
+            (
+                "kernel_sandbox",
+                p(ours_cold, 50, 1, "{:.2f} s"),
+                f"{p(ours_lat.get('print'), 50, fmt='{:.2f}')} / {p(ours_lat.get('print'), 99)}",
+                "1.0x",
+                p(ours_lat.get("analysis"), 50) + " (png, html)",
+                "yes" if ours_lat.get("state_kept") else "-",
+                f"{statistics.median(mem):.0f}" if mem else "-",
+            )
+        )
+    for name in peers.PEERS:
+        pr = r.get(f"peer_{name}")
+        if pr is None:
+            continue
+        label = f"{name} ({peers.PEERS[name][0].split('==')[1]})"
+        if "error" in pr:
+            lines.append((label, "failed: " + pr["error"][:70], "", "", "", "", ""))
+            continue
+        got = ("png, " if pr.get("analysis_png_returned") else "NO png, ") + (
+            "describe" if pr.get("analysis_describe_returned") else "no describe"
+        )
+        lat = pr["latency"]
+        lines.append(
+            (
+                label,
+                p(pr["cold"], 50, 1, "{:.2f} s"),
+                f"{p(lat, 50, fmt='{:.2f}')} / {p(lat, 99)}",
+                f"{pct(lat, 50) / base:.1f}x" if base else "-",
+                f"{p(pr['analysis'], 50)} ({got})",
+                "yes" if pr.get("state_kept") else "NO",
+                f"{statistics.median(pr['idle_mem_mb']):.0f}" if pr.get("idle_mem_mb") else "-",
+            )
+        )
+    mse = r.get("msenclave", {})
+    if mse.get("latency"):
+        lat = mse["latency"]
+        lines.append(
+            (
+                "ms-enclave (0.0.8)",
+                p(mse["cold"], 50, 1, "{:.2f} s"),
+                f"{p(lat, 50, fmt='{:.1f}')} / {p(lat, 99)}",
+                f"{pct(lat, 50) / base:.0f}x" if base else "-",
+                "-",
+                "no (a new process per call)",
+                "-",
+            )
+        )
+    lk = r.get("local_kernel")
+    if lk:
+        lines.append(
+            (
+                "local ipykernel, stock (no container)",
+                p(lk["cold"], 50, 1, "{:.2f} s"),
+                f"{p(lk['latency'], 50, fmt='{:.2f}')} / {p(lk['latency'], 99)}",
+                f"{pct(lk['latency'], 50) / base:.2f}x" if base else "-",
+                "-",
+                "yes",
+                "-",
+            )
+        )
+    if not lines:
+        return []
+    header = (
+        "system",
+        "create->first result p50",
+        "print(1+1) p50/p99 ms",
+        "vs ours",
+        "describe()+PNG p50 ms",
+        "state kept",
+        "idle MB",
+    )
+    return [header, tuple("-" * len(h) for h in header), *lines]
 
 
 def rows(r: dict[str, Any], args: argparse.Namespace) -> list[tuple[str, str, str, str]]:
@@ -226,10 +330,20 @@ def rows(r: dict[str, Any], args: argparse.Namespace) -> list[tuple[str, str, st
             (
                 f"sandboxes alive at once (of {d['requested']})",
                 f"{d['alive']} in {d['seconds_to_start_all']:.1f} s",
-                verdict(d["alive"] >= 50, ">= 50") if d["requested"] >= 50 else "(--alive 60)",
-                "",
+                verdict(d["alive"] >= 400, ">= 400") if d["requested"] >= 400 else "(--alive 400)",
+                f"{d['start_concurrency']} starting at a time; "
+                f"{d['alive'] / d['seconds_to_start_all']:.1f} started/s",
             )
         )
+        if d.get("started", d["requested"]) < d["requested"]:
+            out.append(
+                (
+                    "  stopped starting at the memory floor",
+                    f"{d['started']} started",
+                    "",
+                    f"host MemAvailable < {d['mem_floor_gb']} GB",
+                )
+            )
         out.append(
             (
                 "memory per idle sandbox (cgroup, p50)",
@@ -238,6 +352,19 @@ def rows(r: dict[str, Any], args: argparse.Namespace) -> list[tuple[str, str, st
                 f"host MemAvailable drop {d['host_mem_per_sandbox_mb']:.1f} MB each",
             )
         )
+        if d.get("shim_pss_per_sandbox_mb"):
+            shim = statistics.median(d["shim_pss_per_sandbox_mb"])
+            engine = d["engine_growth_per_sandbox_mb"]
+            client = d["client_pss_per_sandbox_mb"]
+            out.append(
+                (
+                    "  + engine per sandbox: shim PSS p50 / dockerd+containerd growth",
+                    f"{shim:.1f} / {engine:.1f} MB",
+                    "",
+                    f"+ {client:.2f} MB in this process; cgroup + engine "
+                    f"{statistics.median(d['cgroup_mem_per_sandbox_mb']) + shim + engine:.1f} MB",
+                )
+            )
         out.append(
             (
                 "processes / threads per idle sandbox",
@@ -320,9 +447,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--throughput", default="1,4,16", help="sandbox counts for throughput")
     p.add_argument("--seconds", type=float, default=3.0, help="seconds per throughput step")
     p.add_argument("--alive", type=int, default=20, help="idle sandboxes started at once")
-    p.add_argument("--concurrency", type=int, default=4, help="sandboxes starting at once")
+    p.add_argument("--concurrency", type=int, default=8, help="sandboxes starting at once")
+    p.add_argument(
+        "--mem-floor-gb", type=float, default=3.0, help="density: stop starting below this"
+    )
     p.add_argument("--docker-runs", type=int, default=5, help="bare docker run baselines")
     p.add_argument("--msenclave-calls", type=int, default=30, help="ms-enclave round trips")
+    p.add_argument("--peer-calls", type=int, default=100, help="round trips per peer")
+    p.add_argument("--peer-starts", type=int, default=3, help="cold starts per peer")
+    p.add_argument("--peer-idle", type=int, default=3, help="idle sandboxes per peer (memory)")
     p.add_argument("--gvisor-cold", type=int, default=5, help="cold starts per runtime (gvisor)")
     p.add_argument("--gvisor-idle", type=int, default=3, help="idle sandboxes per runtime (gvisor)")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/)")
@@ -344,6 +477,12 @@ def main(argv: list[str] | None = None) -> int:
     lines = rows(results, args)
     text = table(lines)
     print(text)
+    versus = peer_rows(results)
+    if versus:
+        widths = [max(len(line[i]) for line in versus) for i in range(len(versus[0]))]
+        print("\nstateful peers, same run:")
+        for line in versus:
+            print("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)))
     load = " -> ".join(
         "/".join(f"{x:.1f}" for x in info[k]) for k in ("loadavg_start", "loadavg_end")
     )

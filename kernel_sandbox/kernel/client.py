@@ -14,6 +14,7 @@ import inspect
 import itertools
 import logging
 import os
+import resource
 import stat
 import time
 from collections.abc import Awaitable, Callable
@@ -100,13 +101,32 @@ def _shared_context() -> zmq.asyncio.Context:
     """One ZMQ context (one IO thread) for every kernel connection of the process.
 
     Its sockets default to ``linger=0``: a message queued for a kernel that died must
-    never make closing a socket, or garbage-collecting a context, block forever.
+    never make closing a socket, or garbage-collecting a context, block forever.  It may
+    hold as many sockets as the process may open files (:func:`_max_sockets`).
     """
     global _CONTEXT
     if _CONTEXT is None or _CONTEXT.closed:
         _CONTEXT = zmq.asyncio.Context()
+        _CONTEXT.set(zmq.MAX_SOCKETS, _max_sockets())
         _CONTEXT.setsockopt(zmq.LINGER, 0)
     return _CONTEXT
+
+
+#: Ceiling for the shared context's socket table (one slot is a few bytes).
+MAX_SOCKETS_CAP = 1 << 16
+
+
+def _max_sockets() -> int:
+    """The process's open-file limit, capped: the real bound on kernel connections.
+
+    ZMQ's default of 1023 sockets per context stopped a process at 255 sandboxes (four
+    sockets each then: ``ZMQError: Too many open files``) whatever its open-file limit;
+    each socket also holds descriptors, so the open-file limit binds first anyway.
+    """
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return MAX_SOCKETS_CAP
+    return max(1023, min(soft, MAX_SOCKETS_CAP))
 
 
 _CONTEXT: zmq.asyncio.Context | None = None
