@@ -5,11 +5,15 @@ The recorder only listens: attach it to a sandbox (``sandbox.listeners.append(re
 operation becomes a cell; an agent loop also calls the ``add_*`` methods for messages
 and to attach tool-call ids.  After every step the whole notebook is validated and
 atomically rewritten, so a crash or ``kill -9`` leaves a valid notebook of everything
-up to the last step.
+up to the last step.  With ``flush_delay`` (the server's choice) a step only marks the
+notebook dirty and :mod:`.writer` rewrites it within that delay, coalescing steps, and
+at once on ``flush``/``finish``/``close`` and at exit: a step then costs microseconds
+instead of a validation and an fsync, and a crash loses at most that delay's steps.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import secrets
 import threading
@@ -36,6 +40,7 @@ from .cells import (
 )
 from .storage import write_notebook_atomic
 from .tags import seeds_randomness
+from .writer import WRITER
 
 __all__ = ["DEFAULT_SESSION_DIR", "FORMAT_VERSION", "NotebookRecorder", "new_session_path"]
 
@@ -82,9 +87,17 @@ class NotebookRecorder:
         *,
         title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        flush_delay: float | None = None,
     ) -> None:
         self.path = Path(path) if path is not None else new_session_path()
         self._lock = threading.RLock()
+        self._write_lock = threading.Lock()  # one write of this file at a time
+        #: None: write after every step; seconds: write behind, within this delay.
+        self.flush_delay = flush_delay if flush_delay and flush_delay > 0 else None
+        self._dirty = False
+        #: Bumped on every change; readers (the live page) wait for it to move.
+        self.version = 0
+        self._watchers: list[Any] = []
         self._recorded: dict[int, tuple[object, NotebookNode]] = {}
         self._steps = 0
         self._seeded = False  # a recorded cell seeded the random generators
@@ -111,6 +124,7 @@ class NotebookRecorder:
                 new_markdown_cell(f"# {title}", metadata={META_KEY: {"kind": "note"}})
             )
         self._save()
+        self.flush()  # the file exists from the start, whatever the delay
 
     # -- wiring -----------------------------------------------------------------------
 
@@ -304,7 +318,37 @@ class NotebookRecorder:
         if reason:
             fields["reason"] = reason
         self.set_metadata(fields)
+        self.flush()
         return self.path
+
+    def flush(self) -> None:
+        """Write what is not on disk yet, now (validated, atomic); raises NotebookError."""
+        with self._write_lock:
+            with self._lock:
+                if not self._dirty:
+                    return
+                self._dirty = False
+                snapshot = copy.deepcopy(self._nb)
+            WRITER.cancel(self)
+            try:
+                write_notebook_atomic(snapshot, self.path)  # validates first
+            except BaseException:
+                with self._lock:
+                    self._dirty = True
+                raise
+
+    def close(self) -> None:
+        """Write what is pending; the recorder can still record afterwards."""
+        self.flush()
+
+    def watch(self, callback: Any) -> None:
+        """Call ``callback()`` (from the recording thread) after every change."""
+        self._watchers.append(callback)
+
+    def unwatch(self, callback: Any) -> None:
+        """Stop calling ``callback``."""
+        if callback in self._watchers:
+            self._watchers.remove(callback)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -349,4 +393,14 @@ class NotebookRecorder:
 
     def _save(self) -> None:
         self._nb.metadata[META_KEY]["updated_at"] = iso_time()
-        write_notebook_atomic(self._nb, self.path)  # validates first
+        self.version += 1
+        for callback in list(self._watchers):
+            try:
+                callback()
+            except Exception:  # a watcher must never break recording
+                self._watchers.remove(callback)
+        if self.flush_delay is None:
+            write_notebook_atomic(self._nb, self.path)  # validates first
+            return
+        self._dirty = True
+        WRITER.schedule(self, self.flush_delay)

@@ -12,9 +12,7 @@ directory), capped by the server's ``max_upload_bytes`` and the sandbox's
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import tempfile
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
@@ -344,6 +342,5 @@ async def notebook(sandbox_id: str, ten: Ten, key: Key) -> FileResponse:
     """The sandbox's session so far, as a valid ``.ipynb``."""
     lease = ten.get(key, sandbox_id)
     path = lease.notebook_path
-    with contextlib.suppress(OSError):
-        os.stat(path)
+    await asyncio.to_thread(lease.recorder.flush)  # the steps still waiting to be written
     return FileResponse(path, media_type="application/x-ipynb+json", filename=f"{lease.id}.ipynb")

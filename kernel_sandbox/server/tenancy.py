@@ -7,7 +7,8 @@ an id that does not exist.  Each sandbox carries the labels ``kernel-sandbox.ser
 (the server's name) and ``kernel-sandbox.server-key-id`` (its owner's key id, never the
 key), so a restarted server finds what a killed one left.  Every sandbox is recorded by
 a :class:`~kernel_sandbox.notebook.NotebookRecorder` (crash-safe: the notebook is
-rewritten atomically after each step).
+rewritten atomically, within ``record_flush_delay`` of each step and at once when the
+sandbox goes).
 """
 
 from __future__ import annotations
@@ -180,7 +181,12 @@ class Tenancy:
         sandbox = await self.manager.get_sandbox(sid)
         path = self.settings.record_dir / owner / f"{sid}.ipynb"
         recorder = await asyncio.to_thread(
-            record_sandbox, sandbox, path, f"Sandbox {sid}", self._session_metadata(config, kind)
+            record_sandbox,
+            sandbox,
+            path,
+            f"Sandbox {sid}",
+            self._session_metadata(config, kind),
+            self.settings.record_flush_delay,
         )
         lease = Lease(sid, owner, kind, sandbox, recorder, list(notes), pooled=bool(pooled))
         self._leases[sid] = lease
