@@ -30,6 +30,7 @@ from typing import Any
 from .backends.base import Backend, ContainerSpec, ContainerState
 from .config import KERNEL_PYTHON, LABEL_PREFIX, SandboxConfig
 from .errors import (
+    ContainerStoppedError,
     FileOperationError,
     KernelError,
     SandboxClosedError,
@@ -212,6 +213,7 @@ class AsyncSandbox:
             own_network=self._network,
             read_only=cfg.disk_limit is not None,
             shm_size=cfg.disk_budget().get("shm"),
+            runtime=cfg.runtime,
         )
         # The engine call goes on in its thread even if we are cancelled: wait for it, so
         # that close() knows the container and removes it instead of leaking it.
@@ -442,7 +444,9 @@ class AsyncSandbox:
             await self._restart_in_place(KILL_ALL_SIGNAL if kill_all else KILL_SIGNAL)
             return "the kernel was restarted and all variables were lost"
         except SandboxError as exc:
-            why = str(exc)
+            # A stopped container (e.g. gVisor's whole-sandbox OOM kill) needs no more words
+            stopped = isinstance(exc.__cause__, ContainerStoppedError)
+            why = "its container had stopped" if stopped else str(exc)
         log.warning("sandbox %s: restarting the container: %s", self.id, why)
         assert self._state is not None
         try:
