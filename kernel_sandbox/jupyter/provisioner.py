@@ -1,4 +1,4 @@
-"""A jupyter_client kernel provisioner over the :class:`~kernel_sandbox.backends.base.KernelHost` interface.
+"""A jupyter_client kernel provisioner over the ``KernelHost`` interface (backends.base).
 
 jupyter_client's ``KernelManager`` hands the kernel's life to a provisioner: it asks it
 to ``launch_kernel`` (and takes the connection info it returns as the truth), ``poll``s
@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import secrets
+import shutil
 import signal
+import tempfile
 from typing import Any
 
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
@@ -37,6 +40,7 @@ from ..backends.factory import make_host
 from ..config import SandboxConfig
 from ..errors import KernelError, SandboxStartError
 from ..kernel.client import KernelSession
+from ..kernel.connection import PORT_NAMES
 
 __all__ = ["SandboxProvisioner"]
 
@@ -65,6 +69,7 @@ class SandboxProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         self._host: KernelHost | None = None
         self._ended: str | None = None  # why the kernel is not running, once known
         self._restarting = False
+        self._view: str | None = None  # the manager's links to ipc sockets
 
     # -- what jupyter_client asks -------------------------------------------------------
 
@@ -81,7 +86,12 @@ class SandboxProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         """Validate the configuration first; nothing runs on this machine's shell."""
         self.sandbox_config  # noqa: B018 (raises ConfigError on a bad kernelspec)
-        return await super().pre_launch(**kwargs)  # type: ignore[no-any-return]
+        # The host makes the connection info (transport, sockets, key; CURVE keys of
+        # its own with tcp), so the manager's encryption wish and ports do not apply.
+        kwargs.pop("transport_encryption", None)
+        extra = kwargs.pop("extra_arguments", [])
+        cmd = [*self.kernel_spec.argv, *extra]  # never run: for jupyter_client's records
+        return await super().pre_launch(cmd=cmd, **kwargs)  # type: ignore[no-any-return]
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> dict[str, Any]:
         """Start (or restart) the sandbox's kernel; return its connection info, ready."""
@@ -90,6 +100,9 @@ class SandboxProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             try:
                 info = await host.restart_kernel()
             except KernelError:
+                # A kernel that honoured shutdown_request closed its ipc sockets, which
+                # unlinks their files: only a fresh container binds them again (its
+                # volumes, and so the files, are kept).
                 info = await host.restart_whole()
         else:
             config = self.sandbox_config
@@ -103,8 +116,31 @@ class SandboxProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         self._restarting = False
         self._ended = None
         await self._wait_ready(host, dict(info))
-        self.connection_info = dict(info)
+        # jupyter_client's own connection info carries the key as bytes, and compares
+        self.connection_info = {**self._client_view(dict(info)), "key": info["key"].encode()}
         return self.connection_info  # type: ignore[no-any-return]
+
+    def _client_view(self, info: dict[str, Any]) -> dict[str, Any]:
+        """With ipc, the manager's own paths to the kernel's sockets: links to them.
+
+        ``KernelManager`` removes the ipc socket files of its connection info at every
+        shutdown *and restart* (``cleanup_ipc_files``); the real ones are bound once per
+        container, so removing them would make an in-place restart impossible.  The
+        manager gets links in a private host directory instead (made afresh at every
+        launch); they lead into the run directory, which the sandbox cannot write once
+        sealed.
+        """
+        if info.get("transport") != "ipc":
+            return info
+        if self._view is None:
+            self._view = tempfile.mkdtemp(prefix="ks-jupyter-")
+        prefix = os.path.join(self._view, "k")
+        for name in PORT_NAMES:
+            link = f"{prefix}-{info[name]}"
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(link)
+            os.symlink(f"{info['ip']}-{info[name]}", link)
+        return {**info, "ip": prefix}
 
     async def _wait_ready(self, host: KernelHost, info: dict[str, Any]) -> None:
         """Connect once, as ``AsyncSandbox`` does, so the kernel is up and the host has
@@ -200,5 +236,8 @@ class SandboxProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     async def _drop_host(self) -> None:
         host, self._host = self._host, None
         self._restarting = False
+        view, self._view = self._view, None
+        if view is not None:
+            shutil.rmtree(view, ignore_errors=True)
         if host is not None:
             await host.cleanup()
