@@ -358,6 +358,16 @@ class NotebookRecorder:
         with self._lock:
             return nbformat.from_dict(jsonable(self._nb))
 
+    def cell_count(self) -> int:
+        """Cells recorded so far (cheap: no copy)."""
+        with self._lock:
+            return len(self._nb.cells)
+
+    def notebook_meta(self) -> dict[str, Any]:
+        """A copy of the session's ``kernel_sandbox`` metadata (status, times...)."""
+        with self._lock:
+            return dict(jsonable(self._nb.metadata[META_KEY]))
+
     @property
     def steps(self) -> int:
         """Number of recorded steps (cells added)."""

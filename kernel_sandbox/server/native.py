@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -288,11 +289,15 @@ async def upload(
             )
         spool.seek(0)
         data = spool.read()
+    started = time.time()
     async with ten.use(key, sandbox_id):
         if append:
             await lease.sandbox.files.append(path, data)
         else:
             await lease.sandbox.files.write(path, data)
+    # the session notebook (and so replay, restore and the live page) shows the upload
+    operation = "append" if append else "write"
+    lease.recorder.add_file_operation(operation, path, content=data, started_at=started)
     return {"bytes": size}
 
 
@@ -301,6 +306,7 @@ async def remove(sandbox_id: str, path: str, ten: Ten, key: Key) -> dict[str, bo
     """Remove a file or directory."""
     async with ten.use(key, sandbox_id) as lease:
         await lease.sandbox.files.remove(path)
+    lease.recorder.add_file_operation("remove", path)
     return {"removed": True}
 
 
@@ -334,6 +340,7 @@ async def mkdir(sandbox_id: str, body: PathRequest, ten: Ten, key: Key) -> dict[
     """Create a directory (and its parents)."""
     async with ten.use(key, sandbox_id) as lease:
         await lease.sandbox.files.mkdir(body.path)
+    lease.recorder.add_file_operation("mkdir", body.path)
     return {"created": True}
 
 
