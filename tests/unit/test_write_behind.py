@@ -88,12 +88,10 @@ def test_a_killed_process_leaves_a_valid_notebook(tmp_path: Path) -> None:
         import sys, time
         from kernel_sandbox.notebook.recorder import NotebookRecorder
         rec = NotebookRecorder({str(path)!r}, flush_delay=0.01)
-        i = 0
-        while True:
+        for i in range(20):
             rec.add_note("x" * 2000 + str(i))
-            i += 1
-            if i == 20:
-                print("going", flush=True)
+        print("going", flush=True)
+        time.sleep(600)  # killed here, without finish() or a clean exit
         """
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
