@@ -50,13 +50,18 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 @router.get("", response_class=HTMLResponse)
 async def index(request: Request) -> Response:
     """The list page; ``?api_key=`` is moved into the cookie and out of the URL."""
+    return _keep_key(request, "/ui") or HTMLResponse(LIST_PAGE, headers=_NO_STORE)
+
+
+def _keep_key(request: Request, path: str) -> Response | None:
+    """With ``?api_key=``: a redirect to ``path`` that keeps the key in the cookie."""
     key = request.query_params.get("api_key")
-    if key:
-        response: Response = RedirectResponse("/ui", status_code=303)
-        secure = request.url.scheme == "https"
-        response.set_cookie(COOKIE, key, httponly=True, samesite="strict", secure=secure, path="/")
-        return response
-    return HTMLResponse(LIST_PAGE, headers=_NO_STORE)
+    if not key:
+        return None
+    response = RedirectResponse(path, status_code=303)
+    secure = request.url.scheme == "https"
+    response.set_cookie(COOKIE, key, httponly=True, samesite="strict", secure=secure, path="/")
+    return response
 
 
 @router.get("/list.json")
@@ -94,9 +99,12 @@ def _row(lease: Lease, now: float) -> dict[str, Any]:
 
 
 @router.get("/s/{sandbox_id}", response_class=HTMLResponse)
-async def session_page(sandbox_id: str, ten: Ten, key: Key) -> HTMLResponse:
+async def session_page(sandbox_id: str, request: Request, ten: Ten, key: Key) -> Response:
     """One session as a notebook page (it fills and grows through ``cells``)."""
     _source(ten, key, sandbox_id)  # 404 for another key's or an unknown id
+    kept = _keep_key(request, f"/ui/s/{sandbox_id}")
+    if kept is not None:
+        return kept
     page = SESSION_PAGE.replace("{{ID}}", html.escape(sandbox_id))
     return HTMLResponse(page, headers=_NO_STORE)
 

@@ -143,6 +143,10 @@ async def test_live_page_follows_the_api(server: Server, browser) -> None:  # ty
         assert any("hello from the API" in json.dumps(c.get("outputs", [])) for c in nb.cells)
         page = httpx2.get(f"{server.url}/ui/s/{sb.id}/notebook.html", headers=headers, timeout=60)
         assert page.status_code == 200 and "hello from the API" in page.text
+        # a session page opened directly with ?api_key= keeps the key too
+        await asyncio.to_thread(driver.get, f"{server.url}/ui/s/{sb.id}?api_key={KEY_A}")
+        assert "api_key" not in driver.current_url
+        await asyncio.to_thread(_wait, lambda: "hello from the API 42" in _page_text(driver))
         # another key sees nothing of it
         other = {"X-API-Key": KEY_B}
         assert httpx2.get(f"{server.url}/ui/s/{sb.id}/cells", headers=other).status_code == 404
