@@ -305,6 +305,13 @@ class NotebookRecorder:
             self._last_file = (cell, from_event, (operation, path))
             self._step()
 
+    def add_cells(self, cells: Any) -> None:
+        """Append copies of existing cells as they are (a resumed session's parent)."""
+        with self._lock:
+            for cell in cells:
+                self._nb.cells.append(nbformat.from_dict(jsonable(cell)))
+            self._step()
+
     def set_metadata(self, mapping: Mapping[str, Any] | None = None, **fields: Any) -> None:
         """Add or change session metadata (model name, image, budgets...) and save."""
         with self._lock:
