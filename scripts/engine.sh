@@ -23,6 +23,8 @@ ENGINE_DRY_RUN="${ENGINE_DRY_RUN:-0}"
 # ENGINE_RUNSC=1 (CI): gVisor's runsc is installed too.  DOCKERD_CONFIG: the config file a
 # dockerd started here gets (--config-file), e.g. one that registers runsc.
 ENGINE_RUNSC="${ENGINE_RUNSC:-0}"
+# ENGINE_BROWSER=1 (CI): chromium and chromium-driver too (the live page's browser test).
+ENGINE_BROWSER="${ENGINE_BROWSER:-0}"
 DOCKERD_CONFIG="${DOCKERD_CONFIG:-}"
 OS_RELEASE="${OS_RELEASE:-/etc/os-release}"
 
@@ -59,6 +61,10 @@ missing_packages() {
     if ! have dockerd || ! have docker; then missing+=(docker.io); fi
     have debootstrap || missing+=(debootstrap)
     if [ "${ENGINE_RUNSC}" = 1 ] && ! have runsc; then missing+=(runsc); fi
+    if [ "${ENGINE_BROWSER}" = 1 ]; then
+        have chromium || missing+=(chromium)
+        have chromedriver || missing+=(chromium-driver)
+    fi
     printf '%s\n' "${missing[@]+"${missing[@]}"}" | tr '\n' ' ' | sed 's/ *$//'
 }
 
@@ -133,7 +139,8 @@ instructions() {
 main() {
     if answers; then
         say "the Docker engine is running"
-        if is_root && is_debian && { ! have debootstrap || { [ "${ENGINE_RUNSC}" = 1 ] && ! have runsc; }; }; then
+        if is_root && is_debian \
+            && [ -n "$(missing_packages | tr ' ' '\n' | grep -vx docker.io || true)" ]; then
             install_packages
         fi
         return 0
