@@ -30,8 +30,9 @@ import secrets
 import shutil
 import signal
 import tempfile
-from typing import Any
+from typing import Any, cast
 
+from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from traitlets import Dict, Unicode
 
@@ -93,16 +94,13 @@ class SandboxProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         cmd = [*self.kernel_spec.argv, *extra]  # never run: for jupyter_client's records
         return await super().pre_launch(cmd=cmd, **kwargs)  # type: ignore[no-any-return]
 
-    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> dict[str, Any]:
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
         """Start (or restart) the sandbox's kernel; return its connection info, ready."""
         if self._host is not None and self._restarting:
             host = self._host
             try:
                 info = await host.restart_kernel()
-            except KernelError:
-                # A kernel that honoured shutdown_request closed its ipc sockets, which
-                # unlinks their files: only a fresh container binds them again (its
-                # volumes, and so the files, are kept).
+            except KernelError:  # e.g. its container stopped: restart that (files may go)
                 info = await host.restart_whole()
         else:
             config = self.sandbox_config
@@ -117,8 +115,9 @@ class SandboxProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         self._ended = None
         await self._wait_ready(host, dict(info))
         # jupyter_client's own connection info carries the key as bytes, and compares
-        self.connection_info = {**self._client_view(dict(info)), "key": info["key"].encode()}
-        return self.connection_info  # type: ignore[no-any-return]
+        view = {**self._client_view(dict(info)), "key": info["key"].encode()}
+        self.connection_info = cast(KernelConnectionInfo, view)
+        return self.connection_info
 
     def _client_view(self, info: dict[str, Any]) -> dict[str, Any]:
         """With ipc, the manager's own paths to the kernel's sockets: links to them.
