@@ -25,7 +25,7 @@ from typing import Any
 
 import nbformat
 
-from ..errors import NotebookError
+from ..errors import NotebookError, ResumeDivergedError
 from ..notebook.cells import META_KEY
 from ..notebook.compare import Tolerance
 from ..notebook.replay import areplay
@@ -33,14 +33,6 @@ from ..notebook.report import CellReplay, ReplayReport
 from ..notebook.storage import read_notebook
 
 __all__ = ["ResumeDivergedError", "resume_session"]
-
-
-class ResumeDivergedError(NotebookError):
-    """Replaying the parent notebook gave a different result in one cell."""
-
-    def __init__(self, message: str, cell: CellReplay) -> None:
-        super().__init__(message)
-        self.cell = cell
 
 
 class _Diverged(Exception):
