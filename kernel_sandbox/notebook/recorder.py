@@ -348,6 +348,13 @@ class NotebookRecorder:
         """Write what is pending; the recorder can still record afterwards."""
         self.flush()
 
+    def nudge(self) -> None:
+        """Tell watchers something outside the notebook changed (a running cell's
+        outputs on the live page); nothing is recorded or written."""
+        with self._lock:
+            self.version += 1
+            self._notify()
+
     def watch(self, callback: Any) -> None:
         """Call ``callback()`` (from the recording thread) after every change."""
         self._watchers.append(callback)
@@ -408,14 +415,17 @@ class NotebookRecorder:
         self._nb.metadata[META_KEY]["steps"] = self._steps
         self._save()
 
-    def _save(self) -> None:
-        self._nb.metadata[META_KEY]["updated_at"] = iso_time()
-        self.version += 1
+    def _notify(self) -> None:
         for callback in list(self._watchers):
             try:
                 callback()
             except Exception:  # a watcher must never break recording
                 self._watchers.remove(callback)
+
+    def _save(self) -> None:
+        self._nb.metadata[META_KEY]["updated_at"] = iso_time()
+        self.version += 1
+        self._notify()
         if self.flush_delay is None:
             write_notebook_atomic(self._nb, self.path)  # validates first
             return

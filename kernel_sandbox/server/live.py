@@ -126,10 +126,18 @@ async def cells(sandbox_id: str, ten: Ten, key: Key, version: int = -2) -> JSONR
         await _changed(recorder, version)
     current = recorder.version
     nb = recorder.notebook
+    rendered = [render_cell(cell, i) for i, cell in enumerate(nb.cells)]
+    running = lease.running
+    if running is not None:  # the call running now, with its outputs so far
+        pending = {"cell_type": "code", "source": running["code"]}
+        cell = {**pending, "outputs": list(running["outputs"]), "execution_count": "*"}
+        rendered.append(
+            render_cell(cell, len(rendered)).replace('class="cell', 'class="cell running', 1)
+        )
     return JSONResponse(
         {
             "version": current,
-            "cells": [render_cell(cell, i) for i, cell in enumerate(nb.cells)],
+            "cells": rendered,
             "status": str(nb.metadata.get(META_KEY, {}).get("status", "?")),
             "state": "busy" if lease.busy else "idle",
             "image": lease.sandbox.image,

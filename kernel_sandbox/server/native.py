@@ -171,8 +171,11 @@ async def _streamed(
     budget = lease.sandbox.config.max_output_bytes
     dropped = 0
 
+    shown = lease.watch_outputs(body.code)
+
     def on_output(output: dict[str, Any]) -> None:
         nonlocal budget, dropped
+        shown(output)
         size = len(json.dumps(output))
         if size > budget:
             dropped += size
@@ -185,6 +188,7 @@ async def _streamed(
             async with ten.use(key, lease.id) as held:
                 return await held.sandbox.run_python(body.code, timeout, on_output=on_output)
         finally:
+            lease.done_running()
             queue.put_nowait(None)
 
     task = asyncio.ensure_future(run())
@@ -208,7 +212,11 @@ async def run_python(
     timeout = _timeout(body.timeout, opts)
     if not stream:
         async with ten.use(key, sandbox_id) as lease:
-            return to_json(await lease.sandbox.run_python(body.code, timeout))
+            shown = lease.watch_outputs(body.code)  # the live page follows the call
+            try:
+                return to_json(await lease.sandbox.run_python(body.code, timeout, shown))
+            finally:
+                lease.done_running()
 
     lease = ten.get(key, sandbox_id)  # a 404 before the stream starts
     return StreamingResponse(

@@ -103,6 +103,21 @@ async def test_live_page_follows_the_api(server: Server, browser) -> None:  # ty
         shown = time.monotonic() - started - ran
         print(f"\ncell shown {shown * 1000:.0f} ms after its API call returned")
 
+        # a running call's streams show before it ends
+        ticking = asyncio.ensure_future(
+            sb.run_python(
+                "import time\nfor i in range(3):\n    print('tick', i, flush=True)"
+                "\n    time.sleep(1.5)"
+            )
+        )
+        await asyncio.to_thread(_wait, lambda: "tick 0" in _page_text(driver))
+        assert not ticking.done()
+        assert driver.find_elements(By.CSS_SELECTOR, "#cells .cell.running")
+        await ticking
+        await asyncio.to_thread(
+            _wait, lambda: not driver.find_elements(By.CSS_SELECTOR, "#cells .cell.running")
+        )
+
         # a plot is displayed (a decoded image, not just a tag)
         await sb.run_python(
             "%matplotlib inline\nimport matplotlib.pyplot as plt\n"
@@ -123,6 +138,7 @@ async def test_live_page_follows_the_api(server: Server, browser) -> None:  # ty
         except AssertionError:
             print(_page_text(driver)[-1500:])
             raise
+        driver.execute_script("window.scrollTo(0, 0)")
         await asyncio.to_thread(driver.save_screenshot, str(SCREENSHOT))
 
         # interrupt from the page stops a running cell; the kernel keeps x
