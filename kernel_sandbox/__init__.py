@@ -23,7 +23,14 @@ from .errors import (
     SandboxNotFoundError,
     SandboxStartError,
 )
-from .events import Event, FileOperated, PythonExecuted, ShellExecuted
+from .events import (
+    Event,
+    FileOperated,
+    KernelRestarted,
+    PythonExecuted,
+    ShellExecuted,
+    call_context,
+)
 from .files import AsyncFiles
 from .manager import (
     DockerSandboxConfig,
@@ -102,6 +109,7 @@ __all__ = [
     "ImageError",
     "ImageNotFoundError",
     "KernelError",
+    "KernelRestarted",
     "LocalSandboxManager",
     "NotebookError",
     "NotebookRecorder",
@@ -131,6 +139,7 @@ __all__ = [
     "ToolSet",
     "__version__",
     "areplay",
+    "call_context",
     "export_notebook",
     "register_tool",
     "replay",

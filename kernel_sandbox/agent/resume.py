@@ -88,8 +88,9 @@ async def _rebuild(
 ) -> ReplayReport:
     """Replay the parent's cells in the session's sandbox, unrecorded."""
     sandbox = session.sandbox
-    listener = session.recording.on_sandbox_event
-    sandbox.listeners.remove(listener)  # the replay is not a new step of the session
+    listener = session.recorder  # listens to the sandbox (None when recording is off)
+    if listener is not None:
+        sandbox.listeners.remove(listener)  # the replay is not a new step of the session
 
     def on_cell(cell: CellReplay) -> None:
         if cell.failed and not allow_divergence:
@@ -108,7 +109,8 @@ async def _rebuild(
             cell,
         ) from None
     finally:
-        sandbox.listeners.append(listener)
+        if listener is not None:
+            sandbox.listeners.append(listener)
 
 
 def _adopt(
