@@ -124,7 +124,9 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     try:
         async with await RemoteSandbox.create(url, api_key=KEY) as remote:
             native = await timed(args.calls, lambda: remote.run_python("print(1+1)"))
-            async with httpx2.AsyncClient(base_url=url, headers={"X-API-Key": KEY}) as c:
+            async with httpx2.AsyncClient(
+                base_url=url, headers={"X-API-Key": KEY}, timeout=120
+            ) as c:
                 made = await c.post(
                     "/sandbox/create",
                     params={"sandbox_type": "docker"},

@@ -17,6 +17,7 @@ caller and for failures of the machinery underneath::
     ├── SandboxNotFoundError(KeyError)   unknown sandbox id (manager API)
     ├── KernelError                      the kernel could not be reached or restarted
     ├── NotebookError(ValueError)        a notebook file cannot be read or is not valid
+    │   └── ResumeDivergedError          resuming: a replayed cell gave another result
     └── FileOperationError(OSError)      a file operation inside the sandbox failed
         └── SandboxFileNotFoundError(FileNotFoundError)
 
@@ -25,6 +26,8 @@ Messages say what happened and what to change.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 __all__ = [
     "CapacityError",
@@ -37,6 +40,7 @@ __all__ = [
     "ImageNotFoundError",
     "KernelError",
     "NotebookError",
+    "ResumeDivergedError",
     "SandboxClosedError",
     "SandboxError",
     "SandboxFileNotFoundError",
@@ -104,6 +108,17 @@ class KernelError(SandboxError):
 
 class NotebookError(SandboxError, ValueError):
     """A notebook file cannot be read, is not nbformat v4, or cannot be exported."""
+
+
+class ResumeDivergedError(NotebookError):
+    """Resuming a session: replaying its notebook gave another result in one cell.
+
+    ``cell`` is the replay's result for that cell (``cell.label``, ``cell.diff``).
+    """
+
+    def __init__(self, message: str, cell: Any = None) -> None:
+        super().__init__(message)
+        self.cell = cell
 
 
 class FileOperationError(SandboxError, OSError):

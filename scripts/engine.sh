@@ -57,7 +57,8 @@ is_debian() {
 # `make lint`), each named after the command it provides, installed the same way.
 missing_extras() {
     local p
-    for p in ${ENGINE_EXTRA_PACKAGES:-}; do have "${p}" || printf '%s ' "${p}"; done
+    # PACKAGE or PACKAGE=COMMAND (the command it installs, when named otherwise)
+    for p in ${ENGINE_EXTRA_PACKAGES:-}; do have "${p#*=}" || printf '%s ' "${p%%=*}"; done
 }
 
 missing_packages() {

@@ -27,6 +27,7 @@ from .events import (
 )
 from .loop import AgentSession
 from .messages import system_prompt
+from .resume import ResumeDivergedError, resume_session
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -45,6 +46,7 @@ __all__ = [
     "ModelFailed",
     "ModelResponded",
     "ModelRetrying",
+    "ResumeDivergedError",
     "RetryPolicy",
     "SessionEnded",
     "SessionStarted",
@@ -52,5 +54,6 @@ __all__ = [
     "ToolCallFinished",
     "ToolCallStarted",
     "TurnStarted",
+    "resume_session",
     "system_prompt",
 ]

@@ -167,5 +167,42 @@ class Agent:
 
         return run_sync(self.arun(prompt, notebook_path=notebook_path))
 
+    async def aresume(
+        self,
+        notebook: str | os.PathLike[str],
+        prompt: str,
+        *,
+        allow_divergence: bool = False,
+        notebook_path: str | os.PathLike[str] | None = None,
+    ) -> AgentResult:
+        """Go on with a recorded session: replay ``notebook`` in a fresh sandbox, restore
+        its conversation, then work on ``prompt``; recorded in a new notebook that
+        links its parent.  Raises ``ResumeDivergedError`` naming the first cell whose
+        replay differs, unless ``allow_divergence``."""
+        from .resume import resume_session
+
+        session = await resume_session(
+            self, notebook, allow_divergence=allow_divergence, notebook_path=notebook_path
+        )
+        async with session:
+            return await session.send(prompt)
+
+    def resume(
+        self,
+        notebook: str | os.PathLike[str],
+        prompt: str,
+        *,
+        allow_divergence: bool = False,
+        notebook_path: str | os.PathLike[str] | None = None,
+    ) -> AgentResult:
+        """Blocking :meth:`aresume`."""
+        from ..sync import run_sync
+
+        return run_sync(
+            self.aresume(
+                notebook, prompt, allow_divergence=allow_divergence, notebook_path=notebook_path
+            )
+        )
+
     def __repr__(self) -> str:
         return f"<Agent model={self.model!r} base_url={_public_url(self.base_url)!r}>"

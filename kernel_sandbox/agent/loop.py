@@ -414,7 +414,10 @@ class AgentSession:
         counters: dict[str, int],
     ) -> AgentResult:
         def close_notebook(recorder: NotebookRecorder) -> None:
-            recorder.set_metadata(usage=dataclasses.asdict(self.usage), turns=self.turns)
+            # the conversation, so `agent --resume` can go on from this notebook
+            recorder.set_metadata(
+                usage=dataclasses.asdict(self.usage), turns=self.turns, messages=self.messages
+            )
             recorder.finish(_NOTEBOOK_STATUS.get(status, "failed"), reason)
 
         self.recording.step(close_notebook)

@@ -84,6 +84,17 @@ class Progress:
             )
 
 
+def _resume_image(notebook: Path, image: str) -> str:
+    """The recorded image of a resumed session, unless --image chose another."""
+    ctx = click.get_current_context()
+    if ctx.get_parameter_source("image") is not click.core.ParameterSource.DEFAULT:
+        return image
+    from ..notebook.replay import recorded_image
+    from ..notebook.storage import read_notebook
+
+    return recorded_image(read_notebook(notebook)) or image
+
+
 def _labels(values: tuple[str, ...]) -> dict[str, str]:
     labels = {}
     for value in values:
@@ -138,6 +149,18 @@ def _labels(values: tuple[str, ...]) -> dict[str, str]:
     help="Show plots to the model as images (needs a vision model).",
 )
 @click.option(
+    "--resume",
+    "resume",
+    type=click.Path(dir_okay=False, exists=True, path_type=Path),
+    help="Go on with the session recorded in this notebook: its cells are replayed in a "
+    "fresh sandbox, its conversation restored; a new notebook links it.",
+)
+@click.option(
+    "--allow-divergence",
+    is_flag=True,
+    help="With --resume: go on even when a replayed cell's output differs.",
+)
+@click.option(
     "--label",
     "labels",
     multiple=True,
@@ -158,6 +181,8 @@ def agent(
     retries: int,
     notebook_dir: Path,
     vision: bool,
+    resume: Path | None,
+    allow_divergence: bool,
     labels: tuple[str, ...],
 ) -> None:
     """Let a model work on PROMPT in a fresh sandbox; print its progress and answer.
@@ -174,6 +199,8 @@ def agent(
         prompt = sys.stdin.read()
     if not prompt.strip():
         raise click.BadParameter("the prompt is empty", param_hint="PROMPT")
+    if resume is not None:
+        image = _resume_image(resume, image)
     config = SandboxConfig(
         image=image, timeout=timeout, network_enabled=network, labels=_labels(labels)
     )
@@ -188,7 +215,11 @@ def agent(
         notebook_dir=notebook_dir,
         listeners=[Progress()],
     )
-    result = asyncio.run(runner.arun(prompt))
+    if resume is None:
+        result = asyncio.run(runner.arun(prompt))
+    else:
+        click.echo(f"resuming {resume}: replaying its cells in a fresh sandbox ...")
+        result = asyncio.run(runner.aresume(resume, prompt, allow_divergence=allow_divergence))
     if result.status == "error":
         click.echo(click.style("error: ", fg="red") + result.reason, err=True)
     else:

@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "gc": ("admin", "gc", "Remove orphaned sandboxes (owner process gone)."),
     "serve": ("serve", "serve", "Serve sandboxes over HTTP (ms-enclave API, /v1, MCP)."),
     "mcp": ("mcp", "mcp", "Serve one sandbox to an MCP client over stdio."),
+    "kernelspec": ("kernelspec", "kernelspec", "Jupyter kernelspecs that run in a sandbox."),
 }
 
 

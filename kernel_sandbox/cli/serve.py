@@ -73,6 +73,14 @@ def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ..
     show_default=True,
     help="Where each sandbox's notebook is written.",
 )
+@click.option(
+    "--record-flush-delay",
+    type=click.FloatRange(0, 60),
+    default=0.25,
+    show_default=True,
+    help="Seconds a recorded step may wait before its notebook is rewritten (steps in "
+    "between coalesce; 0: on every step, on the request path).",
+)
 @click.option("--no-mcp", is_flag=True, help="Do not serve MCP at /mcp.")
 def serve(
     host: str,
@@ -94,6 +102,7 @@ def serve(
     pool_size: int,
     on_restart: str,
     record_dir: Path,
+    record_flush_delay: float,
     no_mcp: bool,
 ) -> None:
     """Serve sandboxes over HTTP: ms-enclave's REST API, /v1 (streaming) and MCP at /mcp."""
@@ -121,6 +130,7 @@ def serve(
         pool_size=pool_size,
         on_restart=on_restart,  # type: ignore[arg-type]
         record_dir=record_dir,
+        record_flush_delay=record_flush_delay,
     )
     settings.check_bind()
     click.echo(

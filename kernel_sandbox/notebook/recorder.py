@@ -7,11 +7,15 @@ sandbox tags its events, see :func:`~kernel_sandbox.events.call_context`).  An a
 loop also adds messages, and merges each tool call's verdict into the cells that carry
 its id (:meth:`NotebookRecorder.finish_call`).  After every step the whole notebook is validated and
 atomically rewritten, so a crash or ``kill -9`` leaves a valid notebook of everything
-up to the last step.
+up to the last step.  With ``flush_delay`` (the server's choice) a step only marks the
+notebook dirty and :mod:`.writer` rewrites it within that delay, coalescing steps, and
+at once on ``flush``/``finish``/``close`` and at exit: a step then costs microseconds
+instead of a validation and an fsync, and a crash loses at most that delay's steps.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import secrets
 import threading
@@ -38,6 +42,7 @@ from .cells import (
 )
 from .storage import write_notebook_atomic
 from .tags import seeds_randomness
+from .writer import WRITER
 
 __all__ = ["DEFAULT_SESSION_DIR", "FORMAT_VERSION", "NotebookRecorder", "new_session_path"]
 
@@ -84,9 +89,17 @@ class NotebookRecorder:
         *,
         title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        flush_delay: float | None = None,
     ) -> None:
         self.path = Path(path) if path is not None else new_session_path()
         self._lock = threading.RLock()
+        self._write_lock = threading.Lock()  # one write of this file at a time
+        #: None: write after every step; seconds: write behind, within this delay.
+        self.flush_delay = flush_delay if flush_delay and flush_delay > 0 else None
+        self._dirty = False
+        #: Bumped on every change; readers (the live page) wait for it to move.
+        self.version = 0
+        self._watchers: list[Any] = []
         self._steps = 0
         self._seeded = False  # a recorded cell seeded the random generators
         now = iso_time()
@@ -110,6 +123,7 @@ class NotebookRecorder:
                 new_markdown_cell(f"# {title}", metadata={META_KEY: {"kind": "note"}})
             )
         self._save()
+        self.flush()  # the file exists from the start, whatever the delay
 
     # -- wiring -----------------------------------------------------------------------
 
@@ -269,6 +283,13 @@ class NotebookRecorder:
             )
         )
 
+    def add_cells(self, cells: Any) -> None:
+        """Append copies of existing cells as they are (a resumed session's parent)."""
+        with self._lock:
+            for cell in cells:
+                self._nb.cells.append(nbformat.from_dict(jsonable(cell)))
+            self._step()
+
     def set_metadata(self, mapping: Mapping[str, Any] | None = None, **fields: Any) -> None:
         """Add or change session metadata (model name, image, budgets...) and save."""
         with self._lock:
@@ -282,7 +303,44 @@ class NotebookRecorder:
         if reason:
             fields["reason"] = reason
         self.set_metadata(fields)
+        self.flush()
         return self.path
+
+    def flush(self) -> None:
+        """Write what is not on disk yet, now (validated, atomic); raises NotebookError."""
+        with self._write_lock:
+            with self._lock:
+                if not self._dirty:
+                    return
+                self._dirty = False
+                snapshot = copy.deepcopy(self._nb)
+            WRITER.cancel(self)
+            try:
+                write_notebook_atomic(snapshot, self.path)  # validates first
+            except BaseException:
+                with self._lock:
+                    self._dirty = True
+                raise
+
+    def close(self) -> None:
+        """Write what is pending; the recorder can still record afterwards."""
+        self.flush()
+
+    def nudge(self) -> None:
+        """Tell watchers something outside the notebook changed (a running cell's
+        outputs on the live page); nothing is recorded or written."""
+        with self._lock:
+            self.version += 1
+            self._notify()
+
+    def watch(self, callback: Any) -> None:
+        """Call ``callback()`` (from the recording thread) after every change."""
+        self._watchers.append(callback)
+
+    def unwatch(self, callback: Any) -> None:
+        """Stop calling ``callback``."""
+        if callback in self._watchers:
+            self._watchers.remove(callback)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -291,6 +349,16 @@ class NotebookRecorder:
         """A copy of the notebook as recorded so far."""
         with self._lock:
             return nbformat.from_dict(jsonable(self._nb))
+
+    def cell_count(self) -> int:
+        """Cells recorded so far (cheap: no copy)."""
+        with self._lock:
+            return len(self._nb.cells)
+
+    def notebook_meta(self) -> dict[str, Any]:
+        """A copy of the session's ``kernel_sandbox`` metadata (status, times...)."""
+        with self._lock:
+            return dict(jsonable(self._nb.metadata[META_KEY]))
 
     @property
     def steps(self) -> int:
@@ -312,6 +380,19 @@ class NotebookRecorder:
         self._nb.metadata[META_KEY]["steps"] = self._steps
         self._save()
 
+    def _notify(self) -> None:
+        for callback in list(self._watchers):
+            try:
+                callback()
+            except Exception:  # a watcher must never break recording
+                self._watchers.remove(callback)
+
     def _save(self) -> None:
         self._nb.metadata[META_KEY]["updated_at"] = iso_time()
-        write_notebook_atomic(self._nb, self.path)  # validates first
+        self.version += 1
+        self._notify()
+        if self.flush_delay is None:
+            write_notebook_atomic(self._nb, self.path)  # validates first
+            return
+        self._dirty = True
+        WRITER.schedule(self, self.flush_delay)

@@ -2,7 +2,8 @@
 
 A key is accepted as ``X-API-Key`` (what ms-enclave's client sends),
 ``Authorization: Bearer``, or the ``api_key`` query parameter (as ms-enclave's server
-accepts it; it lets a browser open ``/docs?api_key=...``).  The key id (a hash
+accepts it; it lets a browser open ``/docs?api_key=...``), or the ``ks_api_key`` cookie
+that ``/ui?api_key=...`` sets (HttpOnly, SameSite=Strict) for the live page.  The key id (a hash
 prefix) is what the server stores in labels, notebook paths and logs: never the key.
 The check is an ASGI middleware in front of *everything* (``/docs``,
 ``/openapi.json`` and ``/mcp`` included), so no route can forget it.
@@ -10,16 +11,20 @@ The check is an ASGI middleware in front of *everything* (``/docs``,
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 from collections.abc import Iterable
+from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-__all__ = ["ANONYMOUS", "AuthMiddleware", "Keyring", "key_id", "principal_of"]
+__all__ = ["ANONYMOUS", "COOKIE", "AuthMiddleware", "Keyring", "key_id", "principal_of"]
 
+#: The cookie the live page (``/ui``) keeps the key in, once opened with ``?api_key=``.
+COOKIE = "ks_api_key"
 #: The tenant of a server started without keys (loopback only).
 ANONYMOUS = "anonymous"
 
@@ -77,6 +82,13 @@ class AuthMiddleware:
         headers = {
             k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
         }
+        if "x-api-key" not in headers and "authorization" not in headers:
+            # the live page (/ui) keeps the key in an HttpOnly, SameSite=Strict cookie
+            cookie = SimpleCookie()
+            with contextlib.suppress(CookieError):
+                cookie.load(headers.get("cookie", ""))
+            if COOKIE in cookie and cookie[COOKIE].value:
+                headers["x-api-key"] = cookie[COOKIE].value
         if "x-api-key" not in headers and b"api_key=" in scope.get("query_string", b""):
             query = parse_qs(scope["query_string"].decode("latin-1"))
             if query.get("api_key"):

@@ -12,10 +12,9 @@ directory), capped by the server's ``max_upload_bytes`` and the sandbox's
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
@@ -172,8 +171,11 @@ async def _streamed(
     budget = lease.sandbox.config.max_output_bytes
     dropped = 0
 
+    shown = lease.watch_outputs(body.code)
+
     def on_output(output: dict[str, Any]) -> None:
         nonlocal budget, dropped
+        shown(output)
         size = len(json.dumps(output))
         if size > budget:
             dropped += size
@@ -186,6 +188,7 @@ async def _streamed(
             async with ten.use(key, lease.id) as held:
                 return await held.sandbox.run_python(body.code, timeout, on_output=on_output)
         finally:
+            lease.done_running()
             queue.put_nowait(None)
 
     task = asyncio.ensure_future(run())
@@ -209,7 +212,11 @@ async def run_python(
     timeout = _timeout(body.timeout, opts)
     if not stream:
         async with ten.use(key, sandbox_id) as lease:
-            return to_json(await lease.sandbox.run_python(body.code, timeout))
+            shown = lease.watch_outputs(body.code)  # the live page follows the call
+            try:
+                return to_json(await lease.sandbox.run_python(body.code, timeout, shown))
+            finally:
+                lease.done_running()
 
     lease = ten.get(key, sandbox_id)  # a 404 before the stream starts
     return StreamingResponse(
@@ -290,11 +297,15 @@ async def upload(
             )
         spool.seek(0)
         data = spool.read()
+    started = time.time()
     async with ten.use(key, sandbox_id):
         if append:
             await lease.sandbox.files.append(path, data)
         else:
             await lease.sandbox.files.write(path, data)
+    # the session notebook (and so replay, restore and the live page) shows the upload
+    operation = "append" if append else "write"
+    lease.recorder.add_file_operation(operation, path, content=data, started_at=started)
     return {"bytes": size}
 
 
@@ -303,6 +314,7 @@ async def remove(sandbox_id: str, path: str, ten: Ten, key: Key) -> dict[str, bo
     """Remove a file or directory."""
     async with ten.use(key, sandbox_id) as lease:
         await lease.sandbox.files.remove(path)
+    lease.recorder.add_file_operation("remove", path)
     return {"removed": True}
 
 
@@ -336,6 +348,7 @@ async def mkdir(sandbox_id: str, body: PathRequest, ten: Ten, key: Key) -> dict[
     """Create a directory (and its parents)."""
     async with ten.use(key, sandbox_id) as lease:
         await lease.sandbox.files.mkdir(body.path)
+    lease.recorder.add_file_operation("mkdir", body.path)
     return {"created": True}
 
 
@@ -344,6 +357,5 @@ async def notebook(sandbox_id: str, ten: Ten, key: Key) -> FileResponse:
     """The sandbox's session so far, as a valid ``.ipynb``."""
     lease = ten.get(key, sandbox_id)
     path = lease.notebook_path
-    with contextlib.suppress(OSError):
-        os.stat(path)
+    await asyncio.to_thread(lease.recorder.flush)  # the steps still waiting to be written
     return FileResponse(path, media_type="application/x-ipynb+json", filename=f"{lease.id}.ipynb")

@@ -80,6 +80,14 @@ class ServerSettings(BaseModel):
         default=Path("notebooks") / "server",
         description="Where every sandbox's session notebook is written (<key id>/<id>.ipynb).",
     )
+    record_flush_delay: float = Field(
+        default=0.25,
+        ge=0,
+        le=60,
+        description="Seconds a recorded step may wait before its notebook is rewritten "
+        "(steps in between coalesce into one write; 0 writes on every step, on the "
+        "request path). A killed server loses at most this much of each notebook.",
+    )
 
     def check_bind(self) -> None:
         """Refuse to listen beyond this machine without a key: anyone could run code."""

@@ -7,7 +7,8 @@ an id that does not exist.  Each sandbox carries the labels ``kernel-sandbox.ser
 (the server's name) and ``kernel-sandbox.server-key-id`` (its owner's key id, never the
 key), so a restarted server finds what a killed one left.  Every sandbox is recorded by
 a :class:`~kernel_sandbox.notebook.NotebookRecorder` (crash-safe: the notebook is
-rewritten atomically after each step).
+rewritten atomically, within ``record_flush_delay`` of each step and at once when the
+sandbox goes).
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..config import LABEL_PREFIX
 from ..errors import CapacityError, ConfigError, SandboxError, SandboxNotFoundError
@@ -39,6 +41,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 SERVER_LABEL = f"{LABEL_PREFIX}.server"
+#: Output bytes of a running call the live page shows before its cell is recorded.
+_LIVE_BYTES = 1024 * 1024
 SERVER_KEY_LABEL = f"{LABEL_PREFIX}.server-key-id"
 #: The server's id of a restored sandbox (its container has a new ``kernel-sandbox.id``).
 SERVER_ID_LABEL = f"{LABEL_PREFIX}.server-sandbox-id"
@@ -58,6 +62,31 @@ class Lease:
     busy: int = 0
     #: Taken warm from the server's pool (no owner label on its container then).
     pooled: bool = False
+    #: The /v1 Python call running now, for the live page: code and outputs so far.
+    running: dict[str, Any] | None = None
+
+    def watch_outputs(self, code: str) -> Callable[[dict[str, Any]], None]:
+        """Start showing a running call on the live page; returns its ``on_output``.
+
+        The page keeps at most ``_LIVE_BYTES`` of its outputs (the result has them all).
+        """
+        live: dict[str, Any] = {"code": code, "outputs": [], "bytes": 0}
+        self.running = live
+        self.recorder.nudge()
+
+        def on_output(output: dict[str, Any]) -> None:
+            size = len(str(output))
+            if live["bytes"] + size <= _LIVE_BYTES:
+                live["bytes"] += size
+                live["outputs"].append(output)
+                self.recorder.nudge()
+
+        return on_output
+
+    def done_running(self) -> None:
+        """The call ended (its cell is recorded now)."""
+        self.running = None
+        self.recorder.nudge()
 
     @property
     def notebook_path(self) -> Path:
@@ -180,7 +209,12 @@ class Tenancy:
         sandbox = await self.manager.get_sandbox(sid)
         path = self.settings.record_dir / owner / f"{sid}.ipynb"
         recorder = await asyncio.to_thread(
-            record_sandbox, sandbox, path, f"Sandbox {sid}", self._session_metadata(config, kind)
+            record_sandbox,
+            sandbox,
+            path,
+            f"Sandbox {sid}",
+            self._session_metadata(config, kind),
+            self.settings.record_flush_delay,
         )
         lease = Lease(sid, owner, kind, sandbox, recorder, list(notes), pooled=bool(pooled))
         self._leases[sid] = lease

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 import httpx2
 import nbformat
@@ -91,9 +92,15 @@ async def test_on_restart_restore_gives_each_key_its_sandbox_back(docker_engine,
         earlier = list(tmp_path.rglob(f"{sid}.before-restart-*.ipynb"))
         assert len(earlier) == 1
         nbformat.validate(nbformat.read(earlier[0], as_version=4))
-        now = nbformat.read(next(tmp_path.rglob(f"{sid}.ipynb")), as_version=4)
-        nbformat.validate(now)
-        sources = [cell.source for cell in now.cells if cell.cell_type == "code"]
+        # the notebook is written behind (--record-flush-delay, 0.25 s): wait for it
+        deadline = time.monotonic() + 30
+        while True:
+            now = nbformat.read(next(tmp_path.rglob(f"{sid}.ipynb")), as_version=4)
+            nbformat.validate(now)
+            sources = [cell.source for cell in now.cells if cell.cell_type == "code"]
+            if (sources and sources[-1] == "x + 1") or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.05)
         assert "x = 1\nprint('before')" in sources  # replayed, recorded again
         assert sources[-1] == "x + 1"
     finally:

@@ -68,6 +68,7 @@ SUBMODULE_ONLY: dict[str, set[str]] = {
         "truncate_middle",
     },
     "agent": {
+        "resume_session",
         "AgentEvent",
         "AgentListener",
         "AgentStatus",

@@ -1,0 +1,84 @@
+"""``kernel-sandbox kernelspec install|list|remove``: sandboxed kernels for Jupyter."""
+
+from __future__ import annotations
+
+import click
+
+from ..config import DEFAULT_IMAGE
+
+__all__ = ["kernelspec"]
+
+
+@click.group()
+def kernelspec() -> None:
+    """Kernelspecs whose kernels run in a sandbox (JupyterLab, nbclient, nbconvert...)."""
+
+
+@kernelspec.command("install")
+@click.option("--name", default="kernel-sandbox", show_default=True, help="Kernelspec name.")
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
+@click.option("--display-name", help="Name shown in Jupyter's launcher.")
+@click.option("--memory-limit", default="1g", show_default=True)
+@click.option("--cpu-limit", default=1.0, show_default=True, type=float)
+@click.option("--timeout", default=None, type=float, help="Default per-cell limit (none).")
+@click.option("--allow-network", is_flag=True, help="Give the kernel a network (off by default).")
+@click.option("--host", "host_name", default="", help="Kernel host entry point (default: docker).")
+@click.option("--user", "user_install", is_flag=True, help="Install for this user only.")
+@click.option("--prefix", help="Install under PREFIX/share/jupyter/kernels (e.g. a venv).")
+def install(
+    name: str,
+    image: str,
+    display_name: str | None,
+    memory_limit: str,
+    cpu_limit: float,
+    timeout: float | None,
+    allow_network: bool,
+    host_name: str,
+    user_install: bool,
+    prefix: str | None,
+) -> None:
+    """Install a kernelspec: no network, limits and a non-root user unless told otherwise."""
+    from ..config import SandboxConfig
+    from ..jupyter import install_kernelspec
+
+    fields: dict[str, object] = {
+        "image": image,
+        "memory_limit": memory_limit,
+        "cpu_limit": cpu_limit,
+        "network_enabled": allow_network,
+    }
+    if timeout is not None:
+        fields["timeout"] = timeout
+    path = install_kernelspec(
+        name,
+        SandboxConfig(**fields),  # type: ignore[arg-type]
+        display_name=display_name,
+        host=host_name,
+        user=user_install,
+        prefix=prefix,
+    )
+    click.echo(f"installed kernelspec {name!r} in {path}")
+    click.echo(f"use it: jupyter nbconvert --execute --ExecutePreprocessor.kernel_name={name} ...")
+
+
+@kernelspec.command("list")
+def list_() -> None:
+    """The installed kernelspecs that run in a sandbox."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    from ..jupyter import PROVISIONER_NAME
+
+    for name, info in sorted(KernelSpecManager().get_all_specs().items()):
+        meta = info["spec"].get("metadata", {}).get("kernel_provisioner", {})
+        if meta.get("provisioner_name") == PROVISIONER_NAME:
+            image = meta.get("config", {}).get("sandbox", {}).get("image", "?")
+            click.echo(f"{name}\t{image}\t{info['resource_dir']}")
+
+
+@kernelspec.command("remove")
+@click.argument("name")
+def remove(name: str) -> None:
+    """Remove an installed kernelspec."""
+    from ..jupyter.kernelspec import remove_kernelspec
+
+    click.echo(f"removed {remove_kernelspec(name)}")

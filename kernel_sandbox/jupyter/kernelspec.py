@@ -1,0 +1,83 @@
+"""Kernelspecs that start their kernel in a sandbox (``kernel-sandbox kernelspec install``).
+
+The spec names the provisioner in ``metadata.kernel_provisioner`` and carries the
+sandbox's settings there; secure defaults are those of
+:class:`~kernel_sandbox.config.SandboxConfig` (no network, memory/CPU/process limits,
+a non-root user, a read-only root filesystem).  ``argv`` is never run by a
+jupyter_client that knows provisioners (7+); an older one would run it on this
+machine, so it is a program that refuses, saying why.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..config import SandboxConfig
+from ..errors import ConfigError
+
+__all__ = ["PROVISIONER_NAME", "install_kernelspec", "kernelspec_json", "remove_kernelspec"]
+
+#: The provisioner's entry-point name (group ``jupyter_client.kernel_provisioners``).
+PROVISIONER_NAME = "kernel-sandbox"
+_NAME = re.compile(r"^[a-z0-9._-]{1,64}$")
+
+
+def kernelspec_json(
+    config: SandboxConfig, display_name: str | None = None, host: str = ""
+) -> dict[str, Any]:
+    """The ``kernel.json`` of a sandboxed kernel with ``config``."""
+    settings = config.model_dump(mode="json", exclude_defaults=True)
+    settings["image"] = config.image
+    provisioner: dict[str, Any] = {"sandbox": settings}
+    if host:
+        provisioner["host"] = host
+    return {
+        "argv": [sys.executable, "-m", "kernel_sandbox.jupyter.refuse", "{connection_file}"],
+        "display_name": display_name or f"Python 3 (sandbox {config.image})",
+        "language": "python",
+        "interrupt_mode": "signal",
+        "metadata": {
+            "kernel_provisioner": {"provisioner_name": PROVISIONER_NAME, "config": provisioner},
+            "debugger": False,
+        },
+    }
+
+
+def install_kernelspec(
+    name: str,
+    config: SandboxConfig,
+    *,
+    display_name: str | None = None,
+    host: str = "",
+    user: bool = False,
+    prefix: str | None = None,
+) -> Path:
+    """Install the kernelspec ``name`` (like ``jupyter kernelspec install``); its path."""
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    if not _NAME.match(name):
+        raise ConfigError(
+            f"kernelspec name {name!r}: use 1-64 of lowercase letters, digits, '.', '_', '-'"
+        )
+    spec = kernelspec_json(config, display_name, host)
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
+        where = KernelSpecManager().install_kernel_spec(
+            tmp, kernel_name=name, user=user, prefix=prefix, replace=True
+        )
+    return Path(where)
+
+
+def remove_kernelspec(name: str) -> Path:
+    """Remove an installed kernelspec; its former path."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        return Path(KernelSpecManager().remove_kernel_spec(name))
+    except (NoSuchKernel, KeyError) as exc:
+        raise ConfigError(f"no kernelspec named {name!r}") from exc

@@ -1,0 +1,106 @@
+"""Write-behind recording: steps cost no write, the file catches up within the delay,
+flush/finish write at once, and a killed process leaves a valid notebook."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import nbformat
+
+from kernel_sandbox.notebook.recorder import NotebookRecorder
+from kernel_sandbox.notebook.storage import read_notebook
+from kernel_sandbox.notebook.writer import WRITER
+
+
+def _cells(path: Path) -> int:
+    return len(read_notebook(path).cells)
+
+
+def test_steps_are_written_behind_and_coalesced(tmp_path: Path) -> None:
+    path = tmp_path / "s.ipynb"
+    rec = NotebookRecorder(path, title="t", flush_delay=30)
+    assert _cells(path) == 1  # the file exists from the start
+    writes = []
+    real = rec.flush
+
+    def counting() -> None:
+        writes.append(1)
+        real()
+
+    rec.flush = counting  # type: ignore[method-assign]
+    for i in range(50):
+        rec.add_note(f"note {i}")
+    assert _cells(path) == 1  # nothing written on the step path
+    assert WRITER.pending() >= 1
+    rec.flush()
+    assert _cells(path) == 51
+    assert len(writes) == 1  # fifty steps, one write
+
+
+def test_the_writer_thread_writes_within_the_delay(tmp_path: Path) -> None:
+    path = tmp_path / "s.ipynb"
+    rec = NotebookRecorder(path, flush_delay=0.05)
+    rec.add_note("hello")
+    deadline = time.monotonic() + 30
+    while _cells(path) != 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert read_notebook(path).cells[0].source == "hello"
+
+
+def test_finish_writes_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "s.ipynb"
+    rec = NotebookRecorder(path, flush_delay=30)
+    rec.add_note("last words")
+    rec.finish("completed", "done")
+    nb = read_notebook(path)
+    assert nb.cells[-1].source == "last words"
+    assert nb.metadata["kernel_sandbox"]["status"] == "completed"
+
+
+def test_without_delay_every_step_is_on_disk(tmp_path: Path) -> None:
+    path = tmp_path / "s.ipynb"
+    rec = NotebookRecorder(path)
+    rec.add_note("a")
+    assert _cells(path) == 1
+    assert rec.flush_delay is None
+
+
+def test_version_and_watchers_follow_every_change(tmp_path: Path) -> None:
+    rec = NotebookRecorder(tmp_path / "s.ipynb", flush_delay=30)
+    seen: list[int] = []
+    rec.watch(lambda: seen.append(rec.version))
+    before = rec.version
+    rec.add_note("a")
+    rec.add_user_message("b")
+    assert rec.version == before + 2 and seen == [before + 1, before + 2]
+
+
+def test_a_killed_process_leaves_a_valid_notebook(tmp_path: Path) -> None:
+    path = tmp_path / "s.ipynb"
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from kernel_sandbox.notebook.recorder import NotebookRecorder
+        rec = NotebookRecorder({str(path)!r}, flush_delay=0.01)
+        for i in range(20):
+            rec.add_note("x" * 2000 + str(i))
+        print("going", flush=True)
+        time.sleep(600)  # killed here, without finish() or a clean exit
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"going\n"
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    assert len(nb.cells) >= 20
