@@ -44,8 +44,8 @@ async def test_sigkill_then_restart_removes_leftovers_and_notebooks_stay_valid(
         sid, other = await _killed_mid_call(server)
         left = await leftovers(server.name)
         assert len(left) == 2  # the killed server could not clean up
-        labels = [row["labels"] for row in left]
-        assert all(KEY_A not in str(lab) and lab[SERVER_KEY_LABEL] for lab in labels)  # type: ignore[index]
+        labels = [row.labels for row in left]
+        assert all(KEY_A not in str(lab) and lab[SERVER_KEY_LABEL] for lab in labels)
         for path in (tmp_path.rglob(f"{sid}.ipynb"), tmp_path.rglob(f"{other}.ipynb")):
             nb = nbformat.read(next(path), as_version=4)
             nbformat.validate(nb)
