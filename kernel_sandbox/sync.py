@@ -130,6 +130,21 @@ class Sandbox:
         """Start a sandbox with a ready kernel; see ``AsyncSandbox.create``."""
         return cls(run_sync(AsyncSandbox.create(config, host=host, **overrides)))
 
+    @classmethod
+    def adopt(
+        cls,
+        sandbox_id: str,
+        config: SandboxConfig | None = None,
+        *,
+        host: str | HostFactory | None = None,
+        own: bool = True,
+        labels: dict[str, str] | None = None,
+    ) -> Sandbox:
+        """Reconnect to a running sandbox, its kernel untouched; see ``AsyncSandbox.adopt``."""
+        return cls(
+            run_sync(AsyncSandbox.adopt(sandbox_id, config, host=host, own=own, labels=labels))
+        )
+
     @property
     def id(self) -> str:
         """Short random id, also in the container's name and labels."""
@@ -211,6 +226,10 @@ class Sandbox:
     def warm_up(self) -> None:
         """Have the kernel do the first-call work now."""
         return run_sync(self._inner.warm_up())
+
+    def interrupt(self) -> None:
+        """Interrupt the running cell; see ``AsyncSandbox.interrupt``."""
+        run_sync(self._inner.interrupt())
 
     def restart(self) -> None:
         """Restart the kernel: variables are lost, files are kept."""
