@@ -12,6 +12,7 @@ up to the last step.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import threading
@@ -26,6 +27,7 @@ from nbformat.v4 import new_markdown_cell, new_notebook
 
 from ..events import Event, FileOperated, KernelRestarted, PythonExecuted, ShellExecuted
 from ..results import CommandResult, Execution
+from . import shared
 from .cells import (
     META_KEY,
     file_cell,
@@ -125,6 +127,10 @@ class NotebookRecorder:
         recorder = cls(path, title=title, metadata=metadata)
         recorder.describe_sandbox(inner)
         inner.listeners.append(recorder)
+        sandbox_id = getattr(inner, "id", None)
+        if isinstance(sandbox_id, str):  # `kernel-sandbox attach` records here too
+            with contextlib.suppress(OSError, ValueError):
+                shared.point_to(sandbox_id, recorder.path)
         return recorder
 
     def detach(self, sandbox: Any) -> None:
@@ -311,4 +317,7 @@ class NotebookRecorder:
 
     def _save(self) -> None:
         self._nb.metadata[META_KEY]["updated_at"] = iso_time()
-        write_notebook_atomic(self._nb, self.path)  # validates first
+        # A person attached to the sandbox may have appended cells: keep them (shared.py)
+        with shared.locked(self.path):
+            shared.merge_foreign(self._nb, self.path)
+            write_notebook_atomic(self._nb, self.path)  # validates first
