@@ -145,6 +145,17 @@ class Sandbox:
             run_sync(AsyncSandbox.adopt(sandbox_id, config, host=host, own=own, labels=labels))
         )
 
+    @classmethod
+    def connect(
+        cls, url: str, sandbox_id: str | None = None, *, api_key: str | None = None, **create: Any
+    ) -> Sandbox:
+        """A blocking handle on a sandbox of a ``kernel-sandbox serve`` server; see
+        ``AsyncSandbox.connect``.  Python, shell, files, interrupt, restart and close
+        work as here; what only a local sandbox has (``host``, ``labels``,
+        ``connection_info``) does not exist on it."""
+        remote = run_sync(AsyncSandbox.connect(url, sandbox_id, api_key=api_key, **create))
+        return cls(remote)  # type: ignore[arg-type]  # RemoteSandbox: AsyncSandbox's calls
+
     @property
     def id(self) -> str:
         """Short random id, also in the container's name and labels."""

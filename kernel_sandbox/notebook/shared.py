@@ -4,7 +4,7 @@ The sandbox's :class:`~kernel_sandbox.notebook.NotebookRecorder` rewrites its no
 atomically after every step, from the cells it holds in memory.  A person attached to
 the same kernel (``kernel-sandbox attach``) records their cells into the same file.
 Two writers stay safe by one rule: every write happens under an exclusive ``flock`` on
-``<notebook>.lock`` and starts from what is on disk, so no writer ever drops a cell it
+the notebook's directory and starts from what is on disk, so no writer ever drops a cell it
 did not make.  The person's console appends its cells to the file as it is (a
 read-append-replace under the lock); the recorder, before each rewrite, merges in the
 cells on disk it does not hold (by cell id, in their place).  Each write is still an
@@ -36,8 +36,10 @@ _POINTER_LIMIT = 4096
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """Hold the notebook's write lock (``<path>.lock``, made if missing) for the block."""
-    fd = os.open(f"{path}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    """Hold the notebook's write lock for the block: a ``flock`` on its directory (no
+    lock file left beside it; notebooks in one directory take turns, each write is short)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
