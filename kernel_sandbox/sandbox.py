@@ -11,6 +11,7 @@ for everything it does (see :mod:`~kernel_sandbox.events`), whoever called it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import posixpath
@@ -113,6 +114,7 @@ class AsyncSandbox:
         host: str | HostFactory | None = None,
         own: bool = True,
         labels: dict[str, str] | None = None,
+        interrupt: bool = False,
     ) -> AsyncSandbox:
         """Reconnect to a running sandbox another process started; its kernel keeps running.
 
@@ -123,8 +125,10 @@ class AsyncSandbox:
         beside a live owner: :meth:`close` only disconnects, and restarts are refused.
         Settings the container was made with (transport, user, working directory,
         network) come from the engine; the rest (timeouts, limits on output) from
-        ``config``.  Raises :class:`~kernel_sandbox.errors.SandboxNotFoundError` when no
-        running sandbox has that id.
+        ``config``.  A busy kernel answers nobody until its cell ends: with ``interrupt``
+        the cell running now is interrupted first (a dead owner's call, which no one
+        waits for any more).  Raises :class:`~kernel_sandbox.errors.SandboxNotFoundError`
+        when no running sandbox has that id.
         """
         config = config or SandboxConfig()
         made = make_host(host, sandbox_id, config)
@@ -135,6 +139,9 @@ class AsyncSandbox:
         info = await made.attach(records[0], own=own)
         sandbox = cls(made.config, made, sandbox_id)
         try:
+            if interrupt:
+                with contextlib.suppress(KernelError):  # no kernel: the connect says so
+                    await made.interrupt()
             await sandbox._connect(info)
         except BaseException:  # unreachable now is not gone: remove nothing, let go
             sandbox._closed = True

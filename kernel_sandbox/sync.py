@@ -139,11 +139,13 @@ class Sandbox:
         host: str | HostFactory | None = None,
         own: bool = True,
         labels: dict[str, str] | None = None,
+        interrupt: bool = False,
     ) -> Sandbox:
         """Reconnect to a running sandbox, its kernel untouched; see ``AsyncSandbox.adopt``."""
-        return cls(
-            run_sync(AsyncSandbox.adopt(sandbox_id, config, host=host, own=own, labels=labels))
+        adopted = AsyncSandbox.adopt(
+            sandbox_id, config, host=host, own=own, labels=labels, interrupt=interrupt
         )
+        return cls(run_sync(adopted))
 
     @classmethod
     def connect(

@@ -53,7 +53,7 @@ def _write_connection_file(info: dict[str, Any]) -> Path:
     return path
 
 
-def recording_shell(base: type, notebook: Path | None) -> type:
+def recording_shell(base: type, notebook: Path | None) -> Any:
     """jupyter_console's shell class, recording each cell of this console into ``notebook``."""
 
     class RecordingShell(base):  # type: ignore[misc,valid-type]
