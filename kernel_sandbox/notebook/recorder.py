@@ -127,10 +127,6 @@ class NotebookRecorder:
         recorder = cls(path, title=title, metadata=metadata)
         recorder.describe_sandbox(inner)
         inner.listeners.append(recorder)
-        sandbox_id = getattr(inner, "id", None)
-        if isinstance(sandbox_id, str):  # `kernel-sandbox attach` records here too
-            with contextlib.suppress(OSError, ValueError):
-                shared.point_to(sandbox_id, recorder.path)
         return recorder
 
     def detach(self, sandbox: Any) -> None:
@@ -140,7 +136,8 @@ class NotebookRecorder:
             inner.listeners.remove(self)
 
     def describe_sandbox(self, sandbox: Any) -> None:
-        """Store the sandbox's id, image and main settings in the notebook metadata."""
+        """Store the sandbox's id, image and main settings in the notebook metadata, and
+        leave the pointer by which a person's console finds this notebook."""
         inner = getattr(sandbox, "async_sandbox", sandbox)
         config = inner.config
         settings = {name: getattr(config, name) for name in _RECORDED_SETTINGS}
@@ -150,6 +147,9 @@ class NotebookRecorder:
             sandbox_id=inner.id,
             sandbox=settings,
         )
+        if isinstance(inner.id, str):  # so `kernel-sandbox attach` records here too
+            with contextlib.suppress(OSError, ValueError):
+                shared.point_to(inner.id, self.path)
 
     def __call__(self, event: Event) -> None:
         """Listener entry point: record a sandbox event; other events are ignored."""
