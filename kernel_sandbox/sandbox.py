@@ -143,9 +143,16 @@ class AsyncSandbox:
                 with contextlib.suppress(KernelError):  # no kernel: the connect says so
                     await made.interrupt()
             await sandbox._connect(info)
-        except BaseException:  # unreachable now is not gone: remove nothing, let go
+        except BaseException as exc:  # unreachable now is not gone: remove nothing, let go
             sandbox._closed = True
             await made.detach()
+            if isinstance(exc, SandboxStartError):
+                raise SandboxStartError(
+                    f"could not reach the kernel of sandbox {sandbox_id} within "
+                    f"{config.startup_timeout:g}s: a kernel busy with a long cell answers "
+                    "only when it ends (interrupt=True interrupts it first); it was left "
+                    f"as it was ({exc})"
+                ) from exc
             raise
         return sandbox
 
