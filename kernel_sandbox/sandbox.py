@@ -75,6 +75,8 @@ class AsyncSandbox:
         self._restarts: list[KernelRestarted] = []
         self._lock = asyncio.Lock()
         self._closed = False
+        #: Why calls are refused before :meth:`close` ran (released to a pool).
+        self._retired = ""
         self.created_at = time.time()
         #: Called with every :mod:`~kernel_sandbox.events` event of this sandbox.
         self.listeners: list[Listener] = []
@@ -201,7 +203,7 @@ class AsyncSandbox:
     async def _connect(self, info: ConnectionInfo) -> None:
         """Connect to the kernel that starts now; tell the host when the attempt is over."""
         self._info = info
-        session = KernelSession(info)
+        session = KernelSession(info, self.config.max_output_bytes)
         try:
             await session.connect(self.config.startup_timeout, self.host.poll)
         except KernelError as exc:
@@ -247,9 +249,16 @@ class AsyncSandbox:
         return self._closed
 
     def check_open(self) -> None:
-        """Raise :class:`SandboxClosedError` once the sandbox is closed."""
+        """Raise :class:`SandboxClosedError` once the sandbox is closed (or retired)."""
+        if self._retired:
+            raise SandboxClosedError(f"sandbox {self.id} {self._retired}")
         if self._closed:
             raise SandboxClosedError(f"sandbox {self.id} is closed; create a new one")
+
+    def retire(self, why: str) -> None:
+        """Refuse every later call at once, with ``why``, while :meth:`close` is still to
+        come (a pool closes released sandboxes in the background)."""
+        self._retired = why
 
     # -- health ------------------------------------------------------------------
 

@@ -228,6 +228,10 @@ class Sandbox:
         """Raise ``SandboxClosedError`` once the sandbox is closed."""
         self._inner.check_open()
 
+    def retire(self, why: str) -> None:
+        """Refuse every later call at once, with ``why``; see ``AsyncSandbox.retire``."""
+        self._inner.retire(why)
+
     def health(self) -> str | None:
         """None while the sandbox can run code, else why not; see ``AsyncSandbox.health``."""
         return run_sync(self._inner.health())

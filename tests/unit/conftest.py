@@ -24,6 +24,8 @@ async def new_sandbox() -> AsyncIterator[NewSandbox]:
     made: list[AsyncSandbox] = []
 
     async def make(**settings: Any) -> AsyncSandbox:
+        # a loaded machine (CI, 2 cores shared) may take long to start a kernel
+        settings.setdefault("startup_timeout", 120)
         sandbox = await AsyncSandbox.create(host="local", **settings)
         made.append(sandbox)
         return sandbox

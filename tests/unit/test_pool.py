@@ -141,6 +141,9 @@ async def test_release_twice_is_fine_but_a_foreign_sandbox_is_refused(
     async with pools(size=1) as pool:
         sandbox = await pool.acquire()
         await pool.release(sandbox)
+        # refused at once, before the pool's background close reaches it
+        with pytest.raises(SandboxClosedError, match="released to its pool"):
+            await sandbox.run_python("1")
         await pool.release(sandbox)
         with pytest.raises(SandboxError, match="does not belong"):
             await pool.release(idle_sandbox)
