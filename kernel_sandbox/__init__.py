@@ -6,6 +6,7 @@ jupyter_client.  The public API is re-exported here; everything else is internal
 
 from .config import DEFAULT_IMAGE, SandboxConfig
 from .errors import (
+    CapacityError,
     ConfigError,
     ContainerRemovedError,
     ContainerStoppedError,
@@ -57,10 +58,13 @@ _LAZY = {
     "RetryPolicy": "agent",
     "NotebookRecorder": "notebook",
     "ReplayReport": "notebook",
+    "Tolerance": "notebook",
     "export_notebook": "notebook",
     "replay": "notebook",
-    "replay_notebook": "notebook",
+    "areplay": "notebook",
     "SandboxPool": "pool",
+    "RemoteSandbox": "server.remote",
+    "HttpSandboxManager": "server.http_manager",
 }
 
 
@@ -86,6 +90,7 @@ __all__ = [
     "AsyncFiles",
     "AsyncSandbox",
     "Budget",
+    "CapacityError",
     "CommandResult",
     "ConfigError",
     "ContainerRemovedError",
@@ -99,6 +104,7 @@ __all__ = [
     "FileOperated",
     "FileOperationError",
     "Files",
+    "HttpSandboxManager",
     "ImageError",
     "ImageNotFoundError",
     "KernelError",
@@ -107,6 +113,7 @@ __all__ = [
     "NotebookError",
     "NotebookRecorder",
     "PythonExecuted",
+    "RemoteSandbox",
     "ReplayReport",
     "RetryPolicy",
     "Sandbox",
@@ -124,13 +131,14 @@ __all__ = [
     "SandboxStatus",
     "SandboxType",
     "ShellExecuted",
+    "Tolerance",
     "Tool",
     "ToolResult",
     "ToolSet",
     "__version__",
+    "areplay",
     "call_context",
     "export_notebook",
     "register_tool",
     "replay",
-    "replay_notebook",
 ]

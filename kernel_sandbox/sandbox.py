@@ -23,6 +23,7 @@ from .backends.base import KernelHost
 from .backends.factory import HostFactory, make_host
 from .config import LABEL_PREFIX, SandboxConfig
 from .errors import (
+    ContainerStoppedError,
     FileOperationError,
     KernelError,
     SandboxClosedError,
@@ -358,6 +359,10 @@ class AsyncSandbox:
                     )
                 if raw.truncated_bytes:
                     execution = dataclasses.replace(execution, truncated_bytes=raw.truncated_bytes)
+                if raw.display_ids or raw.display_updates:
+                    execution = dataclasses.replace(
+                        execution, display_ids=raw.display_ids, display_updates=raw.display_updates
+                    )
         await self._emit(PythonExecuted(self.id, code, execution, wall, current_context()))
         await self._emit_restarts(requested=False)
         return execution
@@ -422,7 +427,9 @@ class AsyncSandbox:
             self._restarts.append(KernelRestarted(self.id, message, False, started))
             return message
         except SandboxError as exc:
-            why = str(exc)
+            # A stopped container (e.g. gVisor's whole-sandbox OOM kill) needs no more words
+            stopped = isinstance(exc.__cause__, ContainerStoppedError)
+            why = "its container had stopped" if stopped else str(exc)
         log.warning("sandbox %s: restarting the whole sandbox: %s", self.id, why)
         try:
             info = await self.host.restart_whole()

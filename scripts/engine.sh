@@ -20,6 +20,9 @@ set -euo pipefail
 DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd-kernel-sandbox.log}"
 ENGINE_DEADLINE="${ENGINE_DEADLINE:-90}"
 ENGINE_DRY_RUN="${ENGINE_DRY_RUN:-0}"
+# DOCKERD_CONFIG: the config file a dockerd started here gets (--config-file), e.g. one
+# that registers runsc (CI asks for the runsc package through ENGINE_EXTRA_PACKAGES).
+DOCKERD_CONFIG="${DOCKERD_CONFIG:-}"
 OS_RELEASE="${OS_RELEASE:-/etc/os-release}"
 
 say() { printf 'engine: %s\n' "$*"; }
@@ -82,9 +85,10 @@ start_and_wait() {
     else
         say "starting dockerd (log: ${DOCKERD_LOG})"
         if [ "${ENGINE_DRY_RUN}" = 1 ]; then
-            say "would run: nohup dockerd >${DOCKERD_LOG} 2>&1 &"
+            say "would run: nohup dockerd ${DOCKERD_CONFIG:+--config-file ${DOCKERD_CONFIG} }>${DOCKERD_LOG} 2>&1 &"
         else
-            nohup dockerd >"${DOCKERD_LOG}" 2>&1 </dev/null &
+            nohup dockerd ${DOCKERD_CONFIG:+--config-file "${DOCKERD_CONFIG}"} \
+                >"${DOCKERD_LOG}" 2>&1 </dev/null &
         fi
     fi
     if [ "${ENGINE_DRY_RUN}" = 1 ]; then

@@ -39,6 +39,7 @@ from .cells import (
     shell_cell,
 )
 from .storage import write_notebook_atomic
+from .tags import seeds_randomness
 
 __all__ = ["DEFAULT_SESSION_DIR", "FORMAT_VERSION", "NotebookRecorder", "new_session_path"]
 
@@ -89,6 +90,7 @@ class NotebookRecorder:
         self.path = Path(path) if path is not None else new_session_path()
         self._lock = threading.RLock()
         self._steps = 0
+        self._seeded = False  # a recorded cell seeded the random generators
         now = iso_time()
         session: dict[str, Any] = {
             "format_version": FORMAT_VERSION,
@@ -223,7 +225,8 @@ class NotebookRecorder:
     ) -> None:
         """Record one Python execution with its real outputs (see ``cells.python_cell``)."""
         with self._lock:
-            cell = python_cell(code, execution, metadata, started_at)
+            cell = python_cell(code, execution, metadata, started_at, seeded=self._seeded)
+            self._seeded = self._seeded or seeds_randomness(code)
             self._nb.cells.append(cell)
             if execution.status in ("timeout", "kernel_died") and execution.message:
                 self._nb.cells.append(

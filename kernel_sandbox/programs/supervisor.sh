@@ -21,24 +21,27 @@ dir=$1
 shift
 mkdir -p "$dir"
 [ -p "$dir/status" ] || rm -f "$dir/status" "$dir"/go-*
+# Sets $kills, without a command substitution: the supervisor must not fork to report,
+# since a fork bomb's dying group may still hold the process limit (gVisor).
 oom_kills() {
+    kills=0
     for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
         if [ -r "$f" ]; then
             while read -r key value; do
                 if [ "$key" = oom_kill ]; then
-                    echo "$value"
+                    kills=$value
                     return
                 fi
             done <"$f"
         fi
     done
-    echo 0
 }
 n=0
 kernel=
 while :; do
     n=$((n + 1))
-    before=$(oom_kills)
+    oom_kills
+    before=$kills
     setsid "$@" &
     kernel=$!
     while :; do
@@ -50,7 +53,14 @@ while :; do
         fi
         break
     done
-    kill -KILL -"$kernel" 2>/dev/null
-    printf '\n%s %s %s %s\n' "$n" "$code" "$before" "$(oom_kills)" >"$dir/status"
+    # until the group is gone (reaped), at most ~3 s: its processes hold the process
+    # limit until then, and gVisor reaps a large group slowly
+    i=0
+    while kill -KILL -"$kernel" 2>/dev/null && [ "$i" -lt 60 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    oom_kills
+    printf '\n%s %s %s %s\n' "$n" "$code" "$before" "$kills" >"$dir/status"
     until [ -e "$dir/go-$n" ]; do sleep 0.05; done
 done

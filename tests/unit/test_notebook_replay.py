@@ -22,9 +22,9 @@ from kernel_sandbox.errors import NotebookError
 from kernel_sandbox.notebook import (
     META_KEY,
     NotebookRecorder,
+    areplay,
     export_notebook,
     read_notebook,
-    replay_notebook,
     replayed_path,
 )
 from kernel_sandbox.results import CommandResult, Execution
@@ -66,7 +66,7 @@ def record_session(path: Path) -> Path:
 async def test_cells_replay_the_way_they_were_recorded(tmp_path: Path, hosts: Hosts) -> None:
     path = tmp_path / "s.ipynb"
     files = record_session(path)
-    report = await replay_notebook(path, sandbox_options={"host": hosts})
+    report = await areplay(path, sandbox_options={"host": hosts})
     (host,) = hosts
     assert host.config.image == "img:recorded"
     assert not Path(host.working_dir).exists()  # closed: its directory is gone
@@ -98,7 +98,7 @@ async def test_edited_source_is_what_runs_and_a_new_error_is_reported(
     record_session(path)
     nb = read_notebook(path)
     nb.cells[1].source = "print(b)"  # the user edited the first code cell
-    report = await replay_notebook(
+    report = await areplay(
         nb, image="img:override", output=tmp_path / "out.ipynb", sandbox_options={"host": hosts}
     )
     assert hosts[0].config.image == "img:override"
@@ -117,7 +117,7 @@ async def test_hand_written_notebook_runs_everything_in_the_kernel(
         new_code_cell("%%bash\necho hi"),  # never run: nothing to compare
         new_code_cell("   "),
     ]
-    report = await replay_notebook(nb, sandbox_options={"host": hosts})
+    report = await areplay(nb, sandbox_options={"host": hosts})
     assert hosts[0].config.image == DEFAULT_IMAGE
     assert [c.source for c in report.cells] == ["print('a')", "%%bash\necho hi"]
     assert [c.verdict for c in report.cells] == ["same", "unrecorded"]

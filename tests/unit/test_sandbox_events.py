@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from kernel_sandbox.events import Event, FileOperated, KernelRestarted, call_context
-from kernel_sandbox.notebook import META_KEY, NotebookRecorder, replay_notebook
+from kernel_sandbox.notebook import META_KEY, NotebookRecorder, areplay
 from kernel_sandbox.tools import ToolSet
 from tests.unit.conftest import NewSandbox
 
@@ -43,7 +43,7 @@ async def test_direct_and_tool_file_calls_are_recorded_and_replayable(
 
     # replay in the same sandbox redoes the delete: the file is gone again afterwards
     await sandbox.files.write("gone.txt", "back")
-    report = await replay_notebook(recorder.path, sandbox=sandbox, output=tmp_path / "r.ipynb")
+    report = await areplay(recorder.path, sandbox=sandbox, output=tmp_path / "r.ipynb")
     assert [c.verdict for c in report.cells] == ["same", "same", "same"]
     assert not await sandbox.files.exists("gone.txt")
 

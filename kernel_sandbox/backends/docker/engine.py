@@ -35,6 +35,7 @@ from ...errors import (
     SandboxStartError,
 )
 from ..base import REMOVED_REASON, HostState, SandboxRecord
+from .runtimes import Runtime, engine_runtimes, gvisor_host_pids, validate
 
 __all__ = [
     "ContainerSpec",
@@ -86,6 +87,8 @@ class ContainerSpec:
     read_only: bool = False
     #: bytes of /dev/shm (None: the engine's default)
     shm_size: int | None = None
+    #: the engine's OCI runtime, e.g. ``"runsc"`` (None: the engine's default)
+    runtime: str | None = None
 
 
 @dataclass(frozen=True)
@@ -159,6 +162,7 @@ class DockerEngine:
 
     def __init__(self, client: docker.DockerClient | None = None) -> None:
         self._client = client
+        self._runtimes: dict[str, Runtime] | None = None
 
     @property
     def client(self) -> docker.DockerClient:
@@ -173,8 +177,27 @@ class DockerEngine:
     async def start(self, spec: ContainerSpec) -> str:
         return str(await run_in_thread(self._start_sync, spec))
 
+    async def runtimes(self) -> dict[str, Runtime]:
+        """The OCI runtimes the engine offers (``docker info``), asked afresh."""
+        return await run_in_thread(self._runtimes_sync, True)  # type: ignore[no-any-return]
+
+    def _runtimes_sync(self, refresh: bool = False) -> dict[str, Runtime]:
+        # Asked once per backend, and again when a sandbox names one not seen yet (the
+        # engine may have been given it since: daemon.json and a reload).
+        if self._runtimes is None or refresh:
+            self._runtimes = engine_runtimes(self.api.info())
+        return self._runtimes
+
     def _start_sync(self, spec: ContainerSpec) -> str:
         api = self.api
+        runtimes = self._runtimes_sync()
+        if spec.runtime is not None and spec.runtime not in runtimes:
+            runtimes = self._runtimes_sync(refresh=True)
+        runtime = validate(runtimes, spec)
+        pids_limit, ulimits = spec.pids_limit, [Ulimit(name="core", soft=0, hard=0)]
+        if runtime is not None and runtime.gvisor:  # see runtimes.py: counted inside
+            ulimits.append(Ulimit(name="nproc", soft=spec.pids_limit, hard=spec.pids_limit))
+            pids_limit = gvisor_host_pids(spec.pids_limit)
         network_mode = "bridge" if spec.network_enabled else "none"
         if spec.own_network:
             self._create_own_network(spec)
@@ -185,14 +208,15 @@ class DockerEngine:
             mem_limit=spec.memory_limit,
             memswap_limit=spec.memory_limit,  # no swap: the limit is the limit
             nano_cpus=int(spec.cpu_limit * 1e9),
-            pids_limit=spec.pids_limit,
+            pids_limit=pids_limit,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             network_mode=network_mode,
             port_bindings={p: ("127.0.0.1", h) for p, h in spec.published_ports.items()} or None,
-            ulimits=[Ulimit(name="core", soft=0, hard=0)],
+            ulimits=ulimits,
             read_only=spec.read_only,
             shm_size=spec.shm_size,
+            runtime=spec.runtime,
             log_config=ENGINE_LOG,
         )
         try:

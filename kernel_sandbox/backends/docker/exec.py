@@ -9,11 +9,13 @@ whole before the output is read (file writes: ``cat`` drains it as it comes), an
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import socket
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import docker
@@ -21,11 +23,14 @@ import docker.errors
 
 from ...errors import FileOperationError
 from ...limits import HeadTail
-from ..base import ExecResult
+from ..base import ExecResult, HostState
 from .attach import STDERR, TruncatedStreamError, attach_body, read_frames
 from .engine import run_in_thread
 
 __all__ = ["exec_process"]
+
+#: Seconds between checks that a container still runs while a process in it is read.
+_EXEC_WATCH = 2.0
 
 
 async def exec_process(
@@ -39,13 +44,17 @@ async def exec_process(
     stdin: bytes | None = None,
     max_output_bytes: int | None = None,
     deadline: float | None = None,
+    container_state: Callable[[], Awaitable[HostState]] | None = None,
 ) -> ExecResult:
     """Run ``argv`` in the container beside the kernel and wait for it.
 
     ``stdin`` is sent to the process, then closed.  With ``deadline`` (seconds) the
     host stops waiting then and raises :class:`FileOperationError`: a process the
-    sandbox can stop (its own user's) must never hold the host.
+    sandbox can stop (its own user's) must never hold the host.  With
+    ``container_state``, the container is watched while the process runs (see
+    :func:`_watched`).
     """
+    streams: list[Any] = []  # the socket being read, for the watch
 
     def _exec() -> ExecResult:
         exec_id = api.exec_create(
@@ -64,6 +73,7 @@ async def exec_process(
         with api.exec_start(exec_id, stream=True)._response as response:
             body = attach_body(response)
             sock = _socket_of(body) if stdin is not None or ends is not None else None
+            streams.append(sock if sock is not None else getattr(body.raw, "_sock", None))
             if sock is None or ends is None:
                 # the process may be silent for longer than the client's timeout;
                 # run_shell's own deadline (``timeout`` in the container) ends it
@@ -92,7 +102,9 @@ async def exec_process(
         )
 
     try:
-        return await run_in_thread(_exec)  # type: ignore[no-any-return]
+        if container_state is None:
+            return await run_in_thread(_exec)  # type: ignore[no-any-return]
+        return await _watched(container_state, run_in_thread(_exec), streams)
     except TimeoutError as exc:  # socket.timeout too
         raise FileOperationError(
             f"the process in the sandbox did not finish within {deadline:g}s (stopped or "
@@ -105,6 +117,37 @@ async def exec_process(
             f"the process's output was cut off: {exc}; its side effects may have happened, "
             "so check before running it again"
         ) from exc
+
+
+async def _watched(
+    container_state: Callable[[], Awaitable[HostState]],
+    running: Awaitable[ExecResult],
+    streams: list[Any],
+) -> ExecResult:
+    """``running``'s result, or, if the container stops first, exit 137 saying why.
+
+    Under gVisor the engine keeps an exec's stream open for a minute or more after the
+    sandbox died (an out-of-memory sandbox loses its whole container there), so the
+    container is watched and the stream shut down when it is gone.
+    """
+    task = asyncio.ensure_future(running)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=_EXEC_WATCH)
+        if done:
+            return task.result()
+        state = await container_state()
+        if not state.running:
+            break
+    for sock in streams:
+        with contextlib.suppress(Exception):
+            sock.shutdown(socket.SHUT_RDWR)
+    note = f"the sandbox's container stopped: {state.death_reason()}"
+    with contextlib.suppress(Exception):
+        result = await task
+        return ExecResult(
+            137, result.stdout, result.stderr + f"\n[{note}]".encode(), result.truncated_bytes
+        )
+    return ExecResult(137, b"", note.encode())
 
 
 def _socket_of(body: io.BufferedReader) -> socket.socket:

@@ -178,6 +178,7 @@ class DockerHost(KernelHost):
             own_network=self.network,
             read_only=cfg.disk_limit is not None,
             shm_size=cfg.disk_budget().get("shm"),
+            runtime=cfg.runtime,
         )
         # The engine call goes on in its thread even if we are cancelled: wait for it, so
         # that cleanup() knows the container and removes it instead of leaking it.
@@ -394,9 +395,10 @@ class DockerHost(KernelHost):
         max_output_bytes: int | None = None,
         deadline: float | None = None,
     ) -> ExecResult:
+        container = self._container()
         return await exec_process(
             self.engine.api,
-            self._container(),
+            container,
             argv,
             user=self.config.user,
             workdir=workdir,
@@ -404,6 +406,7 @@ class DockerHost(KernelHost):
             stdin=stdin,
             max_output_bytes=max_output_bytes,
             deadline=deadline,
+            container_state=lambda: self.engine.state(container),
         )
 
     def _check_own(self, what: str) -> None:
