@@ -159,21 +159,25 @@ class AsyncSandbox:
             raise
         return sandbox
 
-    @staticmethod
+    @classmethod
     async def connect(
-        url: str, sandbox_id: str | None = None, *, api_key: str | None = None, **create: Any
+        cls,
+        url: str,
+        sandbox_id: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: float = 600.0,
     ) -> RemoteSandbox:
         """A sandbox on a ``kernel-sandbox serve`` server, with this class's methods.
 
         With ``sandbox_id``, the caller's existing sandbox there; without, a new one
-        (``create`` are its settings: ``image``, ``timeout``...).  The server's key
-        decides which sandboxes the caller may see.
+        with the server's defaults (``RemoteSandbox.create`` takes settings).  The
+        server's key decides which sandboxes the caller may see; ``timeout`` bounds
+        each HTTP call.
         """
         from .server.remote import RemoteSandbox
 
-        if sandbox_id is not None:
-            return await RemoteSandbox.connect(url, sandbox_id, api_key=api_key)
-        return await RemoteSandbox.create(url, api_key=api_key, **create)
+        return await RemoteSandbox.connect(url, sandbox_id, api_key=api_key, timeout=timeout)
 
     @property
     def image(self) -> str:

@@ -149,13 +149,18 @@ class Sandbox:
 
     @classmethod
     def connect(
-        cls, url: str, sandbox_id: str | None = None, *, api_key: str | None = None, **create: Any
+        cls,
+        url: str,
+        sandbox_id: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: float = 600.0,
     ) -> Sandbox:
         """A blocking handle on a sandbox of a ``kernel-sandbox serve`` server; see
         ``AsyncSandbox.connect``.  Python, shell, files, interrupt, restart and close
         work as here; what only a local sandbox has (``host``, ``labels``,
         ``connection_info``) does not exist on it."""
-        remote = run_sync(AsyncSandbox.connect(url, sandbox_id, api_key=api_key, **create))
+        remote = run_sync(AsyncSandbox.connect(url, sandbox_id, api_key=api_key, timeout=timeout))
         return cls(remote)  # type: ignore[arg-type]  # RemoteSandbox: AsyncSandbox's calls
 
     @property
