@@ -299,6 +299,24 @@ class SandboxManager:
         log.info("created sandbox %s (image %s)", sid, sandbox.image)
         return sid
 
+    def add_sandbox(
+        self,
+        sandbox: AsyncSandbox,
+        config: SandboxConfig | dict[str, Any] | None = None,
+        sandbox_id: str | None = None,
+        *,
+        pooled: bool = False,
+    ) -> str:
+        """Manage a sandbox made elsewhere (e.g. :meth:`AsyncSandbox.adopt` after a
+        restart); from now on it is this manager's, as if it had created it."""
+        sid = sandbox_id or sandbox.id
+        if sid in self._entries:
+            raise ConfigError(f"a sandbox with id {sid!r} exists already; pick another id")
+        cfg = _as_config(config)
+        tools = ToolSet(sandbox, cfg.tools_config)
+        self._entries[sid] = _Entry(sid, SandboxType.DOCKER, cfg, sandbox, tools, pooled)
+        return sid
+
     def _entry(self, sandbox_id: str) -> _Entry:
         # an id that is not a string (a list, say) is unhashable: not found, not a TypeError
         entry = self._entries.get(sandbox_id) if isinstance(sandbox_id, str) else None

@@ -11,22 +11,24 @@ for everything it does (see :mod:`~kernel_sandbox.events`), whoever called it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import posixpath
 import secrets
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .backends.base import KernelHost
 from .backends.factory import HostFactory, make_host
-from .config import SandboxConfig
+from .config import LABEL_PREFIX, SandboxConfig
 from .errors import (
     ContainerStoppedError,
     FileOperationError,
     KernelError,
     SandboxClosedError,
     SandboxError,
+    SandboxNotFoundError,
     SandboxStartError,
 )
 from .events import (
@@ -43,6 +45,9 @@ from .kernel.client import KernelSession, OutputCallback, RawExecution
 from .kernel.connection import ConnectionInfo
 from .results import CommandResult, Execution, ExecutionError, ExecutionStatus, strip_ansi
 from .shell import run_command
+
+if TYPE_CHECKING:
+    from .server.remote import RemoteSandbox
 
 __all__ = ["PING_TIMEOUT", "AsyncSandbox"]
 
@@ -102,6 +107,77 @@ class AsyncSandbox:
             await sandbox.close()
             raise
         return sandbox
+
+    @classmethod
+    async def adopt(
+        cls,
+        sandbox_id: str,
+        config: SandboxConfig | None = None,
+        *,
+        host: str | HostFactory | None = None,
+        own: bool = True,
+        labels: dict[str, str] | None = None,
+        interrupt: bool = False,
+    ) -> AsyncSandbox:
+        """Reconnect to a running sandbox another process started; its kernel keeps running.
+
+        The sandbox is found by its id label (and ``labels``, e.g. a server's name) on
+        the host's engine; its variables, processes and files are all still there.
+        ``own=True`` takes it over: :meth:`close` removes it (the way a restarted server
+        adopts what its killed predecessor left).  ``own=False`` attaches as a guest
+        beside a live owner: :meth:`close` only disconnects, and restarts are refused.
+        Settings the container was made with (transport, user, working directory,
+        network) come from the engine; the rest (timeouts, limits on output) from
+        ``config``.  A busy kernel answers nobody until its cell ends: with ``interrupt``
+        the cell running now is interrupted first (a dead owner's call, which no one
+        waits for any more).  Raises :class:`~kernel_sandbox.errors.SandboxNotFoundError`
+        when no running sandbox has that id.
+        """
+        config = config or SandboxConfig()
+        made = make_host(host, sandbox_id, config)
+        wanted = {**(labels or {}), f"{LABEL_PREFIX}.id": sandbox_id}
+        records = [r for r in await type(made).list_sandboxes(wanted) if r.running]
+        if not records:
+            raise SandboxNotFoundError(f"no running sandbox {sandbox_id!r} was found")
+        info = await made.attach(records[0], own=own)
+        sandbox = cls(made.config, made, sandbox_id)
+        try:
+            if interrupt:
+                with contextlib.suppress(KernelError):  # no kernel: the connect says so
+                    await made.interrupt()
+            await sandbox._connect(info)
+        except BaseException as exc:  # unreachable now is not gone: remove nothing, let go
+            sandbox._closed = True
+            await made.detach()
+            if isinstance(exc, SandboxStartError):
+                raise SandboxStartError(
+                    f"could not reach the kernel of sandbox {sandbox_id} within "
+                    f"{config.startup_timeout:g}s: a kernel busy with a long cell answers "
+                    "only when it ends (interrupt=True interrupts it first); it was left "
+                    f"as it was ({exc})"
+                ) from exc
+            raise
+        return sandbox
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        sandbox_id: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+    ) -> RemoteSandbox:
+        """A sandbox on a ``kernel-sandbox serve`` server, with this class's methods.
+
+        With ``sandbox_id``, the caller's existing sandbox there; without, a new one
+        with the server's defaults (``RemoteSandbox.create`` takes settings).  The
+        server's key decides which sandboxes the caller may see; ``timeout`` bounds
+        each HTTP call.
+        """
+        from .server.remote import RemoteSandbox
+
+        return await RemoteSandbox.connect(url, sandbox_id, api_key=api_key, timeout=timeout)
 
     @property
     def image(self) -> str:
@@ -374,6 +450,17 @@ class AsyncSandbox:
         )
         self._restarts.append(KernelRestarted(self.id, message, True, started))
         return message
+
+    async def interrupt(self) -> None:
+        """Interrupt the cell running now (``KeyboardInterrupt`` in it); variables stay.
+
+        Not serialised with other calls (the cell holds the lock): it signals the
+        kernel as jupyter_client does a kernel with ``interrupt_mode: signal``.  An idle
+        kernel ignores it.  Raises :class:`~kernel_sandbox.errors.KernelError` when no
+        kernel runs.
+        """
+        self.check_open()
+        await self.host.interrupt()
 
     async def restart(self) -> None:
         """Restart the kernel: every variable is lost, files in the sandbox are kept.

@@ -130,6 +130,39 @@ class Sandbox:
         """Start a sandbox with a ready kernel; see ``AsyncSandbox.create``."""
         return cls(run_sync(AsyncSandbox.create(config, host=host, **overrides)))
 
+    @classmethod
+    def adopt(
+        cls,
+        sandbox_id: str,
+        config: SandboxConfig | None = None,
+        *,
+        host: str | HostFactory | None = None,
+        own: bool = True,
+        labels: dict[str, str] | None = None,
+        interrupt: bool = False,
+    ) -> Sandbox:
+        """Reconnect to a running sandbox, its kernel untouched; see ``AsyncSandbox.adopt``."""
+        adopted = AsyncSandbox.adopt(
+            sandbox_id, config, host=host, own=own, labels=labels, interrupt=interrupt
+        )
+        return cls(run_sync(adopted))
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        sandbox_id: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+    ) -> Sandbox:
+        """A blocking handle on a sandbox of a ``kernel-sandbox serve`` server; see
+        ``AsyncSandbox.connect``.  Python, shell, files, interrupt, restart and close
+        work as here; what only a local sandbox has (``host``, ``labels``,
+        ``connection_info``) does not exist on it."""
+        remote = run_sync(AsyncSandbox.connect(url, sandbox_id, api_key=api_key, timeout=timeout))
+        return cls(remote)  # type: ignore[arg-type]  # RemoteSandbox: AsyncSandbox's calls
+
     @property
     def id(self) -> str:
         """Short random id, also in the container's name and labels."""
@@ -215,6 +248,10 @@ class Sandbox:
     def warm_up(self) -> None:
         """Have the kernel do the first-call work now."""
         return run_sync(self._inner.warm_up())
+
+    def interrupt(self) -> None:
+        """Interrupt the running cell; see ``AsyncSandbox.interrupt``."""
+        run_sync(self._inner.interrupt())
 
     def restart(self) -> None:
         """Restart the kernel: variables are lost, files are kept."""

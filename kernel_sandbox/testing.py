@@ -86,6 +86,8 @@ class LocalKernelHost(KernelHost):
         #: Process groups of shell commands still running (ended by a kill-all restart).
         self._groups: set[int] = set()
         self._created = time.time()
+        #: Attached as a guest to another host's kernel: it never kills or restarts it.
+        self._guest = False
 
     @property
     def working_dir(self) -> str:
@@ -98,6 +100,22 @@ class LocalKernelHost(KernelHost):
         if self._info is None:
             self._info = new_connection_info("ipc", str(self._dir / "k"))
         await self._start_kernel()
+        return self._info
+
+    async def attach(self, record: SandboxRecord, *, own: bool = True) -> ConnectionInfo:
+        """Join, as a guest, a live local kernel of this process (found by its id).
+
+        Local kernels belong to the process that started them (they die with it), so
+        there is nothing to adopt: ``own=True`` is refused.
+        """
+        other = _live.get(record.sandbox_id)
+        if own or other is None or other._info is None or other._kernel is None:
+            raise KernelError(
+                "the local host only attaches as a guest to a live kernel of this process"
+            )
+        self._guest = True
+        self._info, self._kernel, self._work = other._info, other._kernel, other._work
+        self.resource_id, self.image = other.resource_id, other.image
         return self._info
 
     async def _start_kernel(self) -> None:
@@ -145,6 +163,8 @@ class LocalKernelHost(KernelHost):
         kernel.send_signal(signum)
 
     async def restart_kernel(self, *, kill_all: bool = False) -> ConnectionInfo:
+        if self._guest:
+            raise KernelError("a guest attached to a sandbox cannot restart its kernel")
         await self.kill()
         if kill_all:
             self._kill_groups()
@@ -156,13 +176,21 @@ class LocalKernelHost(KernelHost):
         kernel = self._kernel
         if kernel is None:
             return
+        if self._guest:
+            raise KernelError("a guest attached to a sandbox cannot kill it")
         with contextlib.suppress(ProcessLookupError):
             os.killpg(kernel.pid, signal.SIGKILL)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(kernel.wait(), _REAP_LIMIT)
 
     async def cleanup(self, restart: bool = False) -> None:
-        """Kill the kernel and every command left running; remove the directory."""
+        """Kill the kernel and every command left running; remove the directory.
+
+        A guest removes only its own (empty) directory."""
+        if self._guest:
+            if not restart:
+                await asyncio.to_thread(shutil.rmtree, self._dir, ignore_errors=True)
+            return
         await self.kill()
         if restart:
             return

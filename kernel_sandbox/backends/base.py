@@ -33,6 +33,8 @@ Interface history (hosts outside this package are written against it):
   scripts through :meth:`KernelHost.exec`, the same on every host); ``exec`` gained
   ``deadline``; :attr:`KernelHost.protected_paths` names what the file API refuses;
   :meth:`KernelHost.post_launch` is called after every connect attempt, failed ones too.
+* 2.1 — added :meth:`KernelHost.attach` (additive; the default says the host cannot):
+  reconnect to a sandbox another process launched, without restarting its kernel.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
 from ..config import LABEL_PREFIX
+from ..errors import KernelError
 from ..kernel.connection import ConnectionInfo
 
 if TYPE_CHECKING:
@@ -222,6 +225,27 @@ class KernelHost(abc.ABC):
         addresses); the kernel may still be starting.  On failure the caller calls
         :meth:`cleanup`, which must remove whatever was made half-way.
         """
+
+    async def attach(self, record: SandboxRecord, *, own: bool = True) -> ConnectionInfo:
+        """Reach the kernel of a sandbox another process launched; do not restart it.
+
+        ``record`` is what :meth:`list_sandboxes` found (its labels carry the sandbox id
+        and where its host-side pieces are; never its keys).  The connection info
+        (ports or socket path, the HMAC key, CURVE keys) is recovered from where only
+        the host can read it, and returned as :meth:`launch` returns it; the caller
+        connects a client and calls :meth:`post_launch`.
+
+        ``own=True`` (adoption: e.g. a server restarted after a crash) makes this host
+        the sandbox's owner: :meth:`cleanup` removes it, restarts work.  ``own=False``
+        (a guest, e.g. a person's console beside the owner) never removes or restarts
+        anything and leaves the owner's channels (the supervisor's reports) alone.
+        Raises :class:`~kernel_sandbox.errors.KernelError` when it cannot.
+        """
+        raise KernelError(f"the {self.name or type(self).__name__} host cannot attach to a sandbox")
+
+    async def detach(self) -> None:  # noqa: B027 (nothing to release by default)
+        """Let go of a sandbox without removing anything (e.g. an :meth:`attach` whose
+        connect failed): what was claimed or opened here is released; it runs on."""
 
     async def post_launch(self) -> None:  # noqa: B027 (optional hook)
         """The client's attempt to connect to the kernel that starts now is over.

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "replay": ("notebook", "replay", "Re-execute a notebook in a fresh sandbox; compare."),
     "export": ("notebook", "export", "Export a session notebook to HTML or a Python script."),
     "ps": ("admin", "ps", "List running sandboxes."),
+    "attach": ("attach", "attach", "Open a console on a running sandbox's live kernel."),
     "gc": ("admin", "gc", "Remove orphaned sandboxes (owner process gone)."),
     "serve": ("serve", "serve", "Serve sandboxes over HTTP (ms-enclave API, /v1, MCP)."),
     "mcp": ("mcp", "mcp", "Serve one sandbox to an MCP client over stdio."),

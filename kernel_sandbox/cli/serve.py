@@ -60,11 +60,12 @@ def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ..
 )
 @click.option(
     "--on-restart",
-    type=click.Choice(["remove", "restore", "keep"]),
-    default="remove",
+    type=click.Choice(["adopt", "remove", "restore", "keep"]),
+    default="adopt",
     show_default=True,
-    help="Sandboxes a killed run of this server left: remove them, restore them for "
-    "their keys (replaying their notebooks in fresh containers), or keep them.",
+    help="Sandboxes a killed run of this server left: adopt them for their keys (the "
+    "same running kernels, variables kept), remove them, restore them for their keys "
+    "(replaying their notebooks in fresh containers), or keep them.",
 )
 @click.option(
     "--record-dir",

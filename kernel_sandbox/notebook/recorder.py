@@ -15,6 +15,7 @@ instead of a validation and an fsync, and a crash loses at most that delay's ste
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import secrets
@@ -30,6 +31,7 @@ from nbformat.v4 import new_markdown_cell, new_notebook
 
 from ..events import Event, FileOperated, KernelRestarted, PythonExecuted, ShellExecuted
 from ..results import CommandResult, Execution
+from . import shared
 from .cells import (
     META_KEY,
     file_cell,
@@ -150,7 +152,8 @@ class NotebookRecorder:
             inner.listeners.remove(self)
 
     def describe_sandbox(self, sandbox: Any) -> None:
-        """Store the sandbox's id, image and main settings in the notebook metadata."""
+        """Store the sandbox's id, image and main settings in the notebook metadata, and
+        leave the pointer by which a person's console finds this notebook."""
         inner = getattr(sandbox, "async_sandbox", sandbox)
         config = inner.config
         settings = {name: getattr(config, name) for name in _RECORDED_SETTINGS}
@@ -160,6 +163,9 @@ class NotebookRecorder:
             sandbox_id=inner.id,
             sandbox=settings,
         )
+        if isinstance(inner.id, str):  # so `kernel-sandbox attach` records here too
+            with contextlib.suppress(OSError, ValueError):
+                shared.point_to(inner.id, self.path)
 
     def __call__(self, event: Event) -> None:
         """Listener entry point: record a sandbox event; other events are ignored."""
@@ -316,7 +322,7 @@ class NotebookRecorder:
                 snapshot = copy.deepcopy(self._nb)
             WRITER.cancel(self)
             try:
-                write_notebook_atomic(snapshot, self.path)  # validates first
+                self._write(snapshot)
             except BaseException:
                 with self._lock:
                     self._dirty = True
@@ -392,7 +398,13 @@ class NotebookRecorder:
         self.version += 1
         self._notify()
         if self.flush_delay is None:
-            write_notebook_atomic(self._nb, self.path)  # validates first
+            self._write(self._nb)
             return
         self._dirty = True
         WRITER.schedule(self, self.flush_delay)
+
+    def _write(self, nb: NotebookNode) -> None:
+        # A person attached to the sandbox may have appended cells: keep them (shared.py)
+        with shared.locked(self.path):
+            shared.merge_foreign(nb, self.path)
+            write_notebook_atomic(nb, self.path)  # validates first

@@ -22,7 +22,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import FileOperationError
+from ..errors import FileOperationError, KernelError
 from ..files import LIST_LIMIT
 from ..results import Execution
 from .deps import Key, Opts, Ten
@@ -31,21 +31,12 @@ from .settings import ServerSettings
 from .tenancy import Lease, Tenancy
 from .wire import to_json
 
-__all__ = ["INTERRUPT_SCRIPT", "router"]
+__all__ = ["router"]
 
 router = APIRouter(prefix="/v1", tags=["native"])
 #: A path in the sandbox, as a query parameter (any name, newlines included, fits).
 PathQuery = Annotated[str, Query(min_length=1, max_length=4096)]
 _CHUNK = 64 * 1024
-
-#: Sends SIGINT to the kernel process, the way jupyter_client interrupts a kernel whose
-#: interrupt mode is "signal".  The pattern is assembled at run time so this very shell
-#: does not match it; the supervisor, which also names the launcher, ignores SIGINT.
-INTERRUPT_SCRIPT = (
-    'p=IPKernel; p="${p}App"; n=0; for d in /proc/[0-9]*; do i=${d#/proc/}; '
-    '[ "$i" = "$$" ] && continue; c=$(tr "\\0" " " < "$d/cmdline" 2>/dev/null) || continue; '
-    'case "$c" in *"$p"*) kill -INT "$i" 2>/dev/null && n=$((n+1));; esac; done; echo "$n"'
-)
 
 
 class CreateRequest(BaseModel):
@@ -230,8 +221,11 @@ async def run_python(
 async def interrupt(sandbox_id: str, ten: Ten, key: Key) -> dict[str, int]:
     """Interrupt the running cell (``KeyboardInterrupt`` in it); variables are kept."""
     lease = ten.get(key, sandbox_id)
-    done = await lease.sandbox.run_shell(INTERRUPT_SCRIPT, timeout=10)
-    return {"signalled": int(done.stdout.strip() or 0) if done.stdout.strip().isdigit() else 0}
+    try:
+        await lease.sandbox.interrupt()
+    except KernelError:  # no kernel runs (it is being restarted): nothing to interrupt
+        return {"signalled": 0}
+    return {"signalled": 1}
 
 
 @router.post("/sandboxes/{sandbox_id}/restart")

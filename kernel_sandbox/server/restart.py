@@ -1,15 +1,24 @@
-"""Sandboxes a killed server left behind: found by their server label, removed by policy.
+"""Sandboxes a killed server left behind: found by their server label, kept by policy.
 
 A server killed with SIGKILL cannot remove its sandboxes; they keep running with the
-labels ``kernel-sandbox.server=<name>`` and ``kernel-sandbox.server-key-id``.  With
-``on_restart="remove"`` (the default) the next server of the same name removes them,
+labels ``kernel-sandbox.server=<name>`` and ``kernel-sandbox.server-key-id`` (the owner
+key's id, never the key).  With ``on_restart="adopt"`` (the default) the next server of
+the same name *adopts* each one whose owner it knows: it reconnects to the running
+kernel (:meth:`~kernel_sandbox.AsyncSandbox.adopt`: the connection keys come from the
+engine, never from labels), so variables, processes and files are all kept; the call
+that was running when the server died is interrupted (nobody waits for it); the key
+keeps its sandbox under the same id, and the session notebook goes on where it was.
+The owner is the key id on the label, or, for a warm pool member handed to a key
+(labels are fixed when a container is made, before it had an owner), the key whose
+notebook directory holds the sandbox's notebook.  Sandboxes with no owner (idle pool
+members) and those that cannot be reached are removed.  With
+``on_restart="remove"`` the next server of the same name removes them all,
 their volumes and run directories; their notebooks (written after every step) stay.
 With ``"keep"`` they are left for ``kernel-sandbox ps`` / ``gc``.  With
 ``"restore"`` each one is started again for its owner (the key id on its label) under
 the same sandbox id, in a fresh container whose kernel state is rebuilt by replaying
 the recorded notebook; the old container is removed.  What replay cannot bring back is
-lost: processes that were running, and files no recorded code wrote.  (Reconnecting to
-the old container itself needs a reconnect call in the sandbox layer; see the notes.)
+lost: processes that were running, and files no recorded code wrote.
 """
 
 from __future__ import annotations
@@ -33,7 +42,14 @@ if TYPE_CHECKING:
     from .settings import ServerSettings
     from .tenancy import Tenancy
 
-__all__ = ["Restorable", "leftovers", "remove_leftovers", "restorable", "restore_all"]
+__all__ = [
+    "Restorable",
+    "adopt_all",
+    "leftovers",
+    "remove_leftovers",
+    "restorable",
+    "restore_all",
+]
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +61,26 @@ async def leftovers(name: str) -> list[SandboxRecord]:
     return await DockerEngine().list({SERVER_LABEL: name})
 
 
-async def remove_leftovers(name: str) -> int:
-    """Remove every container, volume, network and run directory of server ``name``."""
+async def remove_leftovers(name: str, keep: frozenset[str] = frozenset()) -> int:
+    """Remove every container, volume, network and run directory of server ``name``.
+
+    ``keep``: sandbox ids (their ``kernel-sandbox.id`` label) adopted, so left alone.
+    """
     from ..backends.docker import DockerEngine
     from ..backends.docker.rundirs import runtime_root
 
     engine = DockerEngine()
-    rows = await engine.list({SERVER_LABEL: name})
-    volumes = await engine.list_volumes({SERVER_LABEL: name})
+    id_label = f"{LABEL_PREFIX}.id"
+    rows = [
+        row
+        for row in await engine.list({SERVER_LABEL: name})
+        if row.labels.get(id_label) not in keep
+    ]
+    volumes = [
+        v
+        for v in await engine.list_volumes({SERVER_LABEL: name})
+        if v["labels"].get(id_label) not in keep  # type: ignore[attr-defined]
+    ]
     for row in rows:
         try:
             await engine.remove(row.resource_id)
@@ -68,6 +96,8 @@ async def remove_leftovers(name: str) -> int:
         except Exception as exc:
             log.warning("could not remove leftover volumes: %s", exc)
     for network in await engine.list_networks({SERVER_LABEL: name}):
+        if network["labels"].get(id_label) in keep:  # type: ignore[attr-defined]
+            continue
         try:
             await engine.remove_network(str(network["name"]))
         except Exception as exc:
@@ -77,26 +107,59 @@ async def remove_leftovers(name: str) -> int:
 
 @dataclass(frozen=True)
 class Restorable:
-    """A killed server's sandbox that can be started again for its owner."""
+    """A killed server's sandbox that can be started again (or adopted) for its owner."""
 
     owner: str
     sandbox_id: str
     notebook: Path
+    #: The container's own ``kernel-sandbox.id`` (differs from ``sandbox_id`` once restored).
+    container_sandbox_id: str = ""
+    running: bool = True
+    #: Its owner is known from its notebook only: a warm pool member handed to a key.
+    pooled: bool = False
 
 
 async def restorable(settings: ServerSettings) -> list[Restorable]:
-    """Leftovers with an owner label and a recorded notebook (pool members have neither)."""
+    """Leftovers with an owner and a recorded notebook (idle pool members have neither).
+
+    The owner is the key id on the label or, for a pool member, the one key directory
+    of ``record_dir`` that holds its notebook.
+    """
     found = []
     for row in await leftovers(settings.name):
         labels = row.labels
-        owner = labels.get(SERVER_KEY_LABEL)
-        sid = labels.get(SERVER_ID_LABEL) or labels.get(f"{LABEL_PREFIX}.id")
-        if not owner or not sid:
+        own_id = labels.get(f"{LABEL_PREFIX}.id", "")
+        sid = labels.get(SERVER_ID_LABEL) or own_id
+        if not sid:
             continue
+        owner = labels.get(SERVER_KEY_LABEL)
+        pooled = owner is None
+        if owner is None:
+            owners = [p.parent.name for p in settings.record_dir.glob(f"*/{sid}.ipynb")]
+            if len(owners) != 1:
+                continue
+            owner = owners[0]
         path = settings.record_dir / owner / f"{sid}.ipynb"
         if path.is_file():
-            found.append(Restorable(owner, sid, path))
+            running = row.running
+            found.append(Restorable(owner, sid, path, own_id, running, pooled))
     return found
+
+
+async def adopt_all(tenancy: Tenancy, found: list[Restorable]) -> frozenset[str]:
+    """Adopt each running sandbox for its owner; the ids of those adopted (failures are
+    logged, and their sandboxes are removed by the caller)."""
+    adopted = set()
+    for item in found:
+        if not item.running:
+            continue
+        try:
+            await tenancy.adopt(item)
+        except (SandboxError, OSError, ValueError) as exc:
+            log.warning("could not adopt sandbox %s: %s", item.sandbox_id, exc)
+        else:
+            adopted.add(item.container_sandbox_id)
+    return frozenset(adopted)
 
 
 async def restore_all(tenancy: Tenancy, found: list[Restorable]) -> None:

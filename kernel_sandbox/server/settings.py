@@ -47,7 +47,8 @@ class ServerSettings(BaseModel):
         description="Label value that marks this server's sandboxes, found again on restart.",
     )
     allow_network: bool = Field(
-        default=False, description="Let clients open a sandbox's network (network_enabled)."
+        default=False,
+        description="Let clients open a sandbox's network (network_enabled).",
     )
     default_image: str = DEFAULT_IMAGE
     allowed_images: tuple[str, ...] = Field(
@@ -56,10 +57,14 @@ class ServerSettings(BaseModel):
     max_sandboxes: int = Field(default=64, ge=1, description="Live sandboxes on this server.")
     max_sandboxes_per_key: int = Field(default=16, ge=1)
     max_request_bytes: int = Field(
-        default=16 * MiB, ge=1024, description="Largest request body (413 above), uploads aside."
+        default=16 * MiB,
+        ge=1024,
+        description="Largest request body (413 above), uploads aside.",
     )
     max_upload_bytes: int = Field(
-        default=100 * MiB, ge=1024, description="Largest file upload or archive (413 above)."
+        default=100 * MiB,
+        ge=1024,
+        description="Largest file upload or archive (413 above).",
     )
     idle_timeout: float | None = Field(
         default=1800.0, gt=0, description="Seconds unused before a sandbox is removed."
@@ -69,12 +74,13 @@ class ServerSettings(BaseModel):
     max_disk: str = "1g"
     max_timeout: float = Field(default=600.0, gt=0, description="Longest call a client may ask.")
     pool_size: int = Field(default=0, ge=0, description="Warm sandboxes of the default config.")
-    on_restart: Literal["remove", "restore", "keep"] = Field(
-        default="remove",
+    on_restart: Literal["adopt", "remove", "restore", "keep"] = Field(
+        default="adopt",
         description="What to do at start with sandboxes a previous run of this server left "
-        "(it was killed): remove them; restore them (same id, same key, a fresh container "
-        "whose state is rebuilt by replaying the recorded notebook); or keep them running "
-        "for `kernel-sandbox ps`/`gc`.",
+        "(it was killed): adopt them (each key gets its running sandbox back, the same "
+        "kernel, variables kept; those without an owner are removed); remove them; "
+        "restore them (same id, same key, a fresh container whose state is rebuilt by "
+        "replaying the recorded notebook); or keep them running for `kernel-sandbox ps`/`gc`.",
     )
     record_dir: Path = Field(
         default=Path("notebooks") / "server",

@@ -20,15 +20,19 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..config import LABEL_PREFIX
 from ..errors import CapacityError, ConfigError, SandboxError, SandboxNotFoundError
 from ..manager import DockerSandboxConfig, SandboxManager, SandboxManagerConfig
+from ..notebook.cells import META_KEY
 from ..notebook.recorder import NotebookRecorder
 from ..sandbox import AsyncSandbox
 from .recording import record_sandbox
 from .settings import ServerSettings
+
+if TYPE_CHECKING:
+    from .restart import Restorable
 
 __all__ = [
     "SERVER_ID_LABEL",
@@ -119,14 +123,28 @@ class Tenancy:
     # -- lifecycle --------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Deal with a killed predecessor's sandboxes, start the pool and the reaper."""
-        from .restart import Restorable, remove_leftovers, restorable, restore_all
+        """Deal with a killed predecessor's sandboxes, start the pool and the reaper.
+
+        Adoption comes first and the pool last: what is adopted is kept, what is left
+        of the old run is removed, and the new pool is never mistaken for it.
+        """
+        from .restart import (
+            adopt_all,
+            remove_leftovers,
+            restorable,
+            restore_all,
+        )
 
         found: list[Restorable] = []
         if self.settings.on_restart != "keep":
+            adopted: frozenset[str] = frozenset()
+            if self.settings.on_restart == "adopt":
+                adopted = await adopt_all(self, await restorable(self.settings))
+                if adopted:
+                    log.warning("adopted %d sandboxes a previous run left", len(adopted))
             if self.settings.on_restart == "restore":
                 found = await restorable(self.settings)
-            removed = await remove_leftovers(self.settings.name)
+            removed = await remove_leftovers(self.settings.name, adopted)
             if removed:
                 log.warning("removed %d sandboxes a previous run left", removed)
         await self.manager.start()
@@ -220,6 +238,54 @@ class Tenancy:
         self._leases[sid] = lease
         return lease
 
+    async def adopt(self, item: Restorable) -> Lease:
+        """Take over a running sandbox a killed run of this server left, for its owner.
+
+        Its kernel is reconnected, not restarted (variables kept); the call that was
+        running is interrupted; its notebook goes on (the old cells stay, see
+        :mod:`kernel_sandbox.notebook.shared`).
+        """
+        from ..notebook.storage import read_notebook
+        from .policy import client_config
+
+        old = await asyncio.to_thread(read_notebook, item.notebook)
+        session = dict(old.metadata.get(META_KEY, {}))
+        saved: dict[str, Any] = dict(session.get("server_sandbox") or {})
+        raw = {**saved.get("config", {}), "tools_config": saved.get("tools_config")}
+        config, notes = client_config(raw, self.settings)
+        sandbox = await AsyncSandbox.adopt(
+            item.container_sandbox_id,
+            config,
+            labels={SERVER_LABEL: self.settings.name},
+            interrupt=True,
+        )
+        try:
+            self.manager.add_sandbox(sandbox, config, item.sandbox_id)
+        except BaseException:
+            await sandbox.close()
+            raise
+        session.pop("status", None)
+        session.pop("finished_at", None)
+        recorder = await asyncio.to_thread(
+            record_sandbox,
+            sandbox,
+            item.notebook,
+            "",
+            {**session, "status": "running"},
+            self.settings.record_flush_delay,
+        )
+        note = (
+            "adopted after a server restart: the same kernel (variables kept); the call "
+            "running when the server died was interrupted"
+        )
+        await asyncio.to_thread(recorder.add_note, note)
+        kind = str(saved.get("kind", "docker"))
+        lease = Lease(item.sandbox_id, item.owner, kind, sandbox, recorder, [*notes, note])
+        lease.pooled = item.pooled
+        self._leases[item.sandbox_id] = lease
+        log.warning("adopted sandbox %s for key %s", item.sandbox_id, item.owner)
+        return lease
+
     def _session_metadata(self, config: DockerSandboxConfig, kind: str) -> dict[str, object]:
         """What a restarted server needs to start this sandbox again (``restore``)."""
         return {
@@ -228,7 +294,13 @@ class Tenancy:
                 "kind": kind,
                 "tools_config": config.tools_config,
                 "config": config.model_dump(
-                    include={"image", "timeout", "memory_limit", "cpu_limit", "network_enabled"}
+                    include={
+                        "image",
+                        "timeout",
+                        "memory_limit",
+                        "cpu_limit",
+                        "network_enabled",
+                    }
                 ),
             },
         }
@@ -278,7 +350,12 @@ class Tenancy:
     # -- ms-enclave's pool ------------------------------------------------------------
 
     async def init_pool(
-        self, owner: str, size: int, config: DockerSandboxConfig, kind: str, notes: list[str]
+        self,
+        owner: str,
+        size: int,
+        config: DockerSandboxConfig,
+        kind: str,
+        notes: list[str],
     ) -> list[str]:
         """Start ``size`` sandboxes that ``/pool/execute`` hands out one call at a time."""
         leases = await asyncio.gather(

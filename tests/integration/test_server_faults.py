@@ -1,4 +1,5 @@
-"""The server killed with SIGKILL mid-call, then restarted: leftovers removed or kept."""
+"""The server killed with SIGKILL mid-call, then restarted: leftovers adopted, removed,
+restored or kept."""
 
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ async def test_sigkill_then_restart_removes_leftovers_and_notebooks_stay_valid(
     docker_engine,
     tmp_path,  # type: ignore[no-untyped-def]
 ) -> None:
-    server = Server(f"t-fault-{os.getpid()}", tmp_path).start()
+    server = Server(f"t-fault-{os.getpid()}", tmp_path, ["--on-restart", "remove"]).start()
     try:
         sid, other = await _killed_mid_call(server)
         left = await leftovers(server.name)
@@ -51,7 +52,7 @@ async def test_sigkill_then_restart_removes_leftovers_and_notebooks_stay_valid(
             nbformat.validate(nb)
         recorded = nbformat.read(next(tmp_path.rglob(f"{sid}.ipynb")), as_version=4)
         assert any("print('before')" in cell.source for cell in recorded.cells)
-        server.start()  # on_restart=remove (the default)
+        server.start()  # on_restart=remove
         assert await leftovers(server.name) == []
         async with client(server) as c:
             assert (await c.get(f"/v1/sandboxes/{sid}")).status_code == 404
@@ -103,6 +104,50 @@ async def test_on_restart_restore_gives_each_key_its_sandbox_back(docker_engine,
             await asyncio.sleep(0.05)
         assert "x = 1\nprint('before')" in sources  # replayed, recorded again
         assert sources[-1] == "x + 1"
+    finally:
+        server.stop()
+    assert await leftovers(server.name) == []
+
+
+@pytest.mark.parametrize("pool", [[], ["--pool-size", "1"]], ids=["own", "pool-member"])
+async def test_sigkill_then_restart_adopts_the_running_sandboxes(
+    docker_engine,  # type: ignore[no-untyped-def]
+    tmp_path,
+    pool: list[str],
+) -> None:
+    """The default: the same kernels come back to their keys, variables and all (a pool
+    member handed to a key too: its owner is known by its notebook's directory)."""
+    server = Server(f"t-adopt-{os.getpid()}", tmp_path, pool).start()
+    try:
+        sid, other = await _killed_mid_call(server)
+        before = {  # (an idle pool member is not adopted: it has no owner)
+            row.resource_id
+            for row in await leftovers(server.name)
+            if row.labels.get("kernel-sandbox.id") in (sid, other)
+        }
+        assert len(before) == 2
+        async with client(server.start()) as c, client(server, KEY_B) as b:
+            assert (await b.get(f"/v1/sandboxes/{sid}")).status_code == 404  # still A's only
+            mine = {s["id"] for s in (await c.get("/v1/sandboxes")).json()}
+            assert mine == {sid, other}  # same ids, same key
+            ran = await c.post(f"/v1/sandboxes/{sid}/python", json={"code": "x + 1"})
+            assert ran.json()["status"] == "ok"  # `x = 1` is still there: no replay, no restart
+            assert ran.json()["outputs"][-1]["data"]["text/plain"] == "2"
+            notes = (await c.get(f"/v1/sandboxes/{sid}")).json()["notes"]
+            assert any("adopted" in note for note in notes)
+            # the running call was interrupted, the kernel answers at once
+            ran = await c.post(f"/v1/sandboxes/{other}/python", json={"code": "2 * 21"})
+            assert ran.json()["outputs"][-1]["data"]["text/plain"] == "42"
+        now_ids = {row.resource_id for row in await leftovers(server.name)}
+        assert before <= now_ids  # the same containers (plus a new idle pool member)
+        labels = [row.labels for row in await leftovers(server.name)]
+        assert all(KEY_A not in str(lab) for lab in labels)
+        now = nbformat.read(next(tmp_path.rglob(f"{sid}.ipynb")), as_version=4)
+        nbformat.validate(now)
+        sources = [cell.source for cell in now.cells if cell.cell_type == "code"]
+        assert sources[0] == "x = 1\nprint('before')"  # the old cells, then the new ones
+        assert sources[-1] == "x + 1"
+        assert any("adopted after a server restart" in cell.source for cell in now.cells)
     finally:
         server.stop()
     assert await leftovers(server.name) == []

@@ -427,6 +427,11 @@ class DockerEngine:
         raw = await run_in_thread(self.api.logs, container_id, tail=tail)
         return bytes(raw)[-_LOG_TAIL_BYTES:].decode(errors="replace")
 
+    async def inspect(self, container_id: str) -> dict[str, Any]:
+        """The engine's full description of a container (``docker inspect``)."""
+        info: dict[str, Any] = await run_in_thread(self.api.inspect_container, container_id)
+        return info
+
     async def address(self, container_id: str) -> str:
         info = await run_in_thread(self.api.inspect_container, container_id)
         for net in info["NetworkSettings"]["Networks"].values():

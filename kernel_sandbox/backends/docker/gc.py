@@ -44,9 +44,9 @@ def _orphan_containers(
 ) -> list[Leftover]:
     found = []
     for row in rows:
-        if not remove_all and owner_alive(row.labels) is not False:
-            continue
         run_dir = row.labels.get(f"{LABEL_PREFIX}.run-dir")
+        if not remove_all and (owner_alive(row.labels) is not False or _adopted(run_dir)):
+            continue
 
         async def remove(
             container_id: str = row.resource_id, run_dir: str | None = run_dir
@@ -58,6 +58,14 @@ def _orphan_containers(
         name = row.labels.get(f"{LABEL_PREFIX}.id", row.resource_id[:12])
         found.append(Leftover(f"sandbox {name}", remove))
     return found
+
+
+def _adopted(run_dir: str | None) -> bool:
+    """A live process adopted the sandbox (its labels still name the dead first owner):
+    it holds the claim on the run directory (``ipc``)."""
+    if not run_dir or Path(run_dir).parent != rundirs.runtime_root():
+        return False
+    return rundirs.is_claimed(Path(run_dir))
 
 
 def _orphan_resources(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import json
 import logging
 import time
 from pathlib import Path
@@ -40,7 +41,7 @@ from .exec import exec_process
 from .gc import find_leftovers
 from .images import resolve_kernel_image
 from .rundirs import runtime_root
-from .statedir import ContainerStateDir, HostRunDir, StateDir
+from .statedir import ContainerStateDir, GuestStateDir, HostRunDir, StateDir
 from .writable import create_writable_area
 
 if TYPE_CHECKING:
@@ -101,6 +102,8 @@ class DockerHost(KernelHost):
         self._volumes: list[str] = []
         self._info: ConnectionInfo | None = None
         self._engine_checked = 0.0
+        #: False for a guest (``attach(own=False)``): nothing is removed or restarted.
+        self._own = True
 
     @property
     def labels(self) -> dict[str, str]:
@@ -193,10 +196,76 @@ class DockerHost(KernelHost):
         self._info = host_info  # type: ignore[assignment]
         return self._info  # type: ignore[return-value]
 
+    async def attach(self, record: SandboxRecord, *, own: bool = True) -> ConnectionInfo:
+        """Reconnect to a running container's kernel, from what only the host can read.
+
+        The connection info (with its HMAC key and CURVE keys) is the container's
+        ``KERNEL_SANDBOX_CONNECTION`` environment, read through the engine's API (the
+        labels carry no key); the ``ipc`` run directory is named by its label and must
+        be one of this user's.  The settings the container was made with (transport,
+        user, working directory, network) replace this host's config.  An owner takes
+        over the run directory's claim and the supervisor's reports; a guest touches
+        neither.  The supervisor numbers kernels from 1 per container; an adopted one
+        may be further on, so a later in-place restart may fall back to a container
+        restart (files are kept either way).
+        """
+        if self._info is not None:
+            raise KernelError(f"sandbox {self.sandbox_id} was launched already")
+        if not record.running:
+            raise KernelError(f"sandbox {self.sandbox_id}'s container is {record.state}")
+        inspected = await self.engine.inspect(record.resource_id)
+        env = dict(
+            item.split("=", 1) for item in inspected["Config"].get("Env") or [] if "=" in item
+        )
+        try:
+            container_info = json.loads(env["KERNEL_SANDBOX_CONNECTION"])
+            transport = container_info["transport"]
+        except (KeyError, ValueError, TypeError) as exc:
+            raise KernelError(
+                f"container {record.name} carries no kernel connection; not a sandbox?"
+            ) from exc
+        # ipc: "bridge" or "none"; tcp: its own network, with the kernel's ports
+        # published on 127.0.0.1 when it may reach out (see launch)
+        published = bool(inspected["HostConfig"].get("PortBindings"))
+        network_mode = str(inspected["HostConfig"].get("NetworkMode") or "")
+        enabled = published if transport == "tcp" else network_mode not in ("none", "")
+        self.config = self.config.model_copy(
+            update={
+                "transport": transport,
+                "user": inspected["Config"].get("User") or self.config.user,
+                "working_dir": inspected["Config"].get("WorkingDir") or self.config.working_dir,
+                "network_enabled": enabled,
+                "image": record.image,
+            }
+        )
+        self.image, self.resource_id, self._own = record.image, record.resource_id, own
+        if transport == "ipc":
+            run_dir = Path(record.labels.get(f"{LABEL_PREFIX}.run-dir") or "/nonexistent")
+            host_info = dict(container_info, ip=str(run_dir / "k"))
+            if own:
+                self._state = HostRunDir.adopt(run_dir, ipc_socket_names(container_info))
+            else:
+                self._state = GuestStateDir()
+            self._run_dir = run_dir
+        else:
+            ip = "127.0.0.1" if self.config.network_enabled else None
+            host_info = dict(container_info, ip=ip or await self.engine.address(record.resource_id))
+            self._state = (
+                ContainerStateDir(self.engine.api, record.resource_id, self.config.user)
+                if own
+                else GuestStateDir()
+            )
+        if own:
+            volumes = await self.engine.list_volumes({f"{LABEL_PREFIX}.id": self.sandbox_id})
+            self._volumes = [str(v["name"]) for v in volumes]
+            _unclosed[self.sandbox_id] = self
+        self._info = host_info  # type: ignore[assignment]
+        return self._info  # type: ignore[return-value]
+
     async def post_launch(self) -> None:
         """The connect attempt is over: seal the run directory again (also after a
         kernel that never came: it must not leave the directory open)."""
-        if self._state is not None:
+        if self._state is not None and self._own:
             self._state.seal()
 
     async def poll(self) -> str | None:
@@ -239,6 +308,7 @@ class DockerHost(KernelHost):
 
         Signalling a stopped container fails: the caller restarts the container then.
         """
+        self._check_own("restart its kernel")
         container, state = self._container(), self._state
         assert state is not None and self._info is not None
         await self.engine.signal(container, KILL_ALL_SIGNAL if kill_all else KILL_SIGNAL)
@@ -254,6 +324,7 @@ class DockerHost(KernelHost):
 
     async def restart_whole(self) -> ConnectionInfo:
         """Restart the same container (its volumes, and so its files, are kept)."""
+        self._check_own("restart its container")
         container, state = self._container(), self._state
         assert state is not None and self._info is not None
         # opened only once the old container is dead: nothing of it can plant there
@@ -262,6 +333,7 @@ class DockerHost(KernelHost):
         return self._info
 
     async def kill(self, restart: bool = False) -> None:
+        self._check_own("kill it")
         if self.resource_id is not None:
             await self.engine.kill(self.resource_id)
 
@@ -271,6 +343,8 @@ class DockerHost(KernelHost):
         ``restart=True`` keeps all of them: :meth:`restart_whole` reuses the container.
         """
         if restart:
+            return
+        if not self._own:  # a guest leaves: the sandbox is its owner's
             return
         _unclosed.pop(self.sandbox_id, None)
         try:
@@ -282,6 +356,14 @@ class DockerHost(KernelHost):
         finally:
             if self._state is not None:
                 self._state.close()
+
+    async def detach(self) -> None:
+        """Release the run directory's claim and the status channel; remove nothing."""
+        _unclosed.pop(self.sandbox_id, None)
+        self._own = False
+        if isinstance(self._state, HostRunDir):
+            self._state.release()
+        self._state = GuestStateDir()
 
     def remove_blocking(self) -> None:
         """:meth:`cleanup` without an event loop (at interpreter exit)."""
@@ -326,6 +408,10 @@ class DockerHost(KernelHost):
             deadline=deadline,
             container_state=lambda: self.engine.state(container),
         )
+
+    def _check_own(self, what: str) -> None:
+        if not self._own:
+            raise KernelError(f"a guest attached to sandbox {self.sandbox_id} cannot {what}")
 
     def _container(self) -> str:
         if self.resource_id is None:

@@ -33,12 +33,12 @@ from pathlib import Path
 
 import docker
 
-from ...errors import SandboxError
+from ...errors import KernelError, SandboxError
 from ...kernel.supervisor import GO_PREFIX, STATUS_FILE, TCP_STATE_DIR, KernelEnd, parse_status
 from . import rundirs
 from .exec import exec_process
 
-__all__ = ["ContainerStateDir", "HostRunDir", "StateDir"]
+__all__ = ["ContainerStateDir", "GuestStateDir", "HostRunDir", "StateDir"]
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +130,41 @@ class HostRunDir(StateDir):
         self._fifo = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
         os.chmod(path, _OPEN_MODE)
 
+    @classmethod
+    def adopt(cls, path: Path, sockets: set[str]) -> HostRunDir:
+        """Take over the run directory a dead owner left (its kernel still running).
+
+        Refused while another live process holds its claim: two owners would steal
+        each other's reports and remove the directory under each other.  The status
+        FIFO is opened for reading again (its old reader died with the old owner).
+        """
+        if path.is_symlink() or not path.is_dir() or path.parent != rundirs.runtime_root():
+            raise KernelError(f"{path} is not a sandbox run directory of this user")
+        if rundirs.is_claimed(path):
+            raise KernelError(
+                f"the sandbox's run directory {path} is held by a live process (its "
+                "owner); attach as a guest, or stop that process first"
+            )
+        self = cls.__new__(cls)
+        StateDir.__init__(self)
+        self.path, self._sockets = path, sockets
+        self._pending, self._warned = b"", False
+        self._claim = rundirs.claim(path)
+        fifo = path / STATUS_FILE
+        try:
+            if not stat.S_ISFIFO(os.lstat(fifo).st_mode):
+                raise KernelError(f"{fifo} is not the supervisor's status FIFO")
+            self._fifo = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        except OSError as exc:
+            rundirs.release(self._claim)
+            raise KernelError(f"cannot open the supervisor's status channel: {exc}") from exc
+        except KernelError:
+            rundirs.release(self._claim)
+            raise
+        self._read_lines()  # what was written while nobody read is about older kernels
+        self._pending = b""
+        return self
+
     async def _read_end(self) -> KernelEnd | None:
         return parse_status(self._read_lines().decode(errors="replace"), self.kernel)
 
@@ -212,6 +247,15 @@ class HostRunDir(StateDir):
         self._read_lines()  # whatever the old container wrote is not about the new one
         self._pending = b""
 
+    def release(self) -> None:
+        """Close the status channel and give up the claim; the directory stays."""
+        if self._fifo is not None:
+            os.close(self._fifo)
+            self._fifo = None
+        if self._claim is not None:
+            rundirs.release(self._claim)
+            self._claim = None
+
     def close(self) -> None:
         if self._fifo is not None:
             os.close(self._fifo)
@@ -220,6 +264,20 @@ class HostRunDir(StateDir):
         if self._claim is not None:
             rundirs.release(self._claim)
             self._claim = None
+
+
+class GuestStateDir(StateDir):
+    """A guest's view (``attach(own=False)``): the owner keeps the supervisor's channel.
+
+    A guest reads no reports (they are the owner's; a FIFO hands each byte to one
+    reader) and starts no kernel; the engine's state tells it of a dead container.
+    """
+
+    async def _read_end(self) -> KernelEnd | None:
+        return None
+
+    async def _go(self, name: str) -> None:
+        raise KernelError("a guest attached to a sandbox cannot restart its kernel")
 
 
 class ContainerStateDir(StateDir):

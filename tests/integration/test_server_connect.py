@@ -1,0 +1,44 @@
+"""``AsyncSandbox.connect`` / ``Sandbox.connect``: the remote client by the local class's
+name; and ``interrupt`` through the server on the sandbox layer's own call."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from kernel_sandbox import AsyncSandbox, Sandbox
+from kernel_sandbox.errors import SandboxNotFoundError
+from kernel_sandbox.server.remote import RemoteSandbox
+from tests.integration.serving import KEY_A, KEY_B, Server
+
+pytestmark = pytest.mark.integration
+
+
+async def test_connect_returns_the_remote_client(docker_engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    server = Server(f"t-connect-{os.getpid()}", tmp_path).start()
+    try:
+        sb = await AsyncSandbox.connect(server.url, api_key=KEY_A)
+        assert isinstance(sb, RemoteSandbox)
+        await sb.run_python("kept = 5")
+        again = await AsyncSandbox.connect(server.url, sb.id, api_key=KEY_A)
+        assert (await again.run_python("kept")).text == "5"
+        with pytest.raises(SandboxNotFoundError):
+            await AsyncSandbox.connect(server.url, sb.id, api_key=KEY_B)  # not B's
+        code = "import time\nopen('started', 'w').close()\nwhile True: time.sleep(0.1)"
+        cell = asyncio.ensure_future(sb.run_python(code, timeout=120))
+        while not await again.files.exists("started"):
+            await asyncio.sleep(0.2)
+        await again.interrupt()  # POST /interrupt -> AsyncSandbox.interrupt on the server
+        result = await cell
+        assert result.error is not None and result.error.ename == "KeyboardInterrupt"
+        assert (await sb.run_python("kept")).text == "5"
+        await again.close()
+        await sb.close()
+
+        blocking = await asyncio.to_thread(Sandbox.connect, server.url, api_key=KEY_A)
+        assert (await asyncio.to_thread(blocking.run_python, "6 * 7")).text == "42"
+        await asyncio.to_thread(blocking.close)
+    finally:
+        server.stop()
