@@ -21,6 +21,7 @@ import logging
 import os
 import posixpath
 import secrets
+import shutil
 import socket
 import tempfile
 import time
@@ -36,7 +37,8 @@ from .errors import (
     SandboxError,
     SandboxStartError,
 )
-from .events import Listener, PythonExecuted, ShellExecuted, emit
+from .egress import SandboxEgress
+from .events import EgressRefused, Listener, PythonExecuted, ShellExecuted, emit
 from .files import AsyncFiles
 from .kernel.client import KernelSession, OutputCallback, RawExecution
 from .kernel.connection import (
@@ -94,6 +96,8 @@ def _remove_unclosed() -> None:
             log.warning("could not remove sandbox %s at exit", sandbox.id, exc_info=True)
         if sandbox._state is not None:
             sandbox._state.close()
+        if sandbox._egress is not None:  # the proxy ends with this process
+            shutil.rmtree(sandbox._egress.host_dir, ignore_errors=True)
 
 
 def _default_backend() -> Backend:
@@ -122,6 +126,8 @@ class AsyncSandbox:
         #: Names of the volumes that hold the writable area (removed on close).
         self._volumes: list[str] = []
         self._host_info: ConnectionInfo | None = None
+        #: The host-side proxy and its directory, under network='packages' or a list.
+        self._egress: SandboxEgress | None = None
         self._session: KernelSession | None = None
         self._engine_checked = 0.0
         self._lock = asyncio.Lock()
@@ -193,6 +199,14 @@ class AsyncSandbox:
             )
         )
         command, env = launch_command(KERNEL_PYTHON, container_info, self._state_dir)
+        if cfg.egress:
+            self._egress = SandboxEgress(
+                cfg.network, runtime_root() / f"{self.id}.egress", cfg.ca_bundle, name=self.id
+            )
+            await self._egress.start()
+            volumes.update(self._egress.mount())
+            env.update(self._egress.environment())
+            command = self._egress.wrap_command(command, KERNEL_PYTHON)
         spec = ContainerSpec(
             image=self.image,
             command=command,
@@ -249,6 +263,27 @@ class AsyncSandbox:
             raise
         self._session = session
         self._state.seal()
+        if self._egress is not None:
+            await self._start_relay()
+
+    async def _start_relay(self) -> None:
+        """Start the egress relay inside (again, after a restart that ended it)."""
+        assert self.container_id is not None and self._egress is not None
+        try:
+            result = await self.backend.exec(
+                self.container_id,
+                self._egress.relay_command(KERNEL_PYTHON),
+                user=self.config.user,
+                max_output_bytes=4096,
+                deadline=self.config.startup_timeout,
+            )
+        except SandboxError as exc:
+            raise KernelError(f"the egress relay did not start in the sandbox: {exc}") from exc
+        if result.exit_code != 0:
+            raise KernelError(
+                f"the egress relay did not start in the sandbox (exit {result.exit_code}): "
+                + result.stderr.decode(errors="replace")[-500:]
+            )
 
     async def _logs_tail(self) -> str:
         if self.container_id is None:
@@ -304,6 +339,8 @@ class AsyncSandbox:
         finally:
             if self._state is not None:
                 self._state.close()
+            if self._egress is not None:
+                await self._egress.close()
 
     async def __aenter__(self) -> AsyncSandbox:
         return self
@@ -369,7 +406,16 @@ class AsyncSandbox:
                     execution = dataclasses.replace(execution, truncated_bytes=raw.truncated_bytes)
         if self.listeners:
             await emit(self.listeners, PythonExecuted(self.id, code, execution, wall))
+        await self._report_refusals()
         return execution
+
+    async def _report_refusals(self) -> None:
+        """Tell listeners (the notebook) what the egress proxy refused during the call."""
+        if self._egress is None:
+            return
+        refused = self._egress.take_refusals()
+        if refused and self.listeners:
+            await emit(self.listeners, EgressRefused(self.id, tuple(refused), str(self.config.network)))
 
     async def _judge(self, raw: RawExecution, timeout: float, started: float) -> Execution:
         error = _error_of(raw.outputs)
@@ -505,6 +551,7 @@ class AsyncSandbox:
         )
         if self.listeners:
             await emit(self.listeners, ShellExecuted(self.id, command, outcome, wall, cwd))
+        await self._report_refusals()
         return outcome
 
     def resolve_path(self, path: str) -> str:

@@ -128,7 +128,7 @@ class SandboxEgress:
 
     async def start(self) -> None:
         """Create the directory, copy the CA bundle, listen on the socket."""
-        from ..backends.docker.rundirs import claim  # the directory lives beside run dirs
+        from ..rundirs import claim  # the directory lives beside run dirs
 
         self.host_dir.mkdir(mode=0o755)
         os.chmod(self.host_dir, 0o755)
@@ -212,7 +212,7 @@ class SandboxEgress:
 
     async def close(self) -> None:
         """Stop the proxy and remove the directory.  Safe twice."""
-        from ..backends.docker.rundirs import release
+        from ..rundirs import release
 
         if self.proxy is not None:
             await self.proxy.close()
