@@ -21,7 +21,7 @@ from .errors import (
     SandboxNotFoundError,
     SandboxStartError,
 )
-from .events import Event, FileOperated, PythonExecuted, ShellExecuted
+from .events import EgressRefused, Event, FileOperated, PythonExecuted, ShellExecuted
 from .files import AsyncFiles
 from .manager import (
     DockerSandboxConfig,
@@ -84,6 +84,7 @@ __all__ = [
     "ContainerRemovedError",
     "ContainerStoppedError",
     "DockerSandboxConfig",
+    "EgressRefused",
     "EngineUnavailableError",
     "Event",
     "Execution",

@@ -85,9 +85,7 @@ class EgressRefused(Event):
 
     def sentence(self) -> str:
         """One line per refused destination, for a notebook note or a log."""
-        lines = [
-            f"- {d.host}:{d.port} ({d.method}): {d.detail}" for d in self.refusals
-        ]
+        lines = [f"- {d.host}:{d.port} ({d.method}): {d.detail}" for d in self.refusals]
         return (
             f"**network policy** ({self.policy}) refused {len(self.refusals)} "
             "connection(s):\n" + "\n".join(lines)

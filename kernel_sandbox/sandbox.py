@@ -30,6 +30,7 @@ from typing import Any
 
 from .backends.base import Backend, ContainerSpec, ContainerState
 from .config import KERNEL_PYTHON, LABEL_PREFIX, SandboxConfig
+from .egress import SandboxEgress
 from .errors import (
     FileOperationError,
     KernelError,
@@ -37,7 +38,6 @@ from .errors import (
     SandboxError,
     SandboxStartError,
 )
-from .egress import SandboxEgress
 from .events import EgressRefused, Listener, PythonExecuted, ShellExecuted, emit
 from .files import AsyncFiles
 from .kernel.client import KernelSession, OutputCallback, RawExecution
@@ -415,7 +415,9 @@ class AsyncSandbox:
             return
         refused = self._egress.take_refusals()
         if refused and self.listeners:
-            await emit(self.listeners, EgressRefused(self.id, tuple(refused), str(self.config.network)))
+            await emit(
+                self.listeners, EgressRefused(self.id, tuple(refused), str(self.config.network))
+            )
 
     async def _judge(self, raw: RawExecution, timeout: float, started: float) -> Execution:
         error = _error_of(raw.outputs)

@@ -8,7 +8,13 @@ for ``"packages"`` (``pipconf``), and is bounded per sandbox (``proxy``).
 ``container`` wires one sandbox's egress together.
 """
 
-from .container import CONTAINER_EGRESS_DIR, RELAY_PORT, SandboxEgress, build_policy, describe_network
+from .container import (
+    CONTAINER_EGRESS_DIR,
+    RELAY_PORT,
+    SandboxEgress,
+    build_policy,
+    describe_network,
+)
 from .pipconf import PipSettings, host_pip_settings, parse_pip_config
 from .policy import EgressPolicy, HostPattern, is_special_address, parse_pattern
 from .proxy import Decision, EgressLimits, EgressProxy

@@ -27,7 +27,7 @@ from pathlib import Path
 from ..errors import ConfigError
 from .pipconf import PipSettings, host_pip_settings
 from .policy import EgressPolicy
-from .proxy import Connector, Decision, EgressLimits, EgressProxy, Resolver
+from .proxy import Decision, EgressLimits, EgressProxy
 
 __all__ = [
     "CONTAINER_EGRESS_DIR",
@@ -105,8 +105,6 @@ class SandboxEgress:
     host_dir: Path
     ca_bundle: str | None = None
     limits: EgressLimits | None = None
-    resolver: Resolver | None = None
-    connector: Connector | None = None
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -136,18 +134,12 @@ class SandboxEgress:
         source = self._ca_source
         if source:
             self._copy_ca(Path(source))
-        kwargs = {}
-        if self.resolver is not None:
-            kwargs["resolver"] = self.resolver
-        if self.connector is not None:
-            kwargs["connector"] = self.connector
         self.proxy = EgressProxy(
             self.policy,
             self.host_dir / SOCKET_NAME,
             limits=self.limits,
             on_refusal=self.refusals.append,
             name=self.name,
-            **kwargs,  # type: ignore[arg-type]
         )
         await self.proxy.start()
 
@@ -202,7 +194,13 @@ class SandboxEgress:
     @staticmethod
     def relay_command(python: str) -> list[str]:
         """Starts the relay (returns once it listens; a no-op if it already does)."""
-        return [python, "-c", _relay_source(), f"{CONTAINER_EGRESS_DIR}/{SOCKET_NAME}", str(RELAY_PORT)]
+        return [
+            python,
+            "-c",
+            _relay_source(),
+            f"{CONTAINER_EGRESS_DIR}/{SOCKET_NAME}",
+            str(RELAY_PORT),
+        ]
 
     def take_refusals(self) -> list[Decision]:
         """Refusals since the last call (at most the last 50), for the sandbox's events."""

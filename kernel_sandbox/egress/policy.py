@@ -135,8 +135,10 @@ def parse_pattern(text: str) -> HostPattern:
     wildcard = host.startswith("*.")
     name = host[2:] if wildcard else host
     labels = name.split(".")
-    if not name or "*" in name or not all(
-        label and all(ch.isalnum() or ch in "-_" for ch in label) for label in labels
+    if (
+        not name
+        or "*" in name
+        or not all(label and all(ch.isalnum() or ch in "-_" for ch in label) for label in labels)
     ):
         raise ValueError(
             f"{text!r} is not a host pattern: use a name ('files.example.org'), "

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import os
 import socket
@@ -200,7 +201,7 @@ class EgressProxy:
             self._tasks.add(task)  # type: ignore[arg-type]
         try:
             await self._serve(reader, writer)
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.TimeoutError):
+        except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
             pass
         except asyncio.CancelledError:
             pass
@@ -215,9 +216,7 @@ class EgressProxy:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = await asyncio.wait_for(
-                reader.readuntil(b"\r\n\r\n"), self.limits.head_timeout
-            )
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.limits.head_timeout)
         except asyncio.LimitOverrunError:
             await self._answer(writer, 431, "the request head is too large")
             return
@@ -247,10 +246,10 @@ class EgressProxy:
             raise _Refused(400, "this is not an HTTP/1 proxy request")
         method, target, version = parts
         if method == "CONNECT":
-            host, _, port = target.rpartition(":")
-            if not host or not port.isdigit():
+            name, _, number = target.rpartition(":")
+            if not name or not number.isdigit():
                 raise _Refused(400, f"CONNECT needs host:port, got {target!r}")
-            return method, host.strip("[]"), int(port), b""
+            return method, name.strip("[]"), int(number), b""
         if not target.startswith("http://"):
             raise _Refused(
                 400, "send absolute http:// URLs, or CONNECT for https (this is a proxy)"
@@ -268,9 +267,7 @@ class EgressProxy:
             for line in lines[1:]
             if line and line.split(":", 1)[0].strip().lower() not in _HOP_HEADERS
         ]
-        request = f"{method} {path} {version}\r\n" + "".join(
-            f"{line}\r\n" for line in headers
-        )
+        request = f"{method} {path} {version}\r\n" + "".join(f"{line}\r\n" for line in headers)
         forward = (request + "Connection: close\r\n\r\n").encode("latin-1")
         return method, host.lower(), port, forward
 
@@ -279,15 +276,21 @@ class EgressProxy:
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """Decide, resolve, decide again, connect — or raise _Refused with the sentence."""
         if self._count.bytes >= self.limits.max_bytes:
-            self._refuse(method, host, port, f"the sandbox used its {self.limits.max_bytes:,} bytes")
+            self._refuse(
+                method, host, port, f"the sandbox used its {self.limits.max_bytes:,} bytes"
+            )
         reason = self.policy.check(host, port)
         if reason is not None:
             self._refuse(method, host, port, reason)
         try:
-            addresses = await asyncio.wait_for(
+            addresses = [str(ipaddress.ip_address(host))]  # a literal: nothing to resolve
+        except ValueError:
+            addresses = []
+        try:
+            addresses = addresses or await asyncio.wait_for(
                 self._resolver(host, port), self.limits.connect_timeout
             )
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             self._log(host, port, False, f"cannot resolve: {exc}", method)
             raise _Refused(502, f"{host} cannot be resolved") from None
         reason = self.policy.check(host, port, addresses)
@@ -298,7 +301,7 @@ class EgressProxy:
             opened = await asyncio.wait_for(
                 self._connector(address, port), self.limits.connect_timeout
             )
-        except (OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, OSError) as exc:
             self._log(host, port, False, f"cannot connect to {address}: {exc}", method)
             raise _Refused(502, f"{host}:{port} cannot be reached") from None
         self._log(host, port, True, address, method)

@@ -11,6 +11,7 @@ is ready); if the port is taken — the relay already runs after an in-place ker
 restart — it exits at once with status 0.
 """
 
+import contextlib
 import os
 import socket
 import sys
@@ -29,10 +30,8 @@ def _pipe(src, dst):
             dst.sendall(chunk)
     except OSError:
         pass
-    try:
+    with contextlib.suppress(OSError):
         dst.shutdown(socket.SHUT_WR)
-    except OSError:
-        pass
 
 
 def _serve(client, path, slots):
@@ -57,7 +56,7 @@ def main():
     try:
         server.bind(("127.0.0.1", port))
     except OSError:
-        print("relay already listening on 127.0.0.1:%d" % port)
+        print("relay already listening on 127.0.0.1:{}".format(port))  # noqa: UP032 (3.8)
         return
     server.listen(64)
     if os.fork():
