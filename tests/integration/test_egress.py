@@ -1,0 +1,143 @@
+"""network="packages": pip installs through the host's egress proxy; nothing else goes.
+
+Traffic leaves this machine only for the package index the host's pip uses (the
+install tests); every refusal here is decided by the proxy before any name is
+resolved or any connection opened, which the tests check in the proxy's decisions.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from kernel_sandbox.egress import CONTAINER_EGRESS_DIR, RELAY_PORT
+from kernel_sandbox.notebook import NotebookRecorder
+from kernel_sandbox.sandbox import AsyncSandbox
+
+from .conftest import PYTHON_IMAGE
+
+pytestmark = pytest.mark.integration
+
+INTERFACES = "import os; print(sorted(os.listdir('/sys/class/net')))"
+
+
+async def test_pip_install_in_a_cell_and_in_the_shell_with_only_lo(make_sandbox) -> None:  # type: ignore[no-untyped-def]
+    sb: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE, network="packages", timeout=180)
+    interfaces = await sb.run_python(INTERFACES)
+    assert interfaces.stdout.strip() == "['lo']"
+
+    installed = await sb.run_python("%pip install tomli-w")
+    assert installed.status == "ok", installed.text
+    assert "Successfully installed tomli-w" in installed.text
+    used = await sb.run_python("import tomli_w\nprint(tomli_w.dumps({'a': 1}), tomli_w.__file__)")
+    assert used.status == "ok", used.text
+    assert "a = 1" in used.stdout and "/home/sandbox/.local/" in used.stdout
+
+    shell = await sb.run_shell("pip install iniconfig", timeout=180)
+    assert shell.exit_code == 0, shell.stderr
+    after = await sb.run_python("import iniconfig; print(iniconfig.__name__)")
+    assert after.stdout.strip() == "iniconfig", after.text
+
+    # the packages live in the writable area and survive a restart of the kernel
+    await sb.restart()  # every process ends, the relay too: it is started again
+    again = await sb.run_python("import tomli_w, iniconfig; print('still here')")
+    assert again.stdout.strip() == "still here", again.text
+    relay = await sb.run_shell("pip download --no-deps -d /tmp/dl tomli-w", timeout=180)
+    assert relay.exit_code == 0, relay.stderr
+
+    decisions = sb._egress.proxy.decisions  # type: ignore[union-attr]
+    assert decisions and all(d.allowed for d in decisions), decisions
+    assert {d.host for d in decisions} <= {"pypi.org", "files.pythonhosted.org"} | {
+        h.name for h in sb._egress.policy.patterns  # type: ignore[union-attr]
+    }
+
+
+_FETCH = """
+import socket, urllib.request, urllib.error
+for url in {urls!r}:
+    if url.startswith("http://127."):  # NO_PROXY keeps clients off the relay: go by hand
+        s = socket.create_connection(("127.0.0.1", {port}))
+        s.sendall(("GET " + url + " HTTP/1.1\\r\\n\\r\\n").encode())
+        print(url, s.recv(300).decode().splitlines()[0])
+        continue
+    try:
+        urllib.request.urlopen(url, timeout=20)
+        print(url, "REACHED")
+    except urllib.error.HTTPError as e:
+        print(url, e.code, e.reason)
+    except Exception as e:
+        print(url, type(e).__name__, e)
+"""
+
+
+async def test_refusals_come_back_as_403_and_as_notebook_notes(make_sandbox, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    sb: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE, network="packages")
+    recorder = NotebookRecorder.attach(sb, tmp_path / "session.ipynb")
+    urls = [
+        "https://outside.example.net/",  # a host outside the policy (https: CONNECT)
+        "http://10.20.30.40/",  # a private address (plain http)
+        "http://127.0.0.1:2375/version",  # the host's loopback (seen from the proxy)
+        "https://169.254.169.254/",  # a metadata service
+    ]
+    ex = await sb.run_python(_FETCH.format(urls=urls, port=RELAY_PORT))
+    assert ex.status == "ok", ex.text
+    for url in urls:
+        line = next(line for line in ex.stdout.splitlines() if line.startswith(url))
+        assert "REACHED" not in line
+        assert "refused by the sandbox's network policy (packages)" in line, line
+    decisions = list(sb._egress.proxy.decisions)  # type: ignore[union-attr]
+    assert len(decisions) == len(urls) and not any(d.allowed for d in decisions)
+    # decided before anything went out: no decision names a resolved address
+    assert all("resolves to" not in d.detail for d in decisions)
+
+    shell = await sb.run_shell("curl -sS -o /dev/null https://outside.example.net/ 2>&1; "
+                               "python3 -c \"import urllib.request as u; u.urlopen('https://outside.example.net/')\" 2>&1 | tail -1")
+    assert "403" in shell.stdout, shell.stdout
+
+    recorder.finish()
+    notebook = nbformat.read(tmp_path / "session.ipynb", as_version=4)
+    notes = [c.source for c in notebook.cells if c.cell_type == "markdown" and "network policy" in c.source]
+    assert notes and "outside.example.net:443" in notes[0] and "10.20.30.40:80" in notes[0]
+
+
+async def test_a_sandbox_cannot_use_another_sandboxs_proxy(make_sandbox) -> None:  # type: ignore[no-untyped-def]
+    first: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE, network="packages")
+    second: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE, network=["files.example.org"])
+    other_socket = str(first._egress.proxy.socket_path)  # type: ignore[union-attr]
+    probe = f"""
+import json, os, socket
+seen = {{}}
+for path in [{other_socket!r}, {CONTAINER_EGRESS_DIR!r} + "/proxy.sock"]:
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(path)
+        s.sendall(b"CONNECT pypi.org:443 HTTP/1.1\\r\\n\\r\\n")
+        seen[path] = s.recv(200).decode(errors="replace").splitlines()[0]
+    except OSError as e:
+        seen[path] = type(e).__name__
+try:
+    open({CONTAINER_EGRESS_DIR!r} + "/planted", "w")
+    seen["write"] = "written"
+except OSError as e:
+    seen["write"] = type(e).__name__
+print(json.dumps(seen))
+"""
+    ex = await second.run_python(probe)
+    seen = json.loads(ex.stdout)
+    assert seen[other_socket] == "FileNotFoundError"  # the first sandbox's socket is not there
+    # its own socket answers with its own policy, which does not allow the index
+    assert seen[CONTAINER_EGRESS_DIR + "/proxy.sock"].startswith("HTTP/1.1 403"), seen
+    assert "network=['files.example.org']" in seen[CONTAINER_EGRESS_DIR + "/proxy.sock"]
+    assert seen["write"] in ("OSError", "PermissionError")  # read-only mount
+    assert not first._egress.proxy.decisions  # type: ignore[union-attr]
+
+
+async def test_egress_directory_goes_with_the_sandbox(make_sandbox) -> None:  # type: ignore[no-untyped-def]
+    sb: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE, network="packages")
+    directory = sb._egress.host_dir  # type: ignore[union-attr]
+    assert (directory / "proxy.sock").exists()
+    await sb.close()
+    assert not directory.exists()
