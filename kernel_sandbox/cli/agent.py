@@ -150,7 +150,7 @@ def agent(
     api_key: str | None,
     image: str,
     timeout: float,
-    network: bool,
+    network: str | list[str],
     max_turns: int,
     max_tokens: int | None,
     max_time: float | None,
@@ -173,9 +173,7 @@ def agent(
         prompt = sys.stdin.read()
     if not prompt.strip():
         raise click.BadParameter("the prompt is empty", param_hint="PROMPT")
-    config = SandboxConfig(
-        image=image, timeout=timeout, network_enabled=network, labels=_labels(labels)
-    )
+    config = SandboxConfig(image=image, timeout=timeout, network=network, labels=_labels(labels))
     runner = Agent(
         model=model,
         base_url=base_url,

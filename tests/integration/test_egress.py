@@ -51,7 +51,8 @@ async def test_pip_install_in_a_cell_and_in_the_shell_with_only_lo(make_sandbox)
     decisions = sb._egress.proxy.decisions  # type: ignore[union-attr]
     assert decisions and all(d.allowed for d in decisions), decisions
     assert {d.host for d in decisions} <= {"pypi.org", "files.pythonhosted.org"} | {
-        h.name for h in sb._egress.policy.patterns  # type: ignore[union-attr]
+        h.name
+        for h in sb._egress.policy.patterns  # type: ignore[union-attr]
     }
 
 
@@ -73,7 +74,9 @@ for url in {urls!r}:
 """
 
 
-async def test_refusals_come_back_as_403_and_as_notebook_notes(make_sandbox, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+async def test_refusals_come_back_as_403_and_as_notebook_notes(
+    make_sandbox, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
     sb: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE, network="packages")
     recorder = NotebookRecorder.attach(sb, tmp_path / "session.ipynb")
     urls = [
@@ -93,13 +96,17 @@ async def test_refusals_come_back_as_403_and_as_notebook_notes(make_sandbox, tmp
     # decided before anything went out: no decision names a resolved address
     assert all("resolves to" not in d.detail for d in decisions)
 
-    shell = await sb.run_shell("curl -sS -o /dev/null https://outside.example.net/ 2>&1; "
-                               "python3 -c \"import urllib.request as u; u.urlopen('https://outside.example.net/')\" 2>&1 | tail -1")
+    fetch = "import urllib.request as u; u.urlopen('https://outside.example.net/')"
+    shell = await sb.run_shell(f'python3 -c "{fetch}" 2>&1 | tail -1')
     assert "403" in shell.stdout, shell.stdout
 
     recorder.finish()
     notebook = nbformat.read(tmp_path / "session.ipynb", as_version=4)
-    notes = [c.source for c in notebook.cells if c.cell_type == "markdown" and "network policy" in c.source]
+    notes = [
+        c.source
+        for c in notebook.cells
+        if c.cell_type == "markdown" and "network policy" in c.source
+    ]
     assert notes and "outside.example.net:443" in notes[0] and "10.20.30.40:80" in notes[0]
 
 

@@ -122,3 +122,33 @@ def test_network_setting_and_its_alias() -> None:
         SandboxConfig(network=["files example"])
     with pytest.raises(ConfigError, match="allows nothing"):
         SandboxConfig(network=[])
+
+
+def test_the_model_is_told_what_the_policy_allows() -> None:
+    from kernel_sandbox.agent.messages import system_prompt
+
+    assert "no network" in system_prompt(network="none")
+    assert "has network access" in system_prompt(network=True)
+    prompt = system_prompt(network=["files.example.org"])
+    assert "limited to: files.example.org" in prompt and "pip install" not in prompt
+
+
+def test_network_option_of_the_cli() -> None:
+    import click
+    from click.testing import CliRunner
+
+    from kernel_sandbox.cli.run import sandbox_options
+
+    @click.command()
+    @sandbox_options
+    def show(image: str, timeout: float, network: object) -> None:
+        click.echo(repr(network))
+
+    def run(*args: str) -> str:
+        return CliRunner().invoke(show, list(args)).output.strip()
+
+    assert run() == "'none'"
+    assert run("--network") == "'full'"
+    assert run("--network", "packages") == "'packages'"
+    assert run("--network", "packages,*.example.com:443") == "['packages', '*.example.com:443']"
+    assert "not a host pattern" in run("--network", "a b")
