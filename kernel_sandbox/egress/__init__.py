@@ -5,9 +5,11 @@ The container keeps ``network_mode="none"`` (only ``lo``).  A relay inside liste
 sandbox has mounted; the proxy decides every connection by the sandbox's ``network=``
 policy before anything leaves the host (``policy``), reads the host pip's index and CA
 for ``"packages"`` (``pipconf``), and is bounded per sandbox (``proxy``).
-``container`` wires one sandbox's egress together.
+``container`` wires one sandbox's egress together; ``ceiling`` lowers a requested
+policy to a server's per-key maximum.
 """
 
+from .ceiling import cap_network, requested_network
 from .container import (
     CONTAINER_EGRESS_DIR,
     RELAY_PORT,
@@ -30,9 +32,11 @@ __all__ = [
     "PipSettings",
     "SandboxEgress",
     "build_policy",
+    "cap_network",
     "describe_network",
     "host_pip_settings",
     "is_special_address",
     "parse_pattern",
     "parse_pip_config",
+    "requested_network",
 ]

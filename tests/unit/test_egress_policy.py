@@ -152,3 +152,20 @@ def test_network_option_of_the_cli() -> None:
     assert run("--network", "packages") == "'packages'"
     assert run("--network", "packages,*.example.com:443") == "['packages', '*.example.com:443']"
     assert "not a host pattern" in run("--network", "a b")
+
+
+def test_a_servers_ceiling_lowers_what_a_client_asks_for() -> None:
+    from kernel_sandbox.egress.ceiling import cap_network, requested_network
+
+    assert requested_network({"network_enabled": True}) == "full"  # ms-enclave's default
+    assert requested_network({"network": ["a.org"], "network_enabled": True}) == ["a.org"]
+    assert cap_network("full", "full") == ("full", [])
+    assert cap_network("full", "packages")[0] == "packages"
+    assert cap_network("packages", "none")[0] == "none"
+    assert cap_network("none", "packages") == ("none", [])
+    assert cap_network("packages", "packages") == ("packages", [])
+    assert cap_network(["packages", "x.org"], "packages")[0] == "packages"
+    assert cap_network(["x.org", "y.org"], ["y.org", "packages"])[0] == ["y.org"]
+    assert cap_network(["x.org"], ["packages"])[0] == "none"
+    lowered, notes = cap_network("full", ["packages"])
+    assert lowered == ["packages"] and "maximum" in notes[0]
