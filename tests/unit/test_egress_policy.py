@@ -14,6 +14,7 @@ from kernel_sandbox.egress import (
     parse_pattern,
     parse_pip_config,
 )
+from kernel_sandbox.egress.pipconf import PYPI_FILES_HOST, PYPI_INDEX
 from kernel_sandbox.errors import ConfigError
 
 
@@ -94,8 +95,9 @@ def test_pip_config_listing() -> None:
 
 def test_pip_defaults_to_its_own_index_and_file_host() -> None:
     settings = parse_pip_config("global.extra-index-url='file:///opt/pypi/simple'")
-    assert settings.index_url == "https://pypi.org/simple"
-    assert settings.index_patterns() == ["pypi.org:443", "files.pythonhosted.org:443"]
+    assert settings.index_url == PYPI_INDEX
+    index_host = PYPI_INDEX.split("/")[2]
+    assert settings.index_patterns() == [f"{index_host}:443", f"{PYPI_FILES_HOST}:443"]
 
 
 def test_packages_policy_and_description() -> None:
