@@ -48,7 +48,17 @@ Resolver = Callable[[str, int], Awaitable[list[str]]]
 Connector = Callable[[str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
 
 _CHUNK = 64 * 1024
-_HOP_HEADERS = {"connection", "proxy-connection", "keep-alive", "proxy-authorization", "te"}
+#: Headers not sent on: hop-by-hop ones, and ``Host``, which is set from the URL that was
+#: checked (a different ``Host`` would ask the allowed server for another site).
+_DROPPED_HEADERS = {
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authorization",
+    "te",
+    "host",
+    "upgrade",
+}
 
 
 @dataclass(frozen=True)
@@ -265,9 +275,12 @@ class EgressProxy:
         headers = [
             line
             for line in lines[1:]
-            if line and line.split(":", 1)[0].strip().lower() not in _HOP_HEADERS
+            if line and line.split(":", 1)[0].strip().lower() not in _DROPPED_HEADERS
         ]
-        request = f"{method} {path} {version}\r\n" + "".join(f"{line}\r\n" for line in headers)
+        authority = url.netloc.rpartition("@")[2]  # never credentials from the URL
+        request = f"{method} {path} {version}\r\nHost: {authority}\r\n" + "".join(
+            f"{line}\r\n" for line in headers
+        )
         forward = (request + "Connection: close\r\n\r\n").encode("latin-1")
         return method, host.lower(), port, forward
 

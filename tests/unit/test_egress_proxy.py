@@ -170,7 +170,7 @@ async def test_plain_http_is_forwarded_in_origin_form(tmp_path: Path, net: Netwo
     try:
         head, reader, writer = await _request(
             proxy,
-            b"GET http://pkg.example.org/simple/six/?x=1 HTTP/1.1\r\nHost: pkg.example.org\r\n"
+            b"GET http://pkg.example.org/simple/six/?x=1 HTTP/1.1\r\nHost: other.example.net\r\n"
             b"Proxy-Authorization: Basic c2VjcmV0\r\nProxy-Connection: keep-alive\r\n\r\n",
         )
         assert head.startswith(b"HTTP/1.1 200 OK")
@@ -180,7 +180,8 @@ async def test_plain_http_is_forwarded_in_origin_form(tmp_path: Path, net: Netwo
         await proxy.close()
     sent = net.received[0]
     assert sent.startswith(b"GET /simple/six/?x=1 HTTP/1.1\r\n")
-    assert b"Host: pkg.example.org" in sent and b"Connection: close" in sent
+    assert b"\r\nHost: pkg.example.org\r\n" in sent and b"Connection: close" in sent
+    assert b"other.example.net" not in sent  # the Host that was checked, not the one sent
     assert b"Proxy-" not in sent
 
 
