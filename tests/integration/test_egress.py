@@ -16,6 +16,7 @@ import pytest
 from kernel_sandbox.egress import CONTAINER_EGRESS_DIR, RELAY_PORT
 from kernel_sandbox.notebook import NotebookRecorder
 from kernel_sandbox.sandbox import AsyncSandbox
+from kernel_sandbox.tools import ToolSet
 
 from .conftest import PYTHON_IMAGE
 
@@ -36,8 +37,13 @@ async def test_pip_install_in_a_cell_and_in_the_shell_with_only_lo(make_sandbox)
     assert used.status == "ok", used.text
     assert "a = 1" in used.stdout and "/home/sandbox/.local/" in used.stdout
 
-    shell = await sb.run_shell("pip install iniconfig", timeout=180)
-    assert shell.exit_code == 0, shell.stderr
+    tools = ToolSet(sb)
+    description = json.dumps(tools.schema_map())
+    assert "Network access is limited to:" in description and "pip install NAME" in description
+    shell = await tools.execute(
+        "shell_executor", {"command": "pip install iniconfig", "timeout": 170}
+    )
+    assert shell.status == "success", shell.model_dump_json()
     after = await sb.run_python("import iniconfig; print(iniconfig.__name__)")
     assert after.stdout.strip() == "iniconfig", after.text
 
