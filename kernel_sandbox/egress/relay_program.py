@@ -18,7 +18,8 @@ import sys
 import threading
 
 _CHUNK = 65536
-_MAX_CONNECTIONS = 64
+#: Connections relayed at once (two threads each); the host proxy caps them at 32 too.
+_MAX_CONNECTIONS = 32
 
 
 def _pipe(src, dst):
@@ -42,7 +43,7 @@ def _serve(client, path, slots):
         back.start()
         _pipe(client, upstream)
         back.join()
-    except OSError:
+    except (OSError, RuntimeError):  # RuntimeError: no thread left (pids_limit)
         pass
     finally:
         upstream.close()
@@ -71,7 +72,11 @@ def main():
         if not slots.acquire(blocking=False):
             client.close()
             continue
-        threading.Thread(target=_serve, args=(client, path, slots), daemon=True).start()
+        try:
+            threading.Thread(target=_serve, args=(client, path, slots), daemon=True).start()
+        except RuntimeError:  # no thread left (pids_limit): drop this one, keep serving
+            client.close()
+            slots.release()
 
 
 if __name__ == "__main__":

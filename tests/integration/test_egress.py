@@ -7,6 +7,7 @@ resolved or any connection opened, which the tests check in the proxy's decision
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -153,3 +154,53 @@ async def test_egress_directory_goes_with_the_sandbox(make_sandbox) -> None:  # 
     assert (directory / "proxy.sock").exists()
     await sb.close()
     assert not directory.exists()
+
+
+_FLOOD = """
+import socket, time
+chunk = b"X-Flood: " + b"a" * 65536
+sockets = []
+for _ in range(300):
+    try:
+        s = socket.create_connection(("127.0.0.1", {port}))
+        s.setblocking(False)
+        sockets.append(s)
+    except OSError:
+        pass
+end = time.monotonic() + 3
+while time.monotonic() < end:
+    for s in sockets:
+        try:
+            s.send(chunk)
+        except OSError:
+            pass
+print("flood done", len(sockets))
+"""
+
+
+async def test_a_flood_from_inside_holds_a_bounded_number_of_connections(make_sandbox) -> None:  # type: ignore[no-untyped-def]
+    sb: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE, network=["files.example.org"])
+    proxy = sb._egress.proxy  # type: ignore[union-attr]
+    peak = 0
+
+    async def watch() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, proxy.active_connections)
+            await asyncio.sleep(0.005)
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        flood = await sb.run_python(_FLOOD.format(port=RELAY_PORT), timeout=120)
+    finally:
+        watcher.cancel()
+    assert flood.stdout.startswith("flood done"), flood.text
+    print("peak connections held by the proxy:", peak, flood.stdout.strip())
+    assert 0 < peak <= proxy.limits.max_connections
+    assert proxy.bytes_relayed == 0  # nothing went anywhere
+    # the proxy still answers afterwards
+    after = await sb.run_python(
+        "import urllib.request as u\ntry:\n    u.urlopen('https://outside.example.net/')\n"
+        "except Exception as e:\n    print(e)"
+    )
+    assert "403 refused" in after.stdout, after.text
