@@ -77,10 +77,13 @@ class SandboxConfig(BaseModel):
 
     ``max_output_bytes`` bounds what one call keeps in host memory, whatever the code
     prints: a cell's stream text (stdout and stderr together) and, separately, its rich
-    outputs (display data, results); a shell command's stdout and, separately, its
-    stderr.  Text over the cap keeps its first and last halves around a marker line
-    saying how much was dropped; rich outputs over it are replaced by one placeholder;
+    outputs (display data, results) and, separately, its errors; a shell command's
+    stdout and, separately, its stderr.  Text over the cap keeps its first and last
+    halves around a marker line saying how much was dropped; rich outputs over it are
+    replaced by one placeholder; a long error keeps its ends;
     ``Execution.truncated_bytes`` / ``CommandResult.truncated_bytes`` count the rest.
+    It also sets the largest message the host reads from the kernel (``max_output_bytes``
+    + 1 MiB): a larger one is dropped unread and the result says output was lost.
     ``max_file_bytes`` is the largest file ``sandbox.files.read`` brings to the host;
     larger ones are refused with a :class:`~kernel_sandbox.errors.FileOperationError`.
     """

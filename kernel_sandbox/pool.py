@@ -289,6 +289,7 @@ class SandboxPool:
                 raise SandboxError(f"sandbox {sandbox.id} does not belong to pool {self.id}")
             return  # released already, or the pool was closed (which removed it)
         self._counts["destroyed_after_use"] += 1
+        sandbox._retire("was released to its pool and is being removed; acquire a new one")
         self._destroy(sandbox)
         self._fill()
 

@@ -132,6 +132,8 @@ class AsyncSandbox:
         self._engine_checked = 0.0
         self._lock = asyncio.Lock()
         self._closed = False
+        #: Why calls are refused before :meth:`close` ran (released to a pool).
+        self._retired = ""
         self.created_at = time.time()
         #: Called with every :mod:`~kernel_sandbox.events` event of this sandbox.
         self.listeners: list[Listener] = []
@@ -247,7 +249,7 @@ class AsyncSandbox:
     async def _connect(self) -> None:
         """Connect to the kernel that starts now, then seal the run directory again."""
         assert self._host_info is not None and self._state is not None
-        session = KernelSession(self._host_info)
+        session = KernelSession(self._host_info, self.config.max_output_bytes)
         try:
             await session.connect(self.config.startup_timeout, self._check_alive)
         except KernelError as exc:
@@ -354,8 +356,15 @@ class AsyncSandbox:
         return self._closed
 
     def _check_open(self) -> None:
+        if self._retired:
+            raise SandboxClosedError(f"sandbox {self.id} {self._retired}")
         if self._closed:
             raise SandboxClosedError(f"sandbox {self.id} is closed; create a new one")
+
+    def _retire(self, why: str) -> None:
+        """Refuse every later call at once, with ``why``, while :meth:`close` is still to
+        come (a pool closes released sandboxes in the background)."""
+        self._retired = why
 
     # -- python ------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 import requests.exceptions
-from docker.types import Ulimit
+from docker.types import LogConfig, Ulimit
 
 from ..config import LABEL_PREFIX
 from ..errors import (
@@ -43,6 +43,13 @@ from .base import REMOVED_REASON, Backend, ContainerSpec, ContainerState, ExecRe
 __all__ = ["DockerBackend", "docker_client"]
 
 T = TypeVar("T")
+#: The engine's log of a sandbox: what the kernel writes to its original fd 1/2 (or to
+#: ``/proc/1/fd/1``) lands here, on the host's disk, outside ``disk_limit``.  It is only
+#: read for the last lines of a failed start, so it is kept small: ``max-file`` files of
+#: ``max-size`` each, rotated by the engine as it writes (at most 2 MiB per sandbox).
+ENGINE_LOG = LogConfig(type="json-file", config={"max-size": "1m", "max-file": "2"})
+#: Bytes of the engine's log read back for a start error (lines can be 16 KiB each).
+_LOG_TAIL_BYTES = 64 * 1024
 #: Room for tar headers and padding on top of ``get_archive``'s ``max_bytes``.
 _TAR_OVERHEAD = 64 * 1024
 
@@ -182,6 +189,7 @@ class DockerBackend(Backend):
             ulimits=[Ulimit(name="core", soft=0, hard=0)],
             read_only=spec.read_only,
             shm_size=spec.shm_size,
+            log_config=ENGINE_LOG,
         )
         try:
             created = api.create_container(
@@ -490,7 +498,7 @@ class DockerBackend(Backend):
 
     async def logs(self, container_id: str, tail: int) -> str:
         raw = await _run(self.api.logs, container_id, tail=tail)
-        return bytes(raw).decode(errors="replace")
+        return bytes(raw)[-_LOG_TAIL_BYTES:].decode(errors="replace")
 
     async def address(self, container_id: str) -> str:
         info = await _run(self.api.inspect_container, container_id)

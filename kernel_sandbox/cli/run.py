@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,24 @@ import click
 from ..config import DEFAULT_IMAGE
 from ..results import output_text
 from ..sync import Sandbox
+
+#: What may reach the user's terminal from a sandbox: text, newlines, tabs and SGR
+#: colours (``ESC [ 1;31 m``).  Every other escape -- OSC (window title, clipboard),
+#: DCS/APC/PM/SOS strings, other CSI (cursor moves, screen clears, reports), two-byte
+#: escapes, 8-bit C1 forms -- and every other control character is removed.
+_TERMINAL = re.compile(
+    r"(\x1b\[[0-9;]{0,32}m)"  # kept
+    r"|(?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f])[^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)"
+    r"|(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?"
+    r"|\x1b[ -~]?"
+    r"|[\x00-\x08\x0b-\x1f\x7f-\x9f]"
+)
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every terminal control but SGR colours, newlines and tabs removed."""
+    return _TERMINAL.sub(lambda m: m.group(1) or "", text)
+
 
 _EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/svg+xml": "svg", "image/gif": "gif"}
 
@@ -110,7 +129,7 @@ def run(
         if path is not None:
             saved += 1
             click.echo(f"[saved {path}]")
-        text = output_text(output)
+        text = terminal_safe(output_text(output))
         if output.get("output_type") == "stream" and output.get("name") == "stderr":
             click.echo(text, err=True)
         elif text and path is None:
@@ -119,7 +138,7 @@ def run(
     with Sandbox.create(image=image, network=network, timeout=timeout) as sb:
         execution = sb.run_python(source, on_output=show)
     if execution.message:
-        click.echo(f"[{execution.message}]", err=True)
+        click.echo(f"[{terminal_safe(execution.message)}]", err=True)
     if not execution.ok:
         sys.exit(1)
 
@@ -134,6 +153,6 @@ def shell(
     """Run a shell COMMAND in a fresh sandbox; exit with the command's status."""
     with Sandbox.create(image=image, network=network, timeout=timeout) as sb:
         result = sb.run_shell(command, cwd=cwd)
-    click.echo(result.stdout, nl=False)
-    click.echo(result.stderr, nl=False, err=True)
+    click.echo(terminal_safe(result.stdout), nl=False)
+    click.echo(terminal_safe(result.stderr), nl=False, err=True)
     sys.exit(124 if result.timed_out else result.exit_code)

@@ -8,8 +8,10 @@ can be told apart from a dead one without this layer knowing about Docker.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import inspect
+import itertools
 import logging
 import os
 import stat
@@ -22,6 +24,7 @@ from typing import Any, Literal
 import zmq
 import zmq.asyncio
 from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.connect import channel_socket_types
 
 from ..errors import KernelError
 from ..limits import DEFAULT_MAX_OUTPUT_BYTES
@@ -44,6 +47,25 @@ LIVENESS_POLL = 0.5
 DRAIN_LIMIT = 10.0
 #: How often a starting kernel's container is asked about (an engine call) while waiting.
 STARTUP_ALIVE_INTERVAL = 0.2
+#: How long an execute_reply may lag behind the ``idle`` status that follows it.  An
+#: ``idle`` without a reply in this time was forged by the code (it can publish on
+#: iopub with the request's id), and the call goes on.
+REPLY_AFTER_IDLE = 1.0
+#: Room for headers and JSON quoting on top of ``max_output_bytes`` in one message.
+MESSAGE_OVERHEAD = 1024**2
+#: Messages each host socket queues before the kernel's side has to hold (or drop)
+#: them: whatever the host does not read costs at most this many messages, each at
+#: most ``max_output_bytes + MESSAGE_OVERHEAD`` bytes (``ZMQ_MAXMSGSIZE``).
+RECEIVE_QUEUE = {"iopub": 4, "shell": 2, "control": 2}
+#: Characters of an execute_reply's ``ename``/``evalue`` kept (the outputs hold the rest).
+REPLY_TEXT_CHARS = 8 * 1024
+#: The reply of a request whose execute_reply was dropped with shell's connection.
+LOST_REPLY = {
+    "status": "error",
+    "ename": "ReplyTooLarge",
+    "evalue": "the kernel's reply was over the per-message limit and was dropped unread",
+}
+_monitor_ids = itertools.count()
 
 
 #: The client's private channel slots (``None`` until a channel is made).
@@ -99,13 +121,48 @@ class _PinnedClient(AsyncKernelClient):
     holds later.
     """
 
-    def __init__(self, **kwargs: Any) -> None:
+    def __init__(self, max_message_bytes: int, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         #: Channel name ("shell", "iopub", ...) to the URL it connects to instead.
         self.pinned: dict[str, str] = {}
+        self.max_message_bytes = max_message_bytes
+        #: Channel name to a socket that receives an event when ZMQ drops its connection.
+        self.monitors: dict[str, zmq.Socket[bytes]] = {}
 
     def _make_url(self, channel: str) -> str:
         return self.pinned.get(channel) or super()._make_url(channel)
+
+    def _create_connected_socket(self, channel: str, identity: bytes | None = None) -> Any:
+        """jupyter_client's socket, with the host's receive bounds set before it connects.
+
+        ``MAXMSGSIZE`` makes ZMQ drop the connection (it reconnects) instead of reading a
+        frame over ``max_message_bytes``; ``RCVHWM`` caps the messages queued on the
+        host side, so output the host does not read waits, or is dropped, in the
+        container.  Both only apply to connections made after they are set.  ZMQ does not
+        reconnect after an oversized frame, so a monitor reports the drop and
+        :meth:`KernelSession._relink` opens the channel again.
+        """
+        sock = self.context.socket(channel_socket_types[channel])
+        sock.linger = 0
+        sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
+        sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE.get(channel, 2))
+        if identity:
+            sock.identity = identity
+        if self.curve_publickey is not None:  # tcp: the kernel's sockets are CURVE servers
+            sock.curve_secretkey = self.curve_secretkey
+            sock.curve_publickey = self.curve_publickey
+            sock.curve_serverkey = self.curve_publickey
+        address = f"inproc://kernel-sandbox-monitor-{next(_monitor_ids)}"
+        sock.monitor(address, zmq.EVENT_DISCONNECTED)
+        monitor: zmq.Socket[bytes] = zmq.Context.shadow(self.context.underlying).socket(zmq.PAIR)
+        monitor.linger = 0
+        monitor.connect(address)
+        old = self.monitors.pop(channel, None)
+        if old is not None:
+            old.close()
+        self.monitors[channel] = monitor
+        sock.connect(self._make_url(channel))
+        return sock
 
 
 def _open_socket(path: str) -> int:
@@ -119,11 +176,19 @@ def _open_socket(path: str) -> int:
 
 
 class KernelSession:
-    """A jupyter_client connection to one running kernel."""
+    """A jupyter_client connection to one running kernel.
 
-    def __init__(self, info: ConnectionInfo) -> None:
+    Every byte the kernel sends is bounded here: a message is at most
+    ``max_output_bytes + MESSAGE_OVERHEAD`` bytes and each channel queues at most
+    ``RECEIVE_QUEUE`` of them; the stdin channel is never opened (calls run with
+    ``allow_stdin=False``), so ``input_request`` messages have nowhere to pile up.
+    """
+
+    def __init__(
+        self, info: ConnectionInfo, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+    ) -> None:
         self.info = info
-        self.client = _PinnedClient(context=_shared_context())
+        self.client = _PinnedClient(max_output_bytes + MESSAGE_OVERHEAD, context=_shared_context())
         self.client.load_connection_info(dict(info))  # type: ignore[arg-type]
         self._readers: dict[int, zmq.Socket[bytes]] = {}
         self._alive_checked = 0.0
@@ -141,7 +206,7 @@ class KernelSession:
                 name.removesuffix("_port"): f"ipc:///proc/self/fd/{fd}"
                 for name, fd in zip(PORT_NAMES, self._fds, strict=True)
             }
-        self.client.start_channels(hb=False)
+        self.client.start_channels(hb=False, stdin=False)
         # One probe at a time; ZMQ queues it until the kernel's socket is bound.  The
         # reply proves shell works; a status message proves iopub is subscribed (the
         # status of the very first probe may be published before we subscribe).
@@ -206,7 +271,7 @@ class KernelSession:
         msg_id = self.client.execute(
             "print(end='')", silent=True, store_history=False, allow_stdin=False
         )
-        await self._reply(msg_id)
+        await self._reply({msg_id})
 
     def interrupt(self) -> None:
         """Ask the kernel to raise KeyboardInterrupt in the running code (control channel)."""
@@ -233,8 +298,28 @@ class KernelSession:
         ``max_output_bytes`` of output is kept (see :class:`OutputCollector`), and
         ``on_output`` sees nothing after the interrupt (the result has it all).
         """
+        if "iopub" in self._relink():  # dropped since the last call: subscribe again
+            await self._resubscribe()
         msg_id = self.client.execute(code, store_history=True, allow_stdin=False)
         collector = OutputCollector(max_output_bytes)
+        # Once shell's connection was dropped, the execute_reply may be lost with it: a
+        # kernel_info request sent then is answered only after this request is done.
+        # One is sent at each look (the new connection may not be routed yet).
+        probes: set[str] = set()
+        dropped = False  # said in the result of a call that ends normally (a dying
+        # kernel drops its connections too, and its result says so already)
+
+        def relink() -> None:
+            nonlocal dropped
+            lost = self._relink()
+            dropped = dropped or bool(lost)
+            if "shell" in lost or 0 < len(probes) < 20:
+                probes.add(self.client.kernel_info())
+
+        async def ended(wait: float) -> dict[str, Any] | None:
+            if not probes:
+                return await self._reply({msg_id}, wait)
+            return LOST_REPLY if await self._reply(probes, wait) is not None else None
 
         def result(outcome: Outcome, **details: Any) -> RawExecution:
             return RawExecution(
@@ -244,8 +329,8 @@ class KernelSession:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         interrupted = False
-        iopub = self.client.iopub_channel
         drain_until = 0.0
+        reply: dict[str, Any] | None = None
         while True:
             now = loop.time()
             if now >= deadline and not interrupted:
@@ -259,8 +344,16 @@ class KernelSession:
             # past the grace, a kernel is stuck once it stays silent for a poll
             wait = LIVENESS_POLL if interrupted and left <= 0 else min(left, LIVENESS_POLL)
             try:
-                msg = await self._get_msg(iopub, max(0.0, wait))
+                msg = await self._get_msg(self.client.iopub_channel, max(0.0, wait))
             except Empty:
+                relink()
+                if reply is not None:  # replied, then silent: its idle was lost
+                    break
+                # The idle status is lost when iopub's connection was dropped (or the
+                # kernel dropped it from a full queue); the reply then ends the call.
+                reply = await ended(0)
+                if reply is not None:
+                    continue
                 if loop.time() < deadline:  # silent before its deadline: dead, or busy?
                     reason = await check_alive()
                     if reason:
@@ -272,28 +365,84 @@ class KernelSession:
                 continue
             msg_type = msg["header"]["msg_type"]
             if msg_type == "status":
-                if msg["content"]["execution_state"] == "idle":
-                    break
+                if msg["content"].get("execution_state") == "idle":
+                    # The kernel replies before it goes idle, so the reply is
+                    # normally queued already; an idle that comes first may be forged.
+                    if reply is not None or (reply := await ended(0)) is not None:
+                        break
+                    reply = await ended(REPLY_AFTER_IDLE)
+                    if reply is None:
+                        relink()
+                        log.warning("ignored an idle status without an execute_reply")
                 continue
             shown = collector.add(msg)
             # Once interrupted, the queued backlog is drained at full speed: a slow
             # listener must not make a kernel that did stop look stuck.
             if shown is not None and on_output is not None and not interrupted:
                 await _notify(on_output, shown)
-        reply = await self._reply(msg_id)
-        return result("interrupted" if interrupted else "finished", reply=reply)
+        if dropped or self._relink():
+            collector.note_lost(self.client.max_message_bytes)
+        return result("interrupted" if interrupted else "finished", reply=reply or {})
 
-    async def _reply(self, msg_id: str) -> dict[str, Any]:
-        """The execute_reply for ``msg_id`` (it may arrive just after iopub's idle)."""
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            try:
-                msg = await self._get_msg(self.client.shell_channel, 1)
-            except Empty:
+    def _relink(self) -> set[str]:
+        """Open again the channels whose connection ZMQ dropped; returns their names.
+
+        ZMQ drops a connection for good when the kernel sends a frame over the
+        per-message limit; what was in flight on it is lost.
+        """
+        lost = set()
+        for name, monitor in list(self.client.monitors.items()):
+            with contextlib.suppress(zmq.Again):
+                while True:
+                    monitor.recv_multipart(zmq.NOBLOCK)
+                    lost.add(name)
+        for name in lost:
+            channel = getattr(self.client, f"_{name}_channel")
+            if channel is None:
                 continue
-            if msg is not None and msg["parent_header"].get("msg_id") == msg_id:
-                return dict(msg["content"])
-        return {}
+            log.warning("the kernel's %s connection was dropped; reopening it", name)
+            self._readers.pop(id(channel.socket), None)
+            channel.close()
+            setattr(self.client, f"_{name}_channel", None)
+            getattr(self.client, f"{name}_channel")  # connects a new socket
+        return lost
+
+    async def _resubscribe(self, timeout: float = 5) -> None:
+        """Wait until a new iopub socket receives (ZMQ subscribes asynchronously)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            probe = self.client.kernel_info()
+            with contextlib.suppress(Empty):
+                while True:
+                    msg = await self._get_msg(self.client.iopub_channel, 0.2)
+                    if msg is not None and msg["parent_header"].get("msg_id") == probe:
+                        return
+
+    async def _reply(self, msg_ids: set[str], wait: float = 5) -> dict[str, Any] | None:
+        """The reply to one of ``msg_ids`` within ``wait`` seconds, its texts capped.
+
+        Other replies on shell (of calls given up on, probes) are dropped on the way;
+        past ``wait``, only those already queued (at most ``RECEIVE_QUEUE`` and the few
+        the kernel has sent since) are read.
+        """
+        deadline = time.monotonic() + wait
+        for skipped in itertools.count():
+            left = deadline - time.monotonic()
+            try:
+                msg = await self._get_msg(self.client.shell_channel, max(0.0, left))
+            except Empty:
+                return None
+            if msg is not None and msg["parent_header"].get("msg_id") in msg_ids:
+                content = msg["content"]
+                return {
+                    "status": content.get("status"),
+                    "execution_count": content.get("execution_count"),
+                    "ename": str(content.get("ename", "Error"))[:REPLY_TEXT_CHARS],
+                    "evalue": str(content.get("evalue", ""))[:REPLY_TEXT_CHARS],
+                }
+            if left <= 0 and skipped > 100:  # a kernel that floods shell
+                return None
+        raise AssertionError("unreachable")
 
     async def _get_msg(self, channel: Any, timeout: float) -> dict[str, Any] | None:
         """``channel.get_msg`` made cheaper for the per-call path.
@@ -359,6 +508,9 @@ class KernelSession:
         for fd in self._fds:
             os.close(fd)
         self._fds = []
+        for monitor in self.client.monitors.values():
+            monitor.close()
+        self.client.monitors.clear()
 
 
 async def _notify(callback: OutputCallback, output: Output) -> None:

@@ -26,6 +26,8 @@ Message = dict[str, Any]
 Output = dict[str, Any]
 #: Tail chunks shorter than this take the next chunk of their stream in.
 _TAIL_CHUNK = 64 * 1024
+#: Below this much room left in the error budget, further errors are dropped, not cut.
+_MIN_ERROR = 4 * 1024
 
 
 class OutputCollector:
@@ -40,8 +42,11 @@ class OutputCollector:
     line in :attr:`outputs` stands for what was dropped.  Listeners get one notice at
     the cut and no stream text after it.  Rich outputs (display data, results) count
     against their own ``max_bytes``; past it each one is dropped and a single
-    placeholder says how many were.  Errors are always kept.  A rich output that the
-    tail's trimming passes over is kept, just before the marker.
+    placeholder says how many were.  Errors count against a third ``max_bytes``: one
+    that does not fit keeps the head and tail of its ``evalue`` and the last lines of
+    its traceback; once that budget is spent, later errors are dropped (counted in the
+    placeholder).  A rich output that the tail's trimming passes over is kept, just
+    before the marker.  So one call holds at most about ``3 * max_bytes``.
     """
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> None:
@@ -61,6 +66,7 @@ class OutputCollector:
         self._rich_dropped = 0
         self._rich_dropped_count = 0
         self._rich_placeholder: Output | None = None
+        self._error_bytes = 0
         self._clear_pending = False
         # display_id -> the outputs showing that display
         self._displays: dict[str, list[Output]] = {}
@@ -101,7 +107,16 @@ class OutputCollector:
         if msg_type == "stream":
             return self._add_stream(content["name"], _carriage_return(content["text"]))
         output = _output_from(msg_type, content)
-        if msg_type != "error":
+        if msg_type == "error":
+            size = _error_size(output)
+            room = self.max_bytes - self._error_bytes
+            if size > room:
+                if room < _MIN_ERROR:
+                    return self._drop_rich(size)
+                output = _shrunk_error(output, room)
+                self._rich_dropped += size - _error_size(output)
+            self._error_bytes += _error_size(output)
+        else:
             size = _bundle_size(output["data"])
             if self._rich_bytes + size > self.max_bytes:
                 return self._drop_rich(size)
@@ -111,6 +126,18 @@ class OutputCollector:
             self._displays.setdefault(display_id, []).append(output)
         self._place(output)
         return output
+
+    def note_lost(self, limit: int) -> None:
+        """Say in the outputs that the transport dropped a message of this request.
+
+        ZMQ drops a message over the per-message ``limit`` (and the kernel drops what
+        a host that cannot keep up leaves queued); the call then ends on its reply.
+        """
+        text = (
+            f"[a message from the kernel was dropped unread (over the per-message limit of "
+            f"{format_size(limit)}, or queued past the host's bound); output may be missing]\n"
+        )
+        self._place({"output_type": "stream", "name": "stderr", "text": text})
 
     def _place(self, output: Output) -> None:
         (self._head if self._cut is None else self._tail).append(output)
@@ -179,7 +206,8 @@ class OutputCollector:
         self._rich_dropped_count += 1
         text = (
             f"[{self._rich_dropped_count:,} rich output(s) ({format_size(self._rich_dropped)}) "
-            f"dropped: this cell's rich outputs reached max_output_bytes={self.max_bytes:,}]"
+            f"dropped: this cell's rich outputs (or errors) reached "
+            f"max_output_bytes={self.max_bytes:,}]"
         )
         if self._rich_placeholder is not None:
             self._rich_placeholder["data"]["text/plain"] = text
@@ -204,6 +232,44 @@ class OutputCollector:
             output["metadata"] = content.get("metadata", {})
             updated = output
         return updated
+
+
+def _error_size(output: Output) -> int:
+    return (
+        utf8_len(output["ename"])
+        + utf8_len(output["evalue"])
+        + sum(utf8_len(line) for line in output["traceback"])
+    )
+
+
+def _shrunk_error(output: Output, room: int) -> Output:
+    """``output`` cut to about ``room`` bytes: the head and tail of its name and value,
+    the last lines of its traceback (where the raising line is), a note of the cut."""
+    quarter = room // 4
+    note = f"[... error output capped at max_output_bytes: {format_size(room)} kept ...]"
+    lines: list[str] = []
+    budget = room // 2 - len(note)
+    for line in reversed(output["traceback"]):
+        head, _ = split_bytes(line, budget)
+        if not head:
+            break
+        lines.append(head)
+        budget -= utf8_len(head)
+    return {
+        "output_type": "error",
+        "ename": _middle(output["ename"], 256),
+        "evalue": _middle(output["evalue"], quarter),
+        "traceback": [note, *reversed(lines)],
+    }
+
+
+def _middle(text: str, size: int) -> str:
+    """The first and last ``size // 2`` bytes of ``text`` around a ``[...]``."""
+    if utf8_len(text) <= size:
+        return text
+    head, rest = split_bytes(text, size // 2)
+    _, tail = split_bytes(rest, utf8_len(rest) - size // 2)
+    return f"{head}[...]{tail}"
 
 
 def _bundle_size(data: dict[str, Any]) -> int:

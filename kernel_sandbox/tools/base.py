@@ -351,7 +351,7 @@ class ToolSet:
         result.execution_time = time.monotonic() - started
         tool = self._lookup(name)
         limit = tool.options.max_output_chars if tool else ToolOptions().max_output_chars
-        return _fit_for_model(result, limit)
+        return _fit_for_model(result, limit, self.sandbox.config.max_output_bytes)
 
     def _lookup(self, name: object) -> Tool | None:
         # a model may send any JSON value as the name, a list included (unhashable)
@@ -410,14 +410,18 @@ async def down_reason(sandbox: AsyncSandbox) -> str | None:
     return None if state.running else state.death_reason()
 
 
-def _fit_for_model(result: ToolResult, limit: int) -> ToolResult:
+def _fit_for_model(result: ToolResult, limit: int, full_limit: int) -> ToolResult:
     """Cut long text, and make the text JSON can carry (a file read as utf-7 may decode
-    to lone surrogates, which would make ``model_dump_json`` raise in the agent)."""
+    to lone surrogates, which would make ``model_dump_json`` raise in the agent).
+
+    ``full_output`` keeps at most ``full_limit`` characters (the sandbox's
+    ``max_output_bytes``): the outputs it is made of are capped per kind, but their
+    text together could still be a few times that."""
     result.output = _printable(result.output)
     result.error = _printable(result.error) if result.error else result.error
     text, omitted = truncate_middle(result.output, limit)
     if omitted:
-        result.full_output = result.output
+        result.full_output, _ = truncate_middle(result.output, full_limit)
         result.output = text
         result.metadata["output_truncated"] = True
         result.metadata["omitted_chars"] = omitted

@@ -237,3 +237,32 @@ def test_capped_outputs_are_a_valid_notebook_cell() -> None:
     nb = nbformat.v4.new_notebook(cells=[python_cell("loop()", ex)])
     nbformat.validate(nb)
     assert nb.cells[0].metadata["kernel_sandbox"]["truncated_bytes"] == c.truncated_bytes
+
+
+def error_size(output: dict[str, Any]) -> int:
+    return len(output["ename"]) + len(output["evalue"]) + sum(map(len, output["traceback"]))
+
+
+def test_errors_count_against_the_cap() -> None:
+    """Many large errors keep at most ``max_bytes`` of error text; the rest is counted."""
+    c = OutputCollector(max_bytes=64 * 1024)
+    for _ in range(50):
+        c.add(msg("error", ename="E", evalue="v" * 20_000, traceback=["t" * 20_000]))
+    errors = [o for o in c.outputs if o["output_type"] == "error"]
+    assert errors and sum(map(error_size, errors)) <= 64 * 1024
+    assert c.truncated_bytes >= 50 * 40_000 - 64 * 1024
+    placeholders = [o for o in c.outputs if o["output_type"] == "display_data"]
+    assert len(placeholders) == 1 and "rich output(s)" in placeholders[0]["data"]["text/plain"]
+
+
+def test_one_huge_error_keeps_its_ends_and_last_traceback_lines() -> None:
+    c = OutputCollector(max_bytes=10_000)
+    tb = [f"frame {i}\n" for i in range(10_000)] + ["ValueError: the raising line"]
+    c.add(msg("error", ename="ValueError", evalue="<" + "m" * 1_000_000 + ">", traceback=tb))
+    (error,) = c.outputs
+    assert error_size(error) <= 10_000
+    assert error["ename"] == "ValueError"
+    assert error["evalue"].startswith("<m") and error["evalue"].endswith("m>")
+    assert error["traceback"][-1] == "ValueError: the raising line"
+    assert "capped" in error["traceback"][0]
+    assert c.truncated_bytes > 1_000_000

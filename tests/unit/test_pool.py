@@ -37,6 +37,7 @@ class FakeSandbox:
         self.alive = True
         self.warmed = False
         self.closed = False
+        self.retired = ""
         self._session: FakeSession | None = FakeSession(self)
 
     async def _check_alive(self) -> str | None:
@@ -44,6 +45,9 @@ class FakeSandbox:
 
     async def close(self) -> None:
         self.closed = True
+
+    def _retire(self, why: str) -> None:
+        self.retired = why
 
 
 class FakeBackend:
@@ -150,6 +154,8 @@ async def test_release_twice_is_fine_but_a_foreign_sandbox_is_refused(factory: F
     async with make_pool(factory, size=1) as pool:
         sandbox = await pool.acquire()
         await pool.release(sandbox)
+        # refused at once, before the pool's background close reaches it
+        assert "released to its pool" in sandbox.retired  # type: ignore[attr-defined]
         await pool.release(sandbox)
         with pytest.raises(SandboxError, match="does not belong"):
             await pool.release(FakeSandbox(SandboxConfig()))  # type: ignore[arg-type]

@@ -137,3 +137,12 @@ def test_failure_results_say_what_went_wrong() -> None:
     assert data["status"] == "error"
     assert data["error"] == "no such directory"
     assert data["metadata"] == {"exit_code": 126}
+
+
+def test_full_output_is_bounded_by_the_sandboxs_output_cap() -> None:
+    from kernel_sandbox.tools.base import _fit_for_model
+
+    result = ToolResult(status="success", tool_name="python_executor", output="x" * 100_000)
+    fitted = _fit_for_model(result, limit=8_000, full_limit=20_000)
+    assert len(fitted.output) <= 8_200 and fitted.metadata["output_truncated"]
+    assert fitted.full_output is not None and len(fitted.full_output) <= 20_200
