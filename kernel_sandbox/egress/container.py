@@ -108,7 +108,9 @@ class SandboxEgress:
     name: str = ""
 
     def __post_init__(self) -> None:
-        self.pip = host_pip_settings() if self._uses_packages else PipSettings()
+        # pip's settings: its index for "packages", its CA bundle for every policy (a
+        # TLS-intercepting proxy in front of the host intercepts every host it reaches)
+        self.pip = host_pip_settings()
         self.policy = build_policy(self.network, self.pip)
         self.proxy: EgressProxy | None = None
         self.refusals: deque[Decision] = deque(maxlen=_PENDING_REFUSALS)
@@ -129,19 +131,23 @@ class SandboxEgress:
         from ..rundirs import claim  # the directory lives beside run dirs
 
         self.host_dir.mkdir(mode=0o755)
-        os.chmod(self.host_dir, 0o755)
-        self._claim = claim(self.host_dir)
-        source = self._ca_source
-        if source:
-            self._copy_ca(Path(source))
-        self.proxy = EgressProxy(
-            self.policy,
-            self.host_dir / SOCKET_NAME,
-            limits=self.limits,
-            on_refusal=self.refusals.append,
-            name=self.name,
-        )
-        await self.proxy.start()
+        try:
+            os.chmod(self.host_dir, 0o755)
+            self._claim = claim(self.host_dir)
+            source = self._ca_source
+            if source:
+                self._copy_ca(Path(source))
+            self.proxy = EgressProxy(
+                self.policy,
+                self.host_dir / SOCKET_NAME,
+                limits=self.limits,
+                on_refusal=self.refusals.append,
+                name=self.name,
+            )
+            await self.proxy.start()
+        except BaseException:
+            await self.close()
+            raise
 
     def _copy_ca(self, source: Path) -> None:
         try:

@@ -60,7 +60,10 @@ def main():
         print("relay already listening on 127.0.0.1:{}".format(port))  # noqa: UP032 (3.8)
         return
     server.listen(64)
-    if os.fork():
+    child = os.fork()
+    if child:
+        print("relay listening on 127.0.0.1:{} as pid {}".format(port, child))  # noqa: UP032
+        sys.stdout.flush()
         os._exit(0)
     os.setsid()
     null = os.open(os.devnull, os.O_RDWR)
