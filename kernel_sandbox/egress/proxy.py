@@ -108,6 +108,15 @@ async def _connect(address: str, port: int) -> tuple[asyncio.StreamReader, async
     return await asyncio.open_connection(address, port, limit=_CHUNK)
 
 
+def _plain(text: str, limit: int, extra: str = "") -> str:
+    """``text`` with anything but name characters replaced by ``?``, at most ``limit`` long."""
+    kept = "".join(
+        ch if ch.isascii() and (ch.isalnum() or ch in "-._:[]*'(),=/" + extra) else "?"
+        for ch in text[:limit]
+    )
+    return kept + ("..." if len(text) > limit else "")
+
+
 class _Refused(Exception):
     def __init__(self, status: int, sentence: str) -> None:
         super().__init__(sentence)
@@ -120,6 +129,7 @@ class _Counters:
     active: int = 0
     total: int = 0
     bytes: int = 0
+    rejected: int = 0
     writers: set[asyncio.StreamWriter] = field(default_factory=set)
 
 
@@ -200,7 +210,16 @@ class EgressProxy:
                 if count.active >= limits.max_connections
                 else f"{limits.max_total_connections} connections in all"
             )
-            self._log("-", 0, False, f"connection cap reached ({which})", "-")
+            count.rejected += 1
+            if count.rejected == 1 or count.rejected % 1000 == 0:  # a flood logs little
+                self._log(
+                    "-",
+                    0,
+                    False,
+                    f"connection cap reached ({which}), {count.rejected:,} "
+                    "connections closed unread so far",
+                    "-",
+                )
             writer.transport.abort()  # no read, no answer: a flood costs nothing more
             return
         count.active += 1
@@ -228,12 +247,15 @@ class EgressProxy:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.limits.head_timeout)
         except asyncio.LimitOverrunError:
+            self._log("-", 0, False, "request head too large", "-")
             await self._answer(writer, 431, "the request head is too large")
             return
         try:
             method, host, port, forward = self._parse(head)
             upstream_reader, upstream = await self._open(method, host, port)
         except _Refused as refused:
+            if refused.status == 400:  # the others were logged where they were decided
+                self._log("-", 0, False, refused.sentence, "-")
             await self._answer(writer, refused.status, refused.sentence)
             return
         self._count.writers.add(upstream)
@@ -334,7 +356,9 @@ class EgressProxy:
         )
 
     def _log(self, host: str, port: int, allowed: bool, detail: str, method: str) -> Decision:
-        decision = Decision(time.time(), host, port, allowed, detail, method)
+        # names come from the sandbox: keep them short and plain for logs and notebooks
+        host, method = _plain(host, 255), _plain(method, 16)
+        decision = Decision(time.time(), host, port, allowed, _plain(detail, 700, " "), method)
         self.decisions.append(decision)
         log.info(
             "egress %s %s %s:%s %s (%s)",

@@ -234,6 +234,7 @@ async def test_oversized_and_malformed_heads(tmp_path: Path, net: Network) -> No
     finally:
         await proxy.close()
     assert net.connected == []
+    assert len(proxy.decisions) == 3 and not any(d.allowed for d in proxy.decisions)
 
 
 async def test_connection_caps(tmp_path: Path, net: Network) -> None:
@@ -258,7 +259,8 @@ async def test_connection_caps(tmp_path: Path, net: Network) -> None:
         assert await reader.read() == b""  # the sixth connection of the sandbox's life
     finally:
         await proxy.close()
-    assert sum("connection cap" in d.detail for d in proxy.decisions) == 2
+    caps = [d.detail for d in proxy.decisions if "connection cap" in d.detail]
+    assert len(caps) == 1 and "1 connections closed unread" in caps[0]  # a flood logs little
 
 
 _FLOOD = textwrap.dedent(
@@ -317,3 +319,21 @@ async def test_close_cuts_open_tunnels_and_removes_the_socket(tmp_path: Path, ne
     assert await reader.read() == b""
     assert not proxy.socket_path.exists()
     await proxy.close()  # twice is fine
+
+
+async def test_names_from_the_sandbox_are_logged_plain_and_short(
+    tmp_path: Path, net: Network
+) -> None:
+    proxy = await _proxy(tmp_path, net, ["pkg.example.org"])
+    try:
+        target = "<img/src=x/onerror=alert(1)>" + "a" * 1000
+        head, _, writer = await _request(
+            proxy, f"CONNECT {target}.org:443 HTTP/1.1\r\n\r\n".encode()
+        )
+        writer.close()
+    finally:
+        await proxy.close()
+    assert head.startswith(b"HTTP/1.1 403")
+    decision = proxy.decisions[-1]
+    assert decision.host.startswith("?img/src=x/onerror=alert(1)?aaa") and len(decision.host) <= 258
+    assert "<" not in decision.detail and len(decision.detail) <= 703
