@@ -2,7 +2,10 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install engine images run demo test test-unit test-integration soak lint bench
+.PHONY: install engine images run demo test test-unit test-integration test-runsc soak lint bench bench-server
+#: Run a second time under gVisor (runtime="runsc", README "Stronger isolation"): every
+#: hostile-code suite (the glob takes new ones too) and the core sandbox tests.
+RUNSC_TESTS ?= tests/integration/test_hostile*.py tests/integration/test_sandbox.py
 
 install:            ## install kernel_sandbox with its dev tools
 	$(PIP) install -q -e ".[dev]"
@@ -19,8 +22,12 @@ run: images         ## the main job: install, build what is missing, run the dem
 demo:
 	kernel-sandbox demo
 
-test:               ## both tiers; the integration tier needs a Docker engine
+test:               ## both tiers, then the hostile and core suites again under gVisor
 	$(PYTHON) -m pytest -q -rfEs
+	$(MAKE) --no-print-directory test-runsc
+
+test-runsc:         ## the hostile and core suites with KERNEL_SANDBOX_RUNTIME=runsc (tcp is refused there)
+	KERNEL_SANDBOX_RUNTIME=runsc $(PYTHON) -m pytest -q -rfEs -m "not tcp_transport" $(RUNSC_TESTS)
 
 test-unit:
 	$(PYTHON) -m pytest -q tests/unit
@@ -38,3 +45,6 @@ lint:
 
 bench:              ## performance figures against baselines, printed and written to JSON
 	$(PYTHON) bench/run.py
+
+bench-server:       ## print(1+1) through HTTP and MCP vs in-process; 50 clients on 50 sandboxes
+	$(PYTHON) bench/server.py

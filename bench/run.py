@@ -3,6 +3,7 @@
     make bench                                  # everything, modest sizes (~5 min)
     python bench/run.py --parts latency,baselines --calls 500
     python bench/run.py --alive 60              # density: 60 idle sandboxes at once
+    python bench/run.py --parts gvisor          # runc beside gVisor's runsc (needs runsc)
 
 Figures are taken on whatever else the machine is doing, so the table also gives them
 as ratios to baselines measured in the same run (a bare ``docker run``, a local
@@ -28,6 +29,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 import baselines  # noqa: E402
+import gvisor  # noqa: E402
 import ours  # noqa: E402
 
 #: (result name, launched with our kernel flags, driven by our KernelSession)
@@ -36,7 +38,9 @@ LOCAL_KERNELS = (
     ("local_kernel_tuned", True, False),
     ("local_kernel_ours", True, True),
 )
-PARTS = ("cold", "pool", "latency", "throughput", "density", "baselines")
+PARTS = ("cold", "pool", "latency", "throughput", "density", "baselines", "gvisor")
+#: Parts run when --parts is not given (gvisor needs the runsc runtime on the engine).
+DEFAULT_PARTS = PARTS[:-1]
 DEFAULT_IMAGE = "kernel-sandbox:datascience"
 
 
@@ -120,6 +124,14 @@ async def measure(args: argparse.Namespace, parts: set[str], log: Any) -> dict[s
     if "density" in parts:
         log(f"density: {args.alive} idle sandboxes at once")
         r["density"] = await ours.density(image, args.alive, args.concurrency)
+    if "gvisor" in parts:
+        log(
+            f"runc beside runsc: {args.gvisor_cold} cold starts, {args.calls} round trips, "
+            f"{args.gvisor_idle} idle sandboxes each"
+        )
+        r["gvisor"] = await gvisor.compare(
+            image, ("runc", "runsc"), args.gvisor_cold, args.calls, args.gvisor_idle
+        )
     if "baselines" in parts:
         log(f"baseline: docker run --rm {image} true x {args.docker_runs}")
         r["docker_run_true"] = baselines.docker_run_true(image, args.docker_runs)
@@ -264,6 +276,25 @@ def rows(r: dict[str, Any], args: argparse.Namespace) -> list[tuple[str, str, st
                     f"start->first result {pct(mse['cold'], 50):.2f} s",
                 )
             )
+    if "gvisor" in r:
+        out.extend(gvisor_rows(r["gvisor"]))
+    return out
+
+
+def gvisor_rows(g: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """runc and runsc side by side, runsc also as a ratio of runc."""
+    out: list[tuple[str, str, str, str]] = []
+    for key, label, scale, unit in (
+        ("cold", "cold start create->first result p50", 1.0, "s"),
+        ("round_trip", "print(1+1) round trip p50", 1000.0, "ms"),
+        ("idle_mb", "idle sandbox memory (cgroup) p50", 1.0, "MB"),
+    ):
+        base = pct(g["runc"][key], 50)
+        for rt in ("runc", "runsc"):
+            value = pct(g[rt][key], 50)
+            p95 = f" (p95 {pct(g[rt][key], 95) * scale:.3g})" if key != "idle_mb" else ""
+            ratio = f"{value / base:.2f}x runc" if rt == "runsc" and base else ""
+            out.append((f"{label}, {rt}", f"{value * scale:.3g} {unit}{p95}", "", ratio))
     return out
 
 
@@ -278,7 +309,9 @@ def table(lines: list[tuple[str, str, str, str]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--parts", default=",".join(PARTS), help=f"comma list of {', '.join(PARTS)}")
+    p.add_argument(
+        "--parts", default=",".join(DEFAULT_PARTS), help=f"comma list of {', '.join(PARTS)}"
+    )
     p.add_argument("--image", default=DEFAULT_IMAGE, help="sandbox image (default: %(default)s)")
     p.add_argument("--calls", type=int, default=200, help="print(1+1) round trips (>= 100)")
     p.add_argument("--cold", type=int, default=10, help="cold starts in a row")
@@ -290,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--concurrency", type=int, default=4, help="sandboxes starting at once")
     p.add_argument("--docker-runs", type=int, default=5, help="bare docker run baselines")
     p.add_argument("--msenclave-calls", type=int, default=30, help="ms-enclave round trips")
+    p.add_argument("--gvisor-cold", type=int, default=5, help="cold starts per runtime (gvisor)")
+    p.add_argument("--gvisor-idle", type=int, default=3, help="idle sandboxes per runtime (gvisor)")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/)")
     args = p.parse_args(argv)
     parts = {x.strip() for x in args.parts.split(",") if x.strip()}

@@ -6,6 +6,7 @@ jupyter_client.  The public API is re-exported here; everything else is internal
 
 from .config import DEFAULT_IMAGE, SandboxConfig
 from .errors import (
+    CapacityError,
     ConfigError,
     ContainerRemovedError,
     ContainerStoppedError,
@@ -50,10 +51,13 @@ _LAZY = {
     "RetryPolicy": "agent",
     "NotebookRecorder": "notebook",
     "ReplayReport": "notebook",
+    "Tolerance": "notebook",
     "export_notebook": "notebook",
     "replay": "notebook",
-    "replay_notebook": "notebook",
+    "areplay": "notebook",
     "SandboxPool": "pool",
+    "RemoteSandbox": "server.remote",
+    "HttpSandboxManager": "server.http_manager",
 }
 
 
@@ -79,6 +83,7 @@ __all__ = [
     "AsyncFiles",
     "AsyncSandbox",
     "Budget",
+    "CapacityError",
     "CommandResult",
     "ConfigError",
     "ContainerRemovedError",
@@ -93,6 +98,7 @@ __all__ = [
     "FileOperated",
     "FileOperationError",
     "Files",
+    "HttpSandboxManager",
     "ImageError",
     "ImageNotFoundError",
     "KernelError",
@@ -100,6 +106,7 @@ __all__ = [
     "NotebookError",
     "NotebookRecorder",
     "PythonExecuted",
+    "RemoteSandbox",
     "ReplayReport",
     "RetryPolicy",
     "Sandbox",
@@ -117,12 +124,13 @@ __all__ = [
     "SandboxStatus",
     "SandboxType",
     "ShellExecuted",
+    "Tolerance",
     "Tool",
     "ToolResult",
     "ToolSet",
     "__version__",
+    "areplay",
     "export_notebook",
     "register_tool",
     "replay",
-    "replay_notebook",
 ]

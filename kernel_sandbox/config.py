@@ -6,6 +6,7 @@ dropped, ``no-new-privileges`` and resource limits.  Loosen them one field at a 
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any, Literal
 
@@ -27,6 +28,7 @@ __all__ = [
     "DISK_SHARES",
     "KERNEL_PYTHON",
     "LABEL_PREFIX",
+    "RUNTIME_ENV",
     "SandboxConfig",
     "describe_invalid",
     "parse_size",
@@ -35,6 +37,8 @@ __all__ = [
 DEFAULT_IMAGE = "kernel-sandbox:datascience"
 #: Interpreter with ipykernel inside every kernel-ready image (see ``images/``).
 KERNEL_PYTHON = "/opt/venv/bin/python"
+#: Environment variable that gives ``SandboxConfig.runtime`` its default (e.g. ``runsc``).
+RUNTIME_ENV = "KERNEL_SANDBOX_RUNTIME"
 #: Prefix of every label kernel_sandbox puts on containers and images.
 LABEL_PREFIX = "kernel-sandbox"
 
@@ -86,6 +90,11 @@ class SandboxConfig(BaseModel):
     + 1 MiB): a larger one is dropped unread and the result says output was lost.
     ``max_file_bytes`` is the largest file ``sandbox.files.read`` brings to the host;
     larger ones are refused with a :class:`~kernel_sandbox.errors.FileOperationError`.
+
+    ``runtime`` names one of the engine's OCI runtimes; ``"runsc"`` runs the sandbox
+    under gVisor, a second wall between sandboxed code and the host's kernel (see
+    :mod:`kernel_sandbox.backends.runtimes` for what it needs and what changes there).
+    Its default comes from ``$KERNEL_SANDBOX_RUNTIME``, else the engine's own default.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -144,6 +153,10 @@ class SandboxConfig(BaseModel):
         default=DEFAULT_MAX_FILE_BYTES,
         gt=0,
         description="Largest file files.read brings to the host; larger ones are refused.",
+    )
+    runtime: str | None = Field(
+        default_factory=lambda: os.environ.get(RUNTIME_ENV) or None,
+        description="The engine's OCI runtime ('runsc': gVisor); None: the engine's default.",
     )
     derive_image: bool = Field(
         default=True,

@@ -6,6 +6,7 @@ caller and for failures of the machinery underneath::
 
     SandboxError
     ├── ConfigError(ValueError)          a setting is invalid
+    │   └── CapacityError                a server's cap is reached (HTTP 429)
     ├── EngineUnavailableError           the Docker engine cannot be reached
     ├── ImageError                       an image is missing or cannot be built
     │   └── ImageNotFoundError(LookupError)
@@ -26,6 +27,7 @@ Messages say what happened and what to change.
 from __future__ import annotations
 
 __all__ = [
+    "CapacityError",
     "ConfigError",
     "ContainerRemovedError",
     "ContainerStoppedError",
@@ -49,6 +51,10 @@ class SandboxError(Exception):
 
 class ConfigError(SandboxError, ValueError):
     """A configuration value is invalid; the message names the setting."""
+
+
+class CapacityError(ConfigError):
+    """A cap of a server or of an API key is reached (too many sandboxes); retry later."""
 
 
 class EngineUnavailableError(SandboxError, ConnectionError):

@@ -67,9 +67,10 @@ class SandboxStatus(StrEnum):
 
 
 class SandboxManagerType(StrEnum):
-    """Kinds of manager; sandboxes always run on the local (or ``DOCKER_HOST``) engine."""
+    """Kinds of manager: in-process (local engine) or a ``kernel-sandbox serve`` host."""
 
     LOCAL = "local"
+    HTTP = "http"
 
 
 class DockerSandboxConfig(SandboxConfig):
@@ -473,11 +474,12 @@ class SandboxManagerFactory:
         **kwargs: Any,
     ) -> SandboxManager:
         """A new manager; use it with ``async with`` so its sandboxes are removed."""
-        if kwargs.get("base_url"):
-            raise ConfigError(
-                "kernel_sandbox has no HTTP manager: sandboxes run on the local Docker engine "
-                "(point DOCKER_HOST at a remote engine instead of passing base_url)"
-            )
+        if kwargs.get("base_url") or manager_type == SandboxManagerType.HTTP:
+            from .server.http_manager import HttpSandboxManager
+
+            if not kwargs.get("base_url"):
+                raise ConfigError("an HTTP manager needs base_url='http://host:port'")
+            return HttpSandboxManager(config, **kwargs)  # type: ignore[return-value]
         kwargs.pop("base_url", None)
         try:
             kind = SandboxManagerType(manager_type or SandboxManagerType.LOCAL)

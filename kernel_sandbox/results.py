@@ -74,6 +74,12 @@ class Execution:
     message: str = ""
     #: Bytes of output dropped by ``SandboxConfig.max_output_bytes`` (0: nothing was).
     truncated_bytes: int = 0
+    #: Display id -> positions in ``outputs`` of the outputs showing it (Jupyter's
+    #: ``transient.display_id``, which nbformat does not store).
+    display_ids: dict[str, list[int]] = field(default_factory=dict)
+    #: Display id -> the newest ``{"data", "metadata"}`` this call sent for it: what a
+    #: notebook front end applies to outputs of *earlier* cells with that id.
+    display_updates: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

@@ -32,6 +32,7 @@ from .backends.base import Backend, ContainerSpec, ContainerState
 from .config import KERNEL_PYTHON, LABEL_PREFIX, SandboxConfig
 from .egress import SandboxEgress
 from .errors import (
+    ContainerStoppedError,
     FileOperationError,
     KernelError,
     SandboxClosedError,
@@ -226,6 +227,7 @@ class AsyncSandbox:
             own_network=self._network,
             read_only=cfg.disk_limit is not None,
             shm_size=cfg.disk_budget().get("shm"),
+            runtime=cfg.runtime,
         )
         # The engine call goes on in its thread even if we are cancelled: wait for it, so
         # that close() knows the container and removes it instead of leaking it.
@@ -413,6 +415,10 @@ class AsyncSandbox:
                     )
                 if raw.truncated_bytes:
                     execution = dataclasses.replace(execution, truncated_bytes=raw.truncated_bytes)
+                if raw.display_ids or raw.display_updates:
+                    execution = dataclasses.replace(
+                        execution, display_ids=raw.display_ids, display_updates=raw.display_updates
+                    )
         if self.listeners:
             await emit(self.listeners, PythonExecuted(self.id, code, execution, wall))
         await self._report_refusals()
@@ -486,7 +492,9 @@ class AsyncSandbox:
             await self._restart_in_place(KILL_ALL_SIGNAL if kill_all else KILL_SIGNAL)
             return "the kernel was restarted and all variables were lost"
         except SandboxError as exc:
-            why = str(exc)
+            # A stopped container (e.g. gVisor's whole-sandbox OOM kill) needs no more words
+            stopped = isinstance(exc.__cause__, ContainerStoppedError)
+            why = "its container had stopped" if stopped else str(exc)
         log.warning("sandbox %s: restarting the container: %s", self.id, why)
         assert self._state is not None
         try:

@@ -20,6 +20,10 @@ set -euo pipefail
 DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd-kernel-sandbox.log}"
 ENGINE_DEADLINE="${ENGINE_DEADLINE:-90}"
 ENGINE_DRY_RUN="${ENGINE_DRY_RUN:-0}"
+# ENGINE_RUNSC=1 (CI): gVisor's runsc is installed too.  DOCKERD_CONFIG: the config file a
+# dockerd started here gets (--config-file), e.g. one that registers runsc.
+ENGINE_RUNSC="${ENGINE_RUNSC:-0}"
+DOCKERD_CONFIG="${DOCKERD_CONFIG:-}"
 OS_RELEASE="${OS_RELEASE:-/etc/os-release}"
 
 say() { printf 'engine: %s\n' "$*"; }
@@ -54,6 +58,7 @@ missing_packages() {
     local missing=()
     if ! have dockerd || ! have docker; then missing+=(docker.io); fi
     have debootstrap || missing+=(debootstrap)
+    if [ "${ENGINE_RUNSC}" = 1 ] && ! have runsc; then missing+=(runsc); fi
     printf '%s\n' "${missing[@]+"${missing[@]}"}" | tr '\n' ' ' | sed 's/ *$//'
 }
 
@@ -73,9 +78,10 @@ start_and_wait() {
     else
         say "starting dockerd (log: ${DOCKERD_LOG})"
         if [ "${ENGINE_DRY_RUN}" = 1 ]; then
-            say "would run: nohup dockerd >${DOCKERD_LOG} 2>&1 &"
+            say "would run: nohup dockerd ${DOCKERD_CONFIG:+--config-file ${DOCKERD_CONFIG} }>${DOCKERD_LOG} 2>&1 &"
         else
-            nohup dockerd >"${DOCKERD_LOG}" 2>&1 </dev/null &
+            nohup dockerd ${DOCKERD_CONFIG:+--config-file "${DOCKERD_CONFIG}"} \
+                >"${DOCKERD_LOG}" 2>&1 </dev/null &
         fi
     fi
     if [ "${ENGINE_DRY_RUN}" = 1 ]; then
@@ -127,7 +133,7 @@ instructions() {
 main() {
     if answers; then
         say "the Docker engine is running"
-        if is_root && is_debian && ! have debootstrap; then
+        if is_root && is_debian && { ! have debootstrap || { [ "${ENGINE_RUNSC}" = 1 ] && ! have runsc; }; }; then
             install_packages
         fi
         return 0

@@ -17,3 +17,9 @@ def require(condition: bool, reason: str) -> None:
     if IN_CI:
         pytest.fail(f"{reason} (CI=true: integration tests must run, not skip)", pytrace=False)
     pytest.skip(reason)
+
+
+def pytest_report_header() -> str:
+    """Which engine runtime the sandboxes of this run use (the runsc pass says so)."""
+    runtime = os.environ.get("KERNEL_SANDBOX_RUNTIME") or "the engine's default"
+    return f"sandbox runtime: {runtime} (KERNEL_SANDBOX_RUNTIME)"

@@ -53,6 +53,8 @@ class ContainerSpec:
     read_only: bool = False
     #: bytes of /dev/shm (None: the engine's default)
     shm_size: int | None = None
+    #: the engine's OCI runtime, e.g. ``"runsc"`` (None: the engine's default)
+    runtime: str | None = None
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import socket
 import sys
 import tarfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import docker
@@ -39,6 +39,7 @@ from ..limits import HeadTail
 from ..results import format_size
 from .attach import STDERR, TruncatedStreamError, attach_body, read_frames
 from .base import REMOVED_REASON, Backend, ContainerSpec, ContainerState, ExecResult, ImageUser
+from .runtimes import Runtime, engine_runtimes, gvisor_host_pids, validate
 
 __all__ = ["DockerBackend", "docker_client"]
 
@@ -50,6 +51,8 @@ T = TypeVar("T")
 ENGINE_LOG = LogConfig(type="json-file", config={"max-size": "1m", "max-file": "2"})
 #: Bytes of the engine's log read back for a start error (lines can be 16 KiB each).
 _LOG_TAIL_BYTES = 64 * 1024
+#: Seconds between checks that a container still runs while a process in it is read.
+_EXEC_WATCH = 2.0
 #: Room for tar headers and padding on top of ``get_archive``'s ``max_bytes``.
 _TAR_OVERHEAD = 64 * 1024
 
@@ -155,6 +158,7 @@ class DockerBackend(Backend):
 
     def __init__(self, client: docker.DockerClient | None = None) -> None:
         self._client = client
+        self._runtimes: dict[str, Runtime] | None = None
 
     @property
     def client(self) -> docker.DockerClient:
@@ -169,8 +173,27 @@ class DockerBackend(Backend):
     async def start(self, spec: ContainerSpec) -> str:
         return str(await _run(self._start_sync, spec))
 
+    async def runtimes(self) -> dict[str, Runtime]:
+        """The OCI runtimes the engine offers (``docker info``), asked afresh."""
+        return await _run(self._runtimes_sync, True)  # type: ignore[no-any-return]
+
+    def _runtimes_sync(self, refresh: bool = False) -> dict[str, Runtime]:
+        # Asked once per backend, and again when a sandbox names one not seen yet (the
+        # engine may have been given it since: daemon.json and a reload).
+        if self._runtimes is None or refresh:
+            self._runtimes = engine_runtimes(self.api.info())
+        return self._runtimes
+
     def _start_sync(self, spec: ContainerSpec) -> str:
         api = self.api
+        runtimes = self._runtimes_sync()
+        if spec.runtime is not None and spec.runtime not in runtimes:
+            runtimes = self._runtimes_sync(refresh=True)
+        runtime = validate(runtimes, spec)
+        pids_limit, ulimits = spec.pids_limit, [Ulimit(name="core", soft=0, hard=0)]
+        if runtime is not None and runtime.gvisor:  # see runtimes.py: counted inside
+            ulimits.append(Ulimit(name="nproc", soft=spec.pids_limit, hard=spec.pids_limit))
+            pids_limit = gvisor_host_pids(spec.pids_limit)
         network_mode = "bridge" if spec.network_enabled else "none"
         if spec.own_network:
             self._create_own_network(spec)
@@ -181,14 +204,15 @@ class DockerBackend(Backend):
             mem_limit=spec.memory_limit,
             memswap_limit=spec.memory_limit,  # no swap: the limit is the limit
             nano_cpus=int(spec.cpu_limit * 1e9),
-            pids_limit=spec.pids_limit,
+            pids_limit=pids_limit,
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             network_mode=network_mode,
             port_bindings={p: ("127.0.0.1", h) for p, h in spec.published_ports.items()} or None,
-            ulimits=[Ulimit(name="core", soft=0, hard=0)],
+            ulimits=ulimits,
             read_only=spec.read_only,
             shm_size=spec.shm_size,
+            runtime=spec.runtime,
             log_config=ENGINE_LOG,
         )
         try:
@@ -396,6 +420,8 @@ class DockerBackend(Backend):
         stdin: bytes | None = None,
         deadline: float | None = None,
     ) -> ExecResult:
+        streams: list[Any] = []  # the socket being read, for the watch below
+
         def _exec() -> ExecResult:
             exec_id = self.api.exec_create(
                 container_id,
@@ -413,6 +439,7 @@ class DockerBackend(Backend):
             with self.api.exec_start(exec_id, stream=True)._response as response:
                 body = attach_body(response)
                 sock = _socket_of(body) if stdin is not None or ends is not None else None
+                streams.append(sock if sock is not None else getattr(body.raw, "_sock", None))
                 if sock is None or ends is None:
                     # the process may be silent for longer than the client's timeout;
                     # run_shell's own deadline (``timeout`` in the container) ends it
@@ -441,7 +468,7 @@ class DockerBackend(Backend):
             )
 
         try:
-            return await _run(_exec)  # type: ignore[no-any-return]
+            return await self._watched(container_id, _run(_exec), streams)
         except TimeoutError as exc:  # socket.timeout too
             raise FileOperationError(
                 f"the process in the sandbox did not finish within {deadline:g}s (stopped or "
@@ -454,6 +481,36 @@ class DockerBackend(Backend):
                 f"the process's output was cut off: {exc}; its side effects may have happened, "
                 "so check before running it again"
             ) from exc
+
+    async def _watched(
+        self, container_id: str, running: Awaitable[ExecResult], streams: list[Any]
+    ) -> ExecResult:
+        """``running``'s result, or, if the container stops first, exit 137 saying why.
+
+        Under gVisor the engine keeps an exec's stream open for a minute or more after
+        the sandbox died (an out-of-memory sandbox loses its whole container there), so
+        the container is watched and the stream shut down when it is gone.
+        """
+        task = asyncio.ensure_future(running)
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=_EXEC_WATCH)
+            if done:
+                return task.result()
+            state = await self.state(container_id)
+            if not state.running:
+                break
+        for sock in streams:
+            with contextlib.suppress(Exception):
+                sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(Exception):
+            result = await task
+            note = f"\n[the sandbox's container stopped: {state.death_reason()}]"
+            return ExecResult(
+                137, result.stdout, result.stderr + note.encode(), result.truncated_bytes
+            )
+        return ExecResult(
+            137, b"", f"the sandbox's container stopped: {state.death_reason()}".encode()
+        )
 
     async def put_archive(self, container_id: str, directory: str, tar_bytes: bytes) -> None:
         try:

@@ -72,7 +72,7 @@ def replay_example(image: str, output: Path) -> bool:
         EXAMPLE,
         image=image,
         output=target,
-        on_cell=lambda c: click.echo(f"  [{c.number:>2}] {c.verdict:<9} {c.headline}"),
+        on_cell=lambda c: click.echo(f"  {c.label:<14} {c.verdict:<9} {c.headline}"),
     )
     html = export_notebook(target, "html")
     click.echo(f"  {report.summary}")

@@ -9,6 +9,8 @@ from pathlib import Path
 import click
 from click.core import ParameterSource
 
+from ..backends.docker import docker_client
+from ..backends.runtimes import describe
 from ..images import build_images, list_images
 from ..images.builder import HELPER_NAMES, IMAGE_NAMES
 
@@ -104,7 +106,7 @@ def _age(created: dt.datetime) -> str:
 
 @images.command("list")
 def list_() -> None:
-    """Show our images, derived and custom ones, the base, and what is missing."""
+    """Show our images, derived and custom ones, the base, what is missing, and runtimes."""
     listing = asyncio.run(list_images())
     rows = [("TAG", "ID", "SIZE", "CREATED", "KIND")]
     for image in listing.images:
@@ -116,3 +118,4 @@ def list_() -> None:
         click.echo("  ".join([*padded, row[4]]))
     for tag in listing.missing:
         click.echo(f"missing: {tag} (build it with `kernel-sandbox images build`)")
+    click.echo(describe(docker_client().api.info()))

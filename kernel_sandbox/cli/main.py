@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "export": ("notebook", "export", "Export a session notebook to HTML or a Python script."),
     "ps": ("admin", "ps", "List running sandboxes."),
     "gc": ("admin", "gc", "Remove orphaned sandboxes (owner process gone)."),
+    "serve": ("serve", "serve", "Serve sandboxes over HTTP (ms-enclave API, /v1, MCP)."),
+    "mcp": ("mcp", "mcp", "Serve one sandbox to an MCP client over stdio."),
 }
 
 

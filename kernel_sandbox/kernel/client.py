@@ -92,6 +92,8 @@ class RawExecution:
     reply: dict[str, Any] = field(default_factory=dict)
     death_reason: str = ""
     truncated_bytes: int = 0
+    display_ids: dict[str, list[int]] = field(default_factory=dict)
+    display_updates: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _shared_context() -> zmq.asyncio.Context:
@@ -322,8 +324,17 @@ class KernelSession:
             return LOST_REPLY if await self._reply(probes, wait) is not None else None
 
         def result(outcome: Outcome, **details: Any) -> RawExecution:
+            outputs = collector.outputs
+            updates = {
+                k: {"data": d, "metadata": m} for k, (d, m) in collector.display_updates.items()
+            }
             return RawExecution(
-                outcome, collector.outputs, truncated_bytes=collector.truncated_bytes, **details
+                outcome,
+                outputs,
+                truncated_bytes=collector.truncated_bytes,
+                display_ids=collector.display_ids(outputs),
+                display_updates=updates,
+                **details,
             )
 
         loop = asyncio.get_running_loop()

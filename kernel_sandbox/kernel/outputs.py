@@ -1,9 +1,16 @@
 """Turn the iopub messages of one request into nbformat v4 outputs, as Jupyter does.
 
 Consecutive stream chunks of the same stream are merged; ``clear_output`` (with and
-without ``wait``) and ``update_display_data`` behave as in the notebook; outputs keep
-their order.  Messages are raw jupyter_client dicts (TypedDict-shaped) and never leave
-this layer except as output dicts.
+without ``wait``) and display ids behave as in the notebook; outputs keep their order.
+Display ids follow nbclient's ``NotebookClient.process_message`` /
+``_update_display_id``: any display message carrying a ``display_id`` (a second
+``display(..., display_id=x)`` as well as ``update_display_data``) replaces the data of
+every earlier output with that id, and only non-update messages add an output.  What a
+message did to displays of *earlier* requests is kept in
+:attr:`OutputCollector.display_updates`, so a caller that holds several requests'
+outputs (replay) can apply it across cells as nbclient does.  Messages are raw
+jupyter_client dicts (TypedDict-shaped) and never leave this layer except as output
+dicts.
 """
 
 from __future__ import annotations
@@ -51,6 +58,9 @@ class OutputCollector:
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> None:
         self.max_bytes = max_bytes
+        #: display_id -> the newest (data, metadata) this request sent for it, to apply
+        #: to outputs of earlier requests (kept across clear_output: those are not ours)
+        self.display_updates: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -98,9 +108,15 @@ class OutputCollector:
             else:
                 self._reset()
             return None
-        if msg_type == "update_display_data":
-            return self._update_display(content)
         if msg_type not in OUTPUT_MSG_TYPES:
+            return None
+        display_id = (content.get("transient") or {}).get("display_id")
+        if display_id and msg_type != "stream":
+            self._remember_update(display_id, content)
+            updated = self._update_display(display_id, content)
+            if msg_type == "update_display_data":  # never an output of its own
+                return updated
+        elif msg_type == "update_display_data":
             return None
         if self._clear_pending:
             self._reset()
@@ -121,7 +137,6 @@ class OutputCollector:
             if self._rich_bytes + size > self.max_bytes:
                 return self._drop_rich(size)
             self._rich_bytes += size
-        display_id = content.get("transient", {}).get("display_id")
         if display_id:
             self._displays.setdefault(display_id, []).append(output)
         self._place(output)
@@ -220,10 +235,27 @@ class OutputCollector:
         self._place(self._rich_placeholder)
         return self._rich_placeholder
 
-    def _update_display(self, content: dict[str, Any]) -> Output | None:
-        display_id = content.get("transient", {}).get("display_id")
+    def _remember_update(self, display_id: str, content: dict[str, Any]) -> None:
+        """Keep the newest data per id for earlier requests, within ``max_bytes`` in all."""
+        self.display_updates.pop(display_id, None)
+        size = _bundle_size(content["data"])
+        kept = sum(_bundle_size(data) for data, _ in self.display_updates.values())
+        if kept + size <= self.max_bytes:
+            self.display_updates[display_id] = (content["data"], content.get("metadata", {}))
+
+    def display_ids(self, outputs: list[Output]) -> dict[str, list[int]]:
+        """Display id -> positions in ``outputs`` (as :attr:`outputs` returned them)."""
+        where = {id(output): index for index, output in enumerate(outputs)}
+        found: dict[str, list[int]] = {}
+        for display_id, shown in self._displays.items():
+            positions = [where[id(o)] for o in shown if id(o) in where]
+            if positions:
+                found[display_id] = positions
+        return found
+
+    def _update_display(self, display_id: str, content: dict[str, Any]) -> Output | None:
         updated = None
-        for output in self._displays.get(display_id or "", []):
+        for output in self._displays.get(display_id, []):
             size, old = _bundle_size(content["data"]), _bundle_size(output["data"])
             if self._rich_bytes + size - old > self.max_bytes:
                 return self._drop_rich(size)

@@ -8,7 +8,8 @@ supervisor's state directory and one signal:
 1. The supervisor numbers its kernels 1, 2, ... and starts each in its own session
    (``setsid``), so one ``kill -KILL -<pgid>`` ends the kernel and every process it
    spawned.
-2. When kernel ``n`` ends, the rest of its process group is killed and the line
+2. When kernel ``n`` ends, the rest of its process group is killed (and waited for,
+   a few seconds at most) and the line
    ``<n> <exit status> <oom kills before> <oom kills after>`` is written to ``status``.
    The cgroup's OOM-kill counter tells an OOM kill apart from any other SIGKILL;
    Docker's ``OOMKilled`` flag cannot, it stays set for the container's life.
@@ -26,6 +27,9 @@ container's ``/tmp``.  Sandbox code runs as the same user as the supervisor, so 
 write lines of its own to ``status``: the kernel number and the blank line before
 each report keep them from being taken for another kernel's end, and the worst a
 forged line does is restart the sandbox's own kernel.
+
+Reporting forks nothing (no command substitution): right after a fork bomb's group is
+killed, its processes may still count against the process limit for a moment.
 
 SIGTERM, SIGINT and SIGHUP are caught and ignored (a caught signal, unlike an ignored
 one, is reset for the kernel), so user code signalling PID 1 cannot end the container.
@@ -74,19 +78,20 @@ shift
 mkdir -p "$dir"
 [ -p "$dir/{STATUS_FILE}" ] || rm -f "$dir/{STATUS_FILE}" "$dir"/{GO_PREFIX}*
 oom_kills() {{
+    kills=0
     for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
         if [ -r "$f" ]; then
             while read -r key value; do
-                if [ "$key" = oom_kill ]; then echo "$value"; return; fi
+                if [ "$key" = oom_kill ]; then kills=$value; return; fi
             done <"$f"
         fi
     done
-    echo 0
 }}
 n=0
 while :; do
     n=$((n + 1))
-    before=$(oom_kills)
+    oom_kills
+    before=$kills
     setsid "$@" &
     kernel=$!
     while :; do
@@ -94,8 +99,15 @@ while :; do
         code=$?
         kill -0 "$kernel" 2>/dev/null || break
     done
-    kill -KILL -"$kernel" 2>/dev/null
-    printf '\\n%s %s %s %s\\n' "$n" "$code" "$before" "$(oom_kills)" >"$dir/{STATUS_FILE}"
+    # until the group is gone (reaped), at most ~3 s: its processes hold the process
+    # limit until then, and gVisor reaps a large group slowly
+    i=0
+    while kill -KILL -"$kernel" 2>/dev/null && [ $i -lt 60 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    oom_kills
+    printf '\\n%s %s %s %s\\n' "$n" "$code" "$before" "$kills" >"$dir/{STATUS_FILE}"
     until [ -e "$dir/{GO_PREFIX}$n" ]; do sleep 0.05; done
 done
 """

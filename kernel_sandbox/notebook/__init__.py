@@ -2,16 +2,18 @@
 
 - :class:`NotebookRecorder` listens to a sandbox (and is fed by the agent loop) and
   keeps a valid ``.ipynb`` on disk after every step.
-- :func:`replay_notebook` / :func:`replay` re-execute a notebook in a fresh sandbox
-  and compare every cell's outputs with the recorded ones.
-- :func:`export_notebook` turns a notebook into HTML (plots embedded) or a script.
+- :func:`areplay` / :func:`replay` (its blocking twin) re-execute a notebook in
+  a fresh sandbox and compare every cell's outputs with the recorded ones, within a
+  :class:`Tolerance` and as the cells' tags (:mod:`.tags`) say.
+- :func:`export_notebook` turns a notebook into HTML (plots embedded, verdicts shown,
+  nothing loaded from the network) or a script.
 """
 
 from .cells import META_KEY
-from .compare import Comparison, compare_outputs, normalise_outputs, normalise_text
+from .compare import Comparison, Tolerance, compare_outputs, normalise_outputs, normalise_text
 from .export import export_notebook
 from .recorder import DEFAULT_SESSION_DIR, NotebookRecorder, new_session_path
-from .replay import CellReplay, ReplayReport, replay, replay_notebook, replayed_path
+from .replay import CellReplay, ReplayReport, areplay, replay, replayed_path
 from .storage import read_notebook, validate_notebook, write_notebook_atomic
 
 __all__ = [
@@ -21,6 +23,8 @@ __all__ = [
     "Comparison",
     "NotebookRecorder",
     "ReplayReport",
+    "Tolerance",
+    "areplay",
     "compare_outputs",
     "export_notebook",
     "new_session_path",
@@ -28,7 +32,6 @@ __all__ = [
     "normalise_text",
     "read_notebook",
     "replay",
-    "replay_notebook",
     "replayed_path",
     "validate_notebook",
     "write_notebook_atomic",

@@ -31,6 +31,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
 from nbformat.validator import ValidationError
 
 from ..results import CommandResult, Execution
+from .tags import NONDETERMINISTIC, nondeterminism
 
 __all__ = [
     "META_KEY",
@@ -122,8 +123,17 @@ def python_cell(
     execution: Execution,
     metadata: Mapping[str, Any] | None = None,
     started_at: float | None = None,
+    *,
+    seeded: bool = False,
 ) -> NotebookNode:
-    """A code cell with the real outputs and execution count of one ``run_python`` call."""
+    """A code cell with the real outputs and execution count of one ``run_python`` call.
+
+    The cell is tagged ``nondeterministic`` (see :mod:`.tags`) when ``metadata`` says
+    ``nondeterministic`` (the agent knows) or the code is timed or draws unseeded
+    random numbers (``seeded``: an earlier cell of the session set a seed).
+    """
+    flagged = (metadata or {}).get("nondeterministic")
+    reason = ("marked by the agent" if flagged is True else flagged) or nondeterminism(code, seeded)
     outputs = [_complete(jsonable(o), execution.execution_count) for o in execution.outputs]
     meta = _meta(
         "python",
@@ -135,6 +145,9 @@ def python_cell(
         truncated_bytes=execution.truncated_bytes or None,
         started_at=iso_time(started_at) if started_at else None,
     )
+    if reason:
+        meta[META_KEY]["nondeterministic"] = str(reason)
+        meta["tags"] = [NONDETERMINISTIC]
     try:
         return new_code_cell(
             code, execution_count=execution.execution_count, outputs=outputs, metadata=meta

@@ -1,7 +1,10 @@
 """Export a session notebook with nbconvert: HTML to read in a browser, or a Python script.
 
-The HTML is self-contained for outputs: PNG plots are embedded as ``data:`` URIs, so
-the file can be mailed or archived and still shows every plot.
+The HTML works offline, where sandboxes live: PNG plots are embedded as ``data:``
+URIs, the CSS is inlined, and nothing is loaded from a CDN (no require.js, MathJax,
+mermaid or widget manager; LaTeX then shows as source).  A replayed notebook's page
+starts with the replay's summary and shows every code cell's verdict and diff
+(template: ``templates/kernel_sandbox_offline.html.j2``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ __all__ = ["ExportFormat", "export_notebook"]
 
 ExportFormat = Literal["html", "py"]
 _SUFFIX = {"html": ".html", "py": ".py"}
+_TEMPLATES = Path(__file__).parent / "templates"
 
 
 def export_notebook(
@@ -32,7 +36,16 @@ def export_notebook(
     nb = read_notebook(source)
     from nbconvert import HTMLExporter, PythonExporter
 
-    exporter = HTMLExporter(embed_images=True) if to == "html" else PythonExporter()
+    exporter = (
+        HTMLExporter(
+            embed_images=True,
+            template_name="lab",
+            extra_template_paths=[str(_TEMPLATES)],
+            template_file="kernel_sandbox_offline.html.j2",
+        )
+        if to == "html"
+        else PythonExporter()
+    )
     # nbconvert logs a warning per plot without alt text; a session's plots have none.
     logging.getLogger("traitlets").setLevel(logging.ERROR)
     try:

@@ -35,6 +35,7 @@ from .cells import (
     shell_cell,
 )
 from .storage import write_notebook_atomic
+from .tags import seeds_randomness
 
 __all__ = ["DEFAULT_SESSION_DIR", "FORMAT_VERSION", "NotebookRecorder", "new_session_path"]
 
@@ -94,6 +95,7 @@ class NotebookRecorder:
         self._lock = threading.RLock()
         self._recorded: dict[int, tuple[object, NotebookNode]] = {}
         self._steps = 0
+        self._seeded = False  # a recorded cell seeded the random generators
         # (cell, came from a sandbox event, (operation, path)) of the newest file cell
         self._last_file: tuple[NotebookNode, bool, tuple[str, str]] | None = None
         now = iso_time()
@@ -208,7 +210,8 @@ class NotebookRecorder:
         with self._lock:
             if self._merge(execution, metadata):
                 return
-            cell = python_cell(code, execution, metadata, started_at)
+            cell = python_cell(code, execution, metadata, started_at, seeded=self._seeded)
+            self._seeded = self._seeded or seeds_randomness(code)
             self._remember(execution, cell)
             self._nb.cells.append(cell)
             if execution.status in ("timeout", "kernel_died") and execution.message:

@@ -5,98 +5,63 @@ every cell of a hand-written notebook in the kernel (magics and ``!`` work as in
 Jupyter), ``shell`` cells beside the kernel with ``run_shell``, ``file`` cells through
 the sandbox's file API.  The cell *source* is what runs, so edits to a notebook are
 replayed.  The image is the recorded one unless overridden, else the default image.
+
+Display ids work across cells as in Jupyter: ``handle.update()`` or a second
+``display(..., display_id=x)`` in a later cell rewrites the earlier cell's output, the
+way nbclient's ``_update_display_id`` does; cells showing a display id are judged
+after the last cell, on their final outputs.
+Cell tags (``nbval-skip``, ``nbval-ignore-output``, ``raises-exception``,
+``nondeterministic``; see :mod:`.tags`) steer what is run and compared.
+
+``areplay`` is the coroutine; ``replay`` is its blocking twin (same parameters),
+as ``Sandbox`` is ``AsyncSandbox``'s.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import nbformat
 from nbformat import NotebookNode
 from nbformat.v4 import new_output
 
-from ..config import DEFAULT_IMAGE
+from ..config import DEFAULT_IMAGE, KERNEL_PYTHON
 from ..errors import FileOperationError
-from ..results import CommandResult, Execution
+from ..results import CommandResult
 from .cells import META_KEY, cell_kind, iso_time, jsonable, shell_outputs, split_magic
-from .compare import compare_outputs
+from .compare import Tolerance, compare_outputs
+from .report import CellReplay, ReplayReport, Verdict, failing_line
 from .storage import read_notebook, write_notebook_atomic
+from .tags import IGNORE_OUTPUT, NONDETERMINISTIC, RAISES_EXCEPTION, SKIP, cell_tags
 
 __all__ = [
     "CellReplay",
     "ReplayReport",
+    "areplay",
     "recorded_image",
     "replay",
-    "replay_notebook",
     "replayed_path",
 ]
 
-Verdict = Literal["same", "differs", "new error", "skipped", "unrecorded"]
 _SHELL_MAGICS = {"sh": "sh", "bash": "bash"}
-
-
-@dataclass(frozen=True)
-class CellReplay:
-    """What happened to one cell on replay.
-
-    ``same`` / ``differs`` / ``new error`` compare outputs; ``unrecorded`` is a code
-    cell that had never run (no outputs, no execution count), so there was nothing to
-    compare; ``skipped`` is a recorded file write whose content was not recorded.
-    """
-
-    index: int  # position among all cells of the notebook
-    number: int  # 1-based position among the replayed code cells
-    kind: str
-    verdict: Verdict
-    source: str
-    diff: str = ""
-    status: str = ""
-
-    @property
-    def failed(self) -> bool:
-        """True when this cell makes the replay fail (its outputs changed)."""
-        return self.verdict in ("differs", "new error")
-
-    @property
-    def headline(self) -> str:
-        """The first non-empty source line, shortened, to name the cell in a report."""
-        lines = [ln.strip() for ln in self.source.splitlines() if ln.strip()]
-        if len(lines) > 1 and lines[0] in ("%%sh", "%%bash"):
-            lines = lines[1:]
-        line = lines[0] if lines else ""
-        return line if len(line) <= 60 else line[:57] + "..."
-
-
-@dataclass(frozen=True)
-class ReplayReport:
-    """Per-cell results of a replay, and where the replayed notebook was written."""
-
-    image: str
-    cells: tuple[CellReplay, ...]
-    notebook: NotebookNode = field(repr=False)
-    output: Path | None = None
-    duration: float = 0.0
-
-    @property
-    def ok(self) -> bool:
-        """True when every replayed cell matched its recorded outputs."""
-        return not any(c.failed for c in self.cells)
-
-    def count(self, verdict: Verdict) -> int:
-        """How many cells got ``verdict``."""
-        return sum(1 for c in self.cells if c.verdict == verdict)
-
-    @property
-    def summary(self) -> str:
-        """One line: counts per verdict."""
-        verdicts: tuple[Verdict, ...] = ("same", "differs", "new error", "unrecorded", "skipped")
-        parts = [f"{self.count(v)} {v}" for v in verdicts]
-        return ", ".join(p for p in parts if not p.startswith("0 ") or p.endswith("same"))
+#: Asks the image's kernel Python what a kernel_info_reply would say, beside the kernel
+#: (running it *in* the kernel would shift every execution count by one).
+_KERNEL_PROBE = (
+    "import json, sys, IPython, ipykernel\n"
+    "from ipykernel.ipkernel import IPythonKernel\n"
+    "print(json.dumps({'language_info': IPythonKernel.language_info,"
+    " 'python': sys.version.split()[0], 'ipython': IPython.__version__,"
+    " 'ipykernel': ipykernel.__version__}))"
+)
+#: The probe's answer is small; anything longer is not a probe answer.
+_MAX_PROBE_BYTES = 4096
+CellCallback = Callable[[CellReplay], Any]
 
 
 def replayed_path(path: str | os.PathLike[str]) -> Path:
@@ -121,8 +86,8 @@ def _recorded_working_dir(nb: NotebookNode) -> str | None:
 
 async def _run_cell(
     sandbox: Any, cell: NotebookNode, timeout: float | None
-) -> tuple[str, list[Any], int | None]:
-    """Execute one cell; return (status, outputs, execution_count)."""
+) -> tuple[str, list[Any], int | None, Any]:
+    """Execute one cell; return (status, outputs, execution_count, Execution or None)."""
     kind = cell_kind(cell)
     magic = split_magic(cell.source)
     if kind in ("shell", "file") and magic and magic[0] in _SHELL_MAGICS:
@@ -133,7 +98,7 @@ async def _run_cell(
             command = f"bash -c {shlex.quote(command)}"
         result: CommandResult = await sandbox.run_shell(command, timeout=timeout)
         status = "ok" if result.ok else ("timeout" if result.timed_out else "error")
-        return status, shell_outputs(result), None
+        return status, shell_outputs(result), None, None
     if kind == "file" and magic and magic[0] == "writefile":
         append = "-a" in magic[1] or "--append" in magic[1]
         paths = [a for a in magic[1] if not a.startswith("-")]
@@ -148,11 +113,11 @@ async def _run_cell(
             error = new_output(
                 "error", ename=type(exc).__name__, evalue=str(exc), traceback=[str(exc)]
             )
-            return "error", [error], None
-        return "ok", [], None
-    execution: Execution = await sandbox.run_python(cell.source, timeout=timeout)
+            return "error", [error], None, None
+        return "ok", [], None, None
+    execution = await sandbox.run_python(cell.source, timeout=timeout)
     outputs = [nbformat.from_dict(jsonable(o)) for o in execution.outputs]
-    return execution.status, outputs, execution.execution_count
+    return execution.status, outputs, execution.execution_count, execution
 
 
 def _unreproducible_write(cell: NotebookNode) -> bool:
@@ -166,7 +131,144 @@ def _unreproducible_write(cell: NotebookNode) -> bool:
     )
 
 
-async def replay_notebook(
+async def _kernel_versions(sandbox: Any) -> dict[str, Any]:
+    """``language_info`` and versions of the kernel the replay runs on (or why unknown)."""
+    probe = shlex.quote(_KERNEL_PROBE)
+    command = f"{KERNEL_PYTHON} -c {probe} 2>/dev/null || python3 -c {probe}"
+    try:
+        result: CommandResult = await sandbox.run_shell(command, timeout=60)
+        answer = result.stdout.strip()
+        if not result.ok or len(answer) > _MAX_PROBE_BYTES:
+            raise ValueError(result.stderr.strip()[-300:] or f"exit status {result.exit_code}")
+        info = json.loads(answer)
+        if not isinstance(info, dict) or not isinstance(info.get("language_info"), dict):
+            raise ValueError("unexpected answer")
+        return info
+    except (ValueError, OSError) as exc:
+        return {"error": f"could not ask the kernel for its versions: {exc}"}
+
+
+class _Replay:
+    """One replay in progress: the replayed notebook, the display map, the verdicts."""
+
+    def __init__(
+        self,
+        replayed: NotebookNode,
+        tolerance: Tolerance,
+        target: Path | None,
+        on_cell: CellCallback | None,
+    ) -> None:
+        self.nb = replayed
+        self.tolerance = tolerance
+        self.target = target
+        self.on_cell = on_cell
+        self.results: dict[int, CellReplay] = {}
+        # display id -> (cell index, output index) of every output showing it, as
+        # nbclient's NotebookClient._display_id_map
+        self.displays: dict[str, list[tuple[int, int]]] = {}
+        # cells showing a display id, judged at the end: index -> execution status
+        self.pending: dict[int, str] = {}
+
+    def finish(self) -> None:
+        """Drop the recorded outputs of ``same`` cells: the outputs shown are equivalent."""
+        for index, result in self.results.items():
+            meta = self.nb.cells[index].metadata.get(META_KEY, {}).get("replay", {})
+            if result.verdict == "same" and meta.pop("recorded_outputs", None) is not None:
+                meta["recorded_outputs_equivalent"] = True
+        self.save()
+
+    def save(self) -> None:
+        if self.target is not None:
+            write_notebook_atomic(self.nb, self.target)
+
+    def publish(self, result: CellReplay) -> None:
+        self.results[result.index] = result
+        self.save()
+        if self.on_cell is not None:
+            self.on_cell(result)
+
+    async def run(
+        self, sandbox: Any, index: int, cell: NotebookNode, timeout: float | None
+    ) -> None:
+        kind = cell_kind(cell) or "python"
+        tags = cell_tags(cell)
+        recorded = list(cell.get("outputs", []))
+        meta = cell.metadata.setdefault(META_KEY, {})
+        if tags & SKIP:
+            meta["replay"] = {"verdict": "skipped", "reason": "tagged " + "/".join(tags & SKIP)}
+            self.publish(CellReplay(index, kind, "skipped", cell.source, tags=tuple(sorted(tags))))
+            return
+        never_ran = cell_kind(cell) is None and not recorded and cell.get("execution_count") is None
+        status, outputs, count, execution = await _run_cell(sandbox, cell, timeout)
+        cell.outputs = outputs
+        cell.execution_count = count
+        meta["replay"] = {"status": status, "recorded_outputs": recorded}
+        if never_ran:
+            meta["replay"]["unrecorded"] = True
+        if execution is not None:
+            self._apply_displays(index, execution)
+        if execution is not None and execution.display_ids:
+            self.pending[index] = status  # a later cell may still update its displays
+            self.save()
+        else:
+            self.publish(self._judge(index, cell, status))
+
+    def judge_pending(self) -> None:
+        """Judge the cells that show display ids, now that no later cell can update them."""
+        for index, status in sorted(self.pending.items()):
+            self.publish(self._judge(index, self.nb.cells[index], status))
+        self.pending.clear()
+
+    def _apply_displays(self, index: int, execution: Any) -> None:
+        """Apply this cell's display updates to earlier cells; remember its display ids."""
+        for display_id, update in execution.display_updates.items():
+            for cell_index, output_index in self.displays.get(display_id, []):
+                if cell_index == index:
+                    continue  # the kernel layer already updated this cell's own outputs
+                output = self.nb.cells[cell_index].outputs[output_index]
+                output["data"] = nbformat.from_dict(jsonable(update["data"]))
+                output["metadata"] = nbformat.from_dict(jsonable(update["metadata"]))
+        for display_id, positions in execution.display_ids.items():
+            self.displays.setdefault(display_id, []).extend((index, p) for p in positions)
+
+    def _judge(self, index: int, cell: NotebookNode, status: str | None = None) -> CellReplay:
+        """Compare a replayed cell with its recording; store the verdict in its metadata."""
+        meta = cell.metadata[META_KEY]["replay"]
+        status = status or meta.get("status", "")
+        tags = cell_tags(cell)
+        recorded = meta["recorded_outputs"]
+        comparison = compare_outputs(
+            recorded,
+            cell.outputs,
+            tolerance=self.tolerance,
+            values=NONDETERMINISTIC not in tags,
+            expect_error=RAISES_EXCEPTION in tags,
+        )
+        verdict: Verdict = comparison.verdict
+        diff = comparison.diff
+        if IGNORE_OUTPUT in tags:
+            verdict, diff = "ignored", ""
+        elif meta.get("unrecorded") and verdict != "new error":
+            verdict, diff = "unrecorded", ""
+        meta["verdict"] = verdict
+        meta.pop("diff", None)
+        if diff:
+            meta["diff"] = diff
+        error = next((o for o in cell.outputs if o.get("output_type") == "error"), None)
+        return CellReplay(
+            index,
+            cell_kind(cell) or "python",
+            verdict,
+            cell.source,
+            diff,
+            status,
+            cell.get("execution_count"),
+            failing_line(list(error.get("traceback", []))) if error else "",
+            tuple(sorted(tags)),
+        )
+
+
+async def areplay(
     notebook: str | os.PathLike[str] | NotebookNode,
     *,
     image: str | None = None,
@@ -174,15 +276,20 @@ async def replay_notebook(
     output: str | os.PathLike[str] | None = None,
     sandbox: Any = None,
     sandbox_options: Mapping[str, Any] | None = None,
-    on_cell: Callable[[CellReplay], Any] | None = None,
+    tolerance: Tolerance | None = None,
+    on_cell: CellCallback | None = None,
 ) -> ReplayReport:
     """Re-execute the code cells of ``notebook`` in order and compare their outputs.
 
     ``image`` overrides the recorded image (default image when none is recorded).
     ``output`` is where the replayed notebook goes; for a path input it defaults to
-    :func:`replayed_path`, and it is rewritten after every cell.  Pass ``sandbox`` to
-    use an existing one (it is not closed); ``sandbox_options`` are extra
-    ``AsyncSandbox.create`` settings.  ``on_cell`` sees each result as it is known.
+    :func:`replayed_path`, and it is rewritten after every cell.  Pass ``sandbox``
+    (an ``AsyncSandbox``; :func:`replay` also takes a blocking ``Sandbox``) to use an
+    existing one (it is not closed);
+    ``sandbox_options`` are extra ``AsyncSandbox.create`` settings.  ``tolerance``
+    loosens or tightens the comparison (see :class:`~.compare.Tolerance`).
+    ``on_cell`` sees each result as it is known; cells that show a display id are
+    judged after the last cell, since a later cell may still update them.
     """
     if isinstance(notebook, NotebookNode):
         original = notebook
@@ -195,6 +302,7 @@ async def replay_notebook(
     session = dict(replayed.metadata.get(META_KEY) or {})
     session["replay"] = {"image": chosen, "started_at": iso_time(), "status": "running"}
     replayed.metadata[META_KEY] = session
+    state = _Replay(replayed, tolerance or Tolerance(), target, on_cell)
     started = time.monotonic()
 
     owned = sandbox is None
@@ -206,55 +314,44 @@ async def replay_notebook(
             options["working_dir"] = wd
         options.update(sandbox_options or {})
         sandbox = await AsyncSandbox.create(**options)
-    results: list[CellReplay] = []
+    sandbox = getattr(sandbox, "async_sandbox", sandbox)
     try:
+        kernel = await _kernel_versions(sandbox)
+        _describe_kernel(replayed, kernel)
         for index, cell in enumerate(replayed.cells):
-            number = len(results) + 1
             if _unreproducible_write(cell):
                 why = "file content was not recorded; later cells may miss this file"
-                result = CellReplay(index, number, "file", "skipped", cell.source, why)
+                cell.metadata[META_KEY]["replay"] = {"verdict": "skipped", "reason": why}
+                state.publish(CellReplay(index, "file", "skipped", cell.source, why))
             elif cell.cell_type == "code" and cell.source.strip():
-                result = await _replay_cell(sandbox, index, number, cell, timeout)
-            else:
-                continue
-            results.append(result)
-            if target is not None:
-                write_notebook_atomic(replayed, target)
-            if on_cell is not None:
-                on_cell(result)
+                await state.run(sandbox, index, cell, timeout)
+        state.judge_pending()
     finally:
         if owned:
             await sandbox.close()
     duration = time.monotonic() - started
-    report = ReplayReport(chosen, tuple(results), replayed, target, duration)
+    cells = tuple(state.results[i] for i in sorted(state.results))
+    report = ReplayReport(chosen, cells, replayed, target, duration, kernel)
     replayed.metadata[META_KEY]["replay"].update(
         status="ok" if report.ok else "differs",
         summary=report.summary,
         finished_at=iso_time(),
         duration=round(duration, 3),
     )
-    if target is not None:
-        write_notebook_atomic(replayed, target)
+    state.finish()
     return report
 
 
-async def _replay_cell(
-    sandbox: Any, index: int, number: int, cell: NotebookNode, timeout: float | None
-) -> CellReplay:
-    kind = cell_kind(cell) or "python"
-    recorded = list(cell.get("outputs", []))
-    never_ran = cell_kind(cell) is None and not recorded and cell.get("execution_count") is None
-    status, outputs, count = await _run_cell(sandbox, cell, timeout)
-    comparison = compare_outputs(recorded, outputs)
-    verdict: Verdict = comparison.verdict
-    if never_ran and verdict != "new error":
-        verdict = "unrecorded"
-    cell.outputs = outputs
-    cell.execution_count = count
-    cell.metadata.setdefault(META_KEY, {})
-    cell.metadata[META_KEY]["replay"] = {"verdict": verdict, "status": status}
-    diff = "" if verdict == "unrecorded" else comparison.diff
-    return CellReplay(index, number, kind, verdict, cell.source, diff, status)
+def _describe_kernel(nb: NotebookNode, kernel: Mapping[str, Any]) -> None:
+    """Put the replay kernel's ``language_info`` and versions into the notebook."""
+    info = nb.metadata[META_KEY]["replay"]
+    if "error" in kernel:
+        info["kernel"] = {"error": kernel["error"]}
+        return
+    if "language_info" in nb.metadata:
+        info["recorded_language_info"] = nb.metadata["language_info"]
+    nb.metadata["language_info"] = nbformat.from_dict(jsonable(kernel["language_info"]))
+    info["kernel"] = {k: kernel[k] for k in ("python", "ipython", "ipykernel") if k in kernel}
 
 
 def replay(
@@ -263,19 +360,23 @@ def replay(
     image: str | None = None,
     timeout: float | None = None,
     output: str | os.PathLike[str] | None = None,
+    sandbox: Any = None,
     sandbox_options: Mapping[str, Any] | None = None,
-    on_cell: Callable[[CellReplay], Any] | None = None,
+    tolerance: Tolerance | None = None,
+    on_cell: CellCallback | None = None,
 ) -> ReplayReport:
-    """Blocking :func:`replay_notebook` (safe inside a running event loop)."""
+    """Blocking :func:`areplay` (safe inside a running event loop)."""
     from ..sync import run_sync
 
     return run_sync(
-        replay_notebook(
+        areplay(
             notebook,
             image=image,
             timeout=timeout,
             output=output,
+            sandbox=sandbox,
             sandbox_options=sandbox_options,
+            tolerance=tolerance,
             on_cell=on_cell,
         )
     )

@@ -15,11 +15,21 @@ from pathlib import Path
 
 import pytest
 
+from kernel_sandbox.config import RUNTIME_ENV
 from kernel_sandbox.sandbox import AsyncSandbox
 from tests.conftest import TEST_LABEL, require
 
 PYTHON_IMAGE = "kernel-sandbox:python"
 DATASCIENCE_IMAGE = "kernel-sandbox:datascience"
+#: The engine runtime every sandbox of this run gets by default (``make test`` runs the
+#: hostile and core suites a second time with ``KERNEL_SANDBOX_RUNTIME=runsc``).
+RUNTIME = os.environ.get(RUNTIME_ENV) or None
+#: True when sandboxes run under gVisor: a few limits show themselves differently there
+#: (no cgroup files inside, an OOM ends the whole container); the suites check both.
+GVISOR = bool(RUNTIME and RUNTIME.startswith("runsc"))
+#: Both transports, the tcp one marked: gVisor refuses it (``test_sandbox.py`` checks the
+#: refusal), so ``make test-runsc`` deselects ``tcp_transport`` rather than skipping.
+TRANSPORTS = ["ipc", pytest.param("tcp", marks=pytest.mark.tcp_transport)]
 
 #: A program that opens one sandbox, prints its id and waits (to be killed, or to exit).
 ORPHAN_MAKER = """
@@ -60,6 +70,13 @@ def _engine():  # type: ignore[no-untyped-def]
 def docker_engine():  # type: ignore[no-untyped-def]
     client = _engine()
     require(not isinstance(client, Exception), f"no Docker engine: {client}")
+    if RUNTIME is not None:
+        offered = client.api.info().get("Runtimes") or {}
+        require(
+            RUNTIME in offered,
+            f"{RUNTIME_ENV}={RUNTIME} but the engine has no such runtime (it has "
+            f"{', '.join(offered)}): see the README's 'Stronger isolation'",
+        )
     for image in (PYTHON_IMAGE, DATASCIENCE_IMAGE):
         try:
             client.images.get(image)

@@ -23,7 +23,7 @@ import pytest_asyncio
 from kernel_sandbox.results import Execution
 from kernel_sandbox.sandbox import AsyncSandbox
 from tests.conftest import TEST_LABEL
-from tests.integration.conftest import PYTHON_IMAGE
+from tests.integration.conftest import GVISOR, PYTHON_IMAGE
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -37,11 +37,28 @@ LIMITS = {
     "interrupt_grace": 3.0,
     "labels": TEST_LABEL,
 }
+#: For fork bombs.  Under gVisor (ptrace platform) every process costs host memory of
+#: its own, ~18 MB for a fork of the kernel, so PIDS_LIMIT of them need more room to
+#: meet the pids limit before the memory limit (which would end the whole container).
+FORK_LIMITS = {**LIMITS, "memory_limit": "1536m"} if GVISOR else LIMITS
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def box(docker_engine: object) -> AsyncIterator[AsyncSandbox]:
     sandbox = await AsyncSandbox.create(**LIMITS)  # type: ignore[arg-type]
+    try:
+        yield sandbox
+    finally:
+        await sandbox.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def fork_box(box: AsyncSandbox) -> AsyncIterator[AsyncSandbox]:
+    """``box``, or under gVisor a sandbox of its own with ``FORK_LIMITS``."""
+    if not GVISOR:
+        yield box
+        return
+    sandbox = await AsyncSandbox.create(**FORK_LIMITS)  # type: ignore[arg-type]
     try:
         yield sandbox
     finally:
@@ -150,8 +167,18 @@ async def cgroup_files(sandbox: AsyncSandbox) -> dict[str, str]:
     return dict(files)
 
 
-async def test_python_fork_bomb_stops_at_the_pids_limit(box: AsyncSandbox) -> None:
-    cgroup = await cgroup_files(box)
+async def tasks_now(sandbox: AsyncSandbox) -> str:
+    """An expression for the number of tasks (threads) in the sandbox: its pids cgroup's
+    count; gVisor shows no cgroup files inside, so there the threads /proc lists."""
+    if GVISOR:
+        return "len(__import__('glob').glob('/proc/[0-9]*/task/[0-9]*'))"
+    cgroup = await cgroup_files(sandbox)
+    return f"int(open({cgroup['pids.current']!r}).read())"
+
+
+async def test_python_fork_bomb_stops_at_the_pids_limit(fork_box: AsyncSandbox) -> None:
+    box = fork_box
+    tasks = await tasks_now(box)
     # Children only sleep (they are copies of the kernel and must not run its code);
     # the parent tries far more forks than the limit allows.
     ex = await box.run_python(
@@ -166,7 +193,7 @@ async def test_python_fork_bomb_stops_at_the_pids_limit(box: AsyncSandbox) -> No
         "        children.append(pid)\n"
         "except OSError as exc:\n"
         "    refused = exc\n"
-        f"tasks = int(open({cgroup['pids.current']!r}).read())\n"
+        f"tasks = {tasks}\n"
         "for pid in children:\n"
         "    os.kill(pid, 9)\n"
         "    os.waitpid(pid, 0)\n"
@@ -175,26 +202,31 @@ async def test_python_fork_bomb_stops_at_the_pids_limit(box: AsyncSandbox) -> No
     )
     report("os.fork() loop", ex)
     forked, refused, tasks = ex.stdout.split()
-    assert refused == "BlockingIOError"  # EAGAIN from the pids cgroup
+    assert refused == "BlockingIOError"  # EAGAIN from the pids cgroup (gVisor: RLIMIT_NPROC)
     assert int(forked) < PIDS_LIMIT and int(tasks) <= PIDS_LIMIT
-    limit = await box.run_shell(f"cat {cgroup['pids.max']} {cgroup['pids.peak']}")
-    most, peak = (int(v) for v in limit.stdout.split())
-    assert most == PIDS_LIMIT and peak <= PIDS_LIMIT
+    if GVISOR:  # the limit inside is the process limit, which nothing inside can raise
+        limit = await box.run_python("import resource; resource.getrlimit(resource.RLIMIT_NPROC)")
+        assert limit.text == f"({PIDS_LIMIT}, {PIDS_LIMIT})"
+    else:
+        cgroup = await cgroup_files(box)
+        limit = await box.run_shell(f"cat {cgroup['pids.max']} {cgroup['pids.peak']}")
+        most, peak = (int(v) for v in limit.stdout.split())
+        assert most == PIDS_LIMIT and peak <= PIDS_LIMIT
     await assert_works(box, "after a Python fork bomb")
 
 
 async def test_shell_fork_bomb_is_held_by_the_pids_limit_and_a_restart_clears_it(
     docker_engine: object,
 ) -> None:
-    sb = await AsyncSandbox.create(**LIMITS)  # type: ignore[arg-type]
+    sb = await AsyncSandbox.create(**FORK_LIMITS)  # type: ignore[arg-type]
     try:
-        cgroup = await cgroup_files(sb)  # before the bomb: finding them forks `ls`
+        tasks = await tasks_now(sb)  # before the bomb: finding cgroup files forks `ls`
         await sb.files.write("kept.txt", "file survives")
         r = await sb.run_shell("bash -c ':(){ :|:& };:'", timeout=5)
         assert "Resource temporarily unavailable" in r.stderr  # fork refused by the limit
         # The bomb backgrounds itself, so the command ends and the bomb goes on, held at
         # the limit (reading a file needs no fork: the kernel still answers and counts).
-        count = f"print(open({cgroup['pids.current']!r}).read())"
+        count = f"print({tasks})"
         tasks = int((await sb.run_python(count)).stdout)
         assert PIDS_LIMIT - 8 <= tasks <= PIDS_LIMIT
         started = time.monotonic()
@@ -208,10 +240,10 @@ async def test_shell_fork_bomb_is_held_by_the_pids_limit_and_a_restart_clears_it
 
 
 async def test_shell_fork_bomb_in_the_foreground_is_killed_at_its_timeout(
-    box: AsyncSandbox,
+    fork_box: AsyncSandbox,
 ) -> None:
-    cgroup = await cgroup_files(box)
-    count = f"print(open({cgroup['pids.current']!r}).read())"
+    box = fork_box
+    count = f"print({await tasks_now(box)})"
     before = int((await box.run_python(count)).stdout)
     r = await box.run_shell("bash -c 'f() { f | f; }; f'", timeout=3)
     assert r.timed_out and "process group was killed" in r.stderr
@@ -357,7 +389,6 @@ async def test_limits_cannot_be_raised_from_inside(box: AsyncSandbox) -> None:
 @pytest.mark.parametrize(
     ("command", "refusal"),
     [
-        ("unshare -r id", "Operation not permitted"),
         ("unshare -m true", "Operation not permitted"),
         ("mkdir -p /tmp/m && mount -t tmpfs none /tmp/m", "must be superuser"),
         ("su -c id root </dev/null", "Authentication failure"),
@@ -368,6 +399,19 @@ async def test_privilege_tools_fail(box: AsyncSandbox, command: str, refusal: st
     r = await box.run_shell(command, timeout=20)
     assert not r.ok and refusal in r.stderr, r
     assert "uid=0" not in r.stdout
+
+
+async def test_a_user_namespace_gives_no_privilege(box: AsyncSandbox) -> None:
+    # runc: the engine's seccomp profile refuses user namespaces.  gVisor (without
+    # --oci-seccomp, see backends/runtimes.py) lets one be made in its own kernel: "root"
+    # there is the sandbox user, who still cannot write what it could not write before.
+    r = await box.run_shell("unshare -r sh -c 'cat /proc/self/uid_map; touch /etc/owned'")
+    if not GVISOR:
+        assert not r.ok and "Operation not permitted" in r.stderr, r
+        return
+    assert r.stdout.split()[:3] == ["0", "1000", "1"], r
+    assert not r.ok and "/etc/owned" in r.stderr, r
+    assert (await box.run_shell("test -e /etc/owned")).exit_code == 1
 
 
 async def test_every_process_in_the_sandbox_is_the_sandbox_user(box: AsyncSandbox) -> None:
@@ -396,13 +440,27 @@ async def test_every_process_in_the_sandbox_is_the_sandbox_user(box: AsyncSandbo
 async def test_shell_memory_bomb_is_killed_and_the_kernel_lives(
     box: AsyncSandbox, command: str
 ) -> None:
-    cgroup = await cgroup_files(box)
+    cgroup = {} if GVISOR else await cgroup_files(box)  # none inside gVisor
     await box.run_python("kept_by_shell_bomb = 1")
     started = time.monotonic()
-    r = await box.run_shell(command, timeout=60)
+    # Under gVisor every read and write of the pipe is a trip through its kernel: the
+    # bash bomb grows more slowly there (~15 MB/s on an idle machine of 2 cores).
+    r = await box.run_shell(command, timeout=180 if GVISOR else 60)
     took = time.monotonic() - started
     print(f"\n[hostile] shell memory bomb: exit {r.exit_code} after {took:.2f}s")
     assert not r.ok and "done" not in r.stdout
+    if GVISOR:
+        # gVisor has no OOM killer inside: the host's ends the whole sandbox.  The command
+        # says so (137, when the engine notices first; else runsc's own exit 128 once its
+        # exec gives up on the dead sandbox), and the next call names it, restarts the
+        # container and works again.
+        assert r.exit_code in (128, 137), r
+        assert "out of memory" in r.stderr or "sandbox" in r.stderr, r
+        ex = await box.run_python("kept_by_shell_bomb")
+        assert ex.status == "kernel_died" and ex.state_lost, ex
+        assert "out of memory" in ex.message and "files" in ex.message
+        await assert_works(box, "after a shell memory bomb (gVisor: the container restarted)")
+        return
     # Killed (137) or refused (MemoryError, exit 1): never allowed past memory_limit.
     assert r.exit_code in (1, 2, 137), r
     peak = await box.run_shell(f"cat {cgroup['memory.peak']}")

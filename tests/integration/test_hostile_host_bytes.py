@@ -31,7 +31,7 @@ from kernel_sandbox.errors import SandboxClosedError
 from kernel_sandbox.pool import SandboxPool
 from kernel_sandbox.sandbox import AsyncSandbox
 from tests.conftest import TEST_LABEL
-from tests.integration.conftest import PYTHON_IMAGE
+from tests.integration.conftest import PYTHON_IMAGE, TRANSPORTS
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -59,7 +59,7 @@ def craft(socket, msg_type, content, count, buffers=(), ident=None):
 """
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["ipc", "tcp"])
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=TRANSPORTS)
 async def box(request: pytest.FixtureRequest, docker_engine: object) -> AsyncIterator[AsyncSandbox]:
     sandbox = await AsyncSandbox.create(
         image=PYTHON_IMAGE,

@@ -34,7 +34,12 @@ from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.statedir import HostRunDir
 from kernel_sandbox.tools import ToolSet
 from tests.conftest import TEST_LABEL
-from tests.integration.conftest import ORPHAN_MAKER, PYTHON_IMAGE, orphan_of_killed_owner
+from tests.integration.conftest import (
+    ORPHAN_MAKER,
+    PYTHON_IMAGE,
+    TRANSPORTS,
+    orphan_of_killed_owner,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -137,7 +142,7 @@ def host_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "guarded"
 
 
-@pytest_asyncio.fixture(scope="module", loop_scope="module", params=["ipc", "tcp"])
+@pytest_asyncio.fixture(scope="module", loop_scope="module", params=TRANSPORTS)
 async def box(
     request: pytest.FixtureRequest, docker_engine: object, host_dir: Path
 ) -> AsyncIterator[AsyncSandbox]:
@@ -414,7 +419,7 @@ print("stopped")
 """
 
 
-@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_container_restart_opens_nothing_to_the_old_container(
     docker_engine: object, canary: Canary, transport: str
 ) -> None:
@@ -440,6 +445,7 @@ async def test_container_restart_opens_nothing_to_the_old_container(
 # -- 7 (tcp): sandboxes reaching each other, ports that need the key -----------------
 
 
+@pytest.mark.tcp_transport
 async def test_tcp_sandboxes_cannot_reach_each_other(docker_engine: object) -> None:
     a = await AsyncSandbox.create(image=PYTHON_IMAGE, labels=TEST_LABEL, transport="tcp")
     b = await AsyncSandbox.create(image=PYTHON_IMAGE, labels=TEST_LABEL, transport="tcp")
@@ -485,6 +491,7 @@ async def assert_iopub_needs_the_key(sandbox: AsyncSandbox, target: tuple[str, i
         context.term()
 
 
+@pytest.mark.tcp_transport
 async def test_published_ports_need_the_key(docker_engine: object) -> None:
     sandbox = await AsyncSandbox.create(
         image=PYTHON_IMAGE, labels=TEST_LABEL, transport="tcp", network_enabled=True
@@ -519,6 +526,7 @@ async def test_listing_is_structured_and_capped(box: AsyncSandbox) -> None:
     await box.run_shell("rm -rf /tmp/many")
 
 
+@pytest.mark.tcp_transport
 def test_gc_removes_the_network_of_a_killed_owners_tcp_sandbox(docker_engine: object) -> None:
     sandbox_id = orphan_of_killed_owner(ORPHAN_MAKER.replace("labels=", 'transport="tcp", labels='))
     network = f"kernel-sandbox-{sandbox_id}"

@@ -19,6 +19,7 @@ from kernel_sandbox.limits import DEFAULT_MAX_OUTPUT_BYTES
 from kernel_sandbox.notebook.cells import python_cell, shell_cell
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.tools import ToolSet
+from tests.integration.conftest import GVISOR, PYTHON_IMAGE
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -46,6 +47,19 @@ class PeakRss:
         before = self._kb("VmRSS:")
         yield self
         self.growth = self._kb("VmHWM:") - before
+
+
+@pytest.fixture
+async def py_sandbox(make_sandbox) -> AsyncSandbox:  # type: ignore[no-untyped-def]
+    """A sandbox on the small python image, with room for a gigabyte flood's queue.
+
+    The kernel queues what it prints faster than the host reads (~1 GB peak for the
+    flood below under runc); gVisor's kernel adds ~300 MB of its own on top, which with
+    the default 1g ends the whole container as out of memory (contained, but not the
+    cap this module tests), so under gVisor the flood gets 2g.
+    """
+    extra = {"memory_limit": "2g"} if GVISOR else {}
+    return await make_sandbox(image=PYTHON_IMAGE, **extra)  # type: ignore[no-any-return]
 
 
 def kept_text(text: str) -> str:

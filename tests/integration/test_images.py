@@ -30,7 +30,7 @@ from kernel_sandbox.images import (
 )
 from kernel_sandbox.images.builder import BASE_TAG, image_exists
 from kernel_sandbox.images.derive import DERIVED_FROM, KERNEL_LABEL, derive_image
-from tests.conftest import require
+from tests.conftest import IN_CI, require
 
 pytestmark = pytest.mark.integration
 # Not the test *container* label: a build's intermediate containers inherit the labels
@@ -210,3 +210,8 @@ def test_cli_build_has_nothing_to_do_when_present_and_list_shows_it(docker_engin
     listed = runner.invoke(cli, ["images", "list"])
     assert listed.exit_code == 0, listed.output
     assert "kernel-sandbox:datascience" in listed.output and "missing" not in listed.output
+    # and which runtimes the engine offers (CI registers gVisor's)
+    runtimes = listed.output.splitlines()[-1]
+    assert runtimes.startswith("engine runtimes: ") and "runc" in runtimes, runtimes
+    if IN_CI:
+        assert "runsc (gVisor: runtime='runsc')" in runtimes, runtimes

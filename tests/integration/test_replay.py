@@ -14,9 +14,9 @@ from kernel_sandbox.config import DEFAULT_IMAGE
 from kernel_sandbox.notebook import (
     META_KEY,
     NotebookRecorder,
+    areplay,
     export_notebook,
     read_notebook,
-    replay_notebook,
 )
 from kernel_sandbox.sandbox import AsyncSandbox
 from tests.conftest import TEST_LABEL
@@ -111,9 +111,7 @@ async def test_hand_written_jupyter_notebook_replays(docker_engine, tmp_path: Pa
         cell("%%bash\necho $((a + 1))", 4, new_output("stream", name="stdout", text="1\n")),
         cell("undefined_name", 5),  # Jupyter showed nothing?  The replay says what it sees.
     ]
-    report = await replay_notebook(
-        nb, output=tmp_path / "r.ipynb", sandbox_options={"labels": TEST_LABEL}
-    )
+    report = await areplay(nb, output=tmp_path / "r.ipynb", sandbox_options={"labels": TEST_LABEL})
     assert report.image == DEFAULT_IMAGE
     verdicts = [c.verdict for c in report.cells]
     assert verdicts == ["same", "same", "same", "same", "new error"], [c.diff for c in report.cells]

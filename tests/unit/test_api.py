@@ -29,7 +29,14 @@ def test_all_is_sorted_unique_and_importable() -> None:
 #: finer-grained types of a subpackage.  Every other name must be in the root's
 #: ``__all__``, so a new public class or function forces a decision here.
 SUBMODULE_ONLY: dict[str, set[str]] = {
-    "config": {"DISK_SHARES", "KERNEL_PYTHON", "LABEL_PREFIX", "describe_invalid", "parse_size"},
+    "config": {
+        "DISK_SHARES",
+        "KERNEL_PYTHON",
+        "LABEL_PREFIX",
+        "RUNTIME_ENV",
+        "describe_invalid",
+        "parse_size",
+    },
     "errors": set(),  # every exception is catchable from the root
     "events": {"Listener", "emit"},
     "files": {"LIST_LIMIT"},
@@ -43,6 +50,8 @@ SUBMODULE_ONLY: dict[str, set[str]] = {
         "strip_ansi",
     },
     "sandbox": {"runtime_root"},
+    "server.http_manager": set(),
+    "server.remote": {"RemoteFiles", "raise_for"},
     "sync": {"run_sync"},
     "tools": {
         "Artifact",
@@ -175,13 +184,9 @@ def test_every_exception_descends_from_the_one_root_and_is_drawn_in_the_tree() -
 # same method names; a blocking function or method ``name`` beside a coroutine
 # ``aname`` in the same module or class.  The pairs are found, not listed.
 
-#: Left out of the parity checks for now: notebook/'s ``replay`` / ``replay_notebook``
-#: pair is being renamed to the scheme (issue 14); the lead adds it back with that change.
-PARITY_EXCLUDED = ("kernel_sandbox.notebook",)
-
 
 def _parity_modules() -> list[ModuleType]:
-    return [m for m in _package_modules() if not m.__name__.startswith(PARITY_EXCLUDED)]
+    return _package_modules()
 
 
 def _own_classes() -> dict[str, type]:
@@ -297,6 +302,12 @@ def test_every_blocking_wrapper_is_named_by_the_scheme() -> None:
                 f"{where}.{name} wraps a coroutine with run_sync but has no async twin "
                 f"named a{name} (or a class twin Async...): see kernel_sandbox/sync.py"
             )
+
+
+def test_replay_takes_a_sandbox_like_its_async_twin() -> None:
+    """``replay`` / ``areplay`` are a pair of the scheme the parity test above checks."""
+    assert "sandbox" in inspect.signature(kernel_sandbox.replay).parameters
+    assert "sandbox" in inspect.signature(kernel_sandbox.areplay).parameters
 
 
 def test_public_names_have_docstrings() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +18,20 @@ from kernel_sandbox.errors import NotebookError
 from kernel_sandbox.notebook import (
     META_KEY,
     NotebookRecorder,
+    areplay,
     export_notebook,
     read_notebook,
-    replay_notebook,
     replayed_path,
 )
 from kernel_sandbox.results import CommandResult, Execution
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 200).decode()
+KERNEL_INFO = {
+    "language_info": {"name": "python", "version": "3.11.2", "mimetype": "text/x-python"},
+    "python": "3.11.2",
+    "ipython": "9.0.0",
+    "ipykernel": "7.0.0",
+}
 
 
 class FakeFiles:
@@ -51,11 +58,15 @@ class FakeSandbox:
     async def run_python(self, code: str, timeout: float | None = None) -> Execution:
         self.calls.append(("python", code))
         self.count += 1
-        outputs = self.script.get(code, [])
-        status = "error" if any(o["output_type"] == "error" for o in outputs) else "ok"
-        return Execution(status, outputs, self.count)  # type: ignore[arg-type]
+        answer = self.script.get(code, [])
+        if isinstance(answer, Execution):
+            return answer
+        status = "error" if any(o["output_type"] == "error" for o in answer) else "ok"
+        return Execution(status, answer, self.count)  # type: ignore[arg-type]
 
     async def run_shell(self, command: str, timeout: float | None = None) -> CommandResult:
+        if "IPythonKernel.language_info" in command:  # replay asks for the kernel's versions
+            return CommandResult(0, json.dumps(KERNEL_INFO) + "\n", "")
         self.calls.append(("shell", command))
         return CommandResult(0, f"ran {command}\n", "")
 
@@ -73,7 +84,7 @@ def record_session(path: Path) -> None:
     rec.add_python("print('a')", Execution("ok", [stdout("a\n")], 1))
     rec.add_shell("echo x", CommandResult(0, "ran echo x\n", ""))
     rec.add_file_operation("write", "/sandbox/d.txt", content="1\n2\n")
-    rec.add_python("import random; random.random()", Execution("ok", [stdout("0.1\n")], 2))
+    rec.add_python("print(total)", Execution("ok", [stdout("0.1\n")], 2))
     rec.add_file_operation("write", "/sandbox/blob.bin", content=b"\xff\x00")
 
 
@@ -82,7 +93,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> list[FakeSandbox]:
     made: list[FakeSandbox] = []
     script = {
         "print('a')": [stdout("a\n")],
-        "import random; random.random()": [stdout("0.7\n")],
+        "print(total)": [stdout("0.7\n")],
         "print(b)": [
             {"output_type": "error", "ename": "NameError", "evalue": "b", "traceback": []}
         ],
@@ -103,14 +114,14 @@ async def test_cells_replay_the_way_they_were_recorded(
 ) -> None:
     path = tmp_path / "s.ipynb"
     record_session(path)
-    report = await replay_notebook(path)
+    report = await areplay(path)
     (sandbox,) = fake
     assert sandbox.options["image"] == "img:recorded" and sandbox.closed
     assert sandbox.calls == [
         ("python", "print('a')"),
         ("shell", "echo x"),
         ("write", "/sandbox/d.txt=1\n2\n"),
-        ("python", "import random; random.random()"),
+        ("python", "print(total)"),
     ]
     verdicts = [(c.kind, c.verdict) for c in report.cells]
     assert verdicts == [
@@ -129,6 +140,15 @@ async def test_cells_replay_the_way_they_were_recorded(
     assert code[3].outputs[0].text == "0.7\n"
     assert code[3].metadata[META_KEY]["replay"]["verdict"] == "differs"
     assert replayed.metadata[META_KEY]["replay"]["status"] == "differs"
+    # the report people read: recorded outputs and the diff stay in the cell
+    meta = code[3].metadata[META_KEY]["replay"]
+    assert meta["recorded_outputs"][0]["text"] == "0.1\n"
+    assert "+[stdout] 0.7" in meta["diff"]
+    assert "recorded_outputs" not in code[0].metadata[META_KEY]["replay"]  # same: not kept
+    # language_info and versions are the replay kernel's, the recorded ones kept aside
+    assert replayed.metadata.language_info["version"] == "3.11.2"
+    assert replayed.metadata[META_KEY]["replay"]["kernel"]["ipython"] == "9.0.0"
+    assert "version" not in replayed.metadata[META_KEY]["replay"]["recorded_language_info"]
 
 
 async def test_edited_source_is_what_runs_and_a_new_error_is_reported(
@@ -138,7 +158,7 @@ async def test_edited_source_is_what_runs_and_a_new_error_is_reported(
     record_session(path)
     nb = read_notebook(path)
     nb.cells[1].source = "print(b)"  # the user edited the first code cell
-    report = await replay_notebook(nb, image="img:override", output=tmp_path / "out.ipynb")
+    report = await areplay(nb, image="img:override", output=tmp_path / "out.ipynb")
     assert fake[0].options["image"] == "img:override"
     assert fake[0].calls[0] == ("python", "print(b)")
     assert report.cells[0].verdict == "new error" and "NameError: b" in report.cells[0].diff
@@ -155,7 +175,7 @@ async def test_hand_written_notebook_runs_everything_in_the_kernel(
         new_code_cell("%%bash\necho hi"),  # never run: nothing to compare
         new_code_cell("   "),
     ]
-    report = await replay_notebook(nb)
+    report = await areplay(nb)
     assert fake[0].options == {"image": DEFAULT_IMAGE}
     assert fake[0].calls == [("python", "print('a')"), ("python", "%%bash\necho hi")]
     assert [c.verdict for c in report.cells] == ["same", "unrecorded"]

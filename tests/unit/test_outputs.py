@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from kernel_sandbox.kernel.outputs import OutputCollector
@@ -237,6 +238,79 @@ def test_capped_outputs_are_a_valid_notebook_cell() -> None:
     nb = nbformat.v4.new_notebook(cells=[python_cell("loop()", ex)])
     nbformat.validate(nb)
     assert nb.cells[0].metadata["kernel_sandbox"]["truncated_bytes"] == c.truncated_bytes
+
+
+def update(data: dict[str, Any], display_id: str) -> dict[str, Any]:
+    return msg("update_display_data", data=data, metadata={}, transient={"display_id": display_id})
+
+
+DISPLAY_SEQUENCES = {
+    "second display with the same id": [
+        display({"text/plain": "a"}, "x"),
+        stream("stdout", "between\n"),
+        display({"text/plain": "b"}, "x"),
+    ],
+    "update, then a new display": [
+        display({"text/plain": "a"}, "x"),
+        update({"text/plain": "b"}, "x"),
+        display({"text/plain": "c"}, "y"),
+        update({"text/plain": "d"}, "unknown"),
+    ],
+    "update after clear_output(wait=True) does not clear": [
+        display({"text/plain": "a"}, "x"),
+        msg("clear_output", wait=True),
+        update({"text/plain": "b"}, "x"),
+        stream("stdout", "now it clears\n"),
+        display({"text/plain": "c"}, "x"),
+    ],
+    "display after clear_output updates the cleared one's id too": [
+        display({"text/plain": "a"}, "x"),
+        msg("clear_output", wait=False),
+        display({"text/plain": "b"}, "x"),
+        update({"text/plain": "c"}, "x"),
+    ],
+}
+
+
+def test_display_ids_within_a_request_behave_exactly_as_nbclient() -> None:
+    """nbclient's NotebookClient.process_message is the reference, message for message."""
+    from nbclient import NotebookClient
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    for name, messages in DISPLAY_SEQUENCES.items():
+        cell = new_code_cell("")
+        client = NotebookClient(new_notebook(cells=[cell]))
+        client.reset_execution_trackers()
+        client.clear_before_next_output = False
+        collector = OutputCollector()
+        for message in messages:
+            collector.add(copy.deepcopy(message))
+            # nbclient rewrites an update's header in place: give it its own copy
+            reference = copy.deepcopy(message)
+            client.process_message(
+                {**reference, "msg_type": reference["header"]["msg_type"]}, cell, 0
+            )
+        assert collector.outputs == [dict(o) for o in cell.outputs], name
+
+
+def test_updates_for_earlier_requests_and_display_positions_are_kept() -> None:
+    c = OutputCollector()
+    c.add(stream("stdout", "x\n"))
+    c.add(display({"text/plain": "mine"}, "here"))
+    c.add(update({"text/plain": "theirs v1"}, "earlier"))
+    c.add(update({"text/plain": "theirs v2"}, "earlier"))
+    assert c.display_ids(c.outputs) == {"here": [1]}
+    assert c.display_updates == {
+        "here": ({"text/plain": "mine"}, {}),
+        "earlier": ({"text/plain": "theirs v2"}, {}),
+    }
+
+
+def test_updates_kept_for_earlier_requests_are_bounded() -> None:
+    c = OutputCollector(max_bytes=1000)
+    for i in range(50):
+        c.add(update({"text/plain": "x" * 100}, f"id{i}"))
+    assert sum(len(d["text/plain"]) for d, _ in c.display_updates.values()) <= 1000
 
 
 def error_size(output: dict[str, Any]) -> int:

@@ -19,13 +19,19 @@ def test_the_factory_makes_a_local_manager() -> None:
     manager = SandboxManagerFactory.create_manager()
     assert isinstance(manager, SandboxManager)
     assert SandboxManagerFactory.get_registered_types() == [SandboxManagerType.LOCAL]
+    assert SandboxManagerType.HTTP == "http"
     labelled = SandboxManagerFactory.create_manager(labels={"team": "data"})
     assert labelled.config.labels == {"team": "data"}
 
 
-def test_asking_for_an_http_manager_says_what_to_do_instead() -> None:
-    with pytest.raises(ConfigError, match="DOCKER_HOST"):
-        SandboxManagerFactory.create_manager(base_url="http://sandboxes:8000")
+def test_base_url_gives_an_http_manager_and_bad_types_say_what_to_do() -> None:
+    from kernel_sandbox.server.http_manager import HttpSandboxManager
+
+    manager = SandboxManagerFactory.create_manager(base_url="http://sandboxes:8000", api_key="k")
+    assert isinstance(manager, HttpSandboxManager)
+    assert manager.base_url == "http://sandboxes:8000"
+    with pytest.raises(ConfigError, match="needs base_url"):
+        SandboxManagerFactory.create_manager("http")
     with pytest.raises(ConfigError, match="unknown manager type 'remote'"):
         SandboxManagerFactory.create_manager("remote")
 

@@ -1,0 +1,171 @@
+"""Server benchmark: ``print(1+1)`` in-process vs through the HTTP server and MCP.
+
+    python bench/server.py                      # 200 calls each, 50 clients x 20 calls
+    python bench/server.py --calls 500 --clients 50 --per-client 40
+
+One run measures, on the same machine and image: the in-process round trip
+(``AsyncSandbox.run_python``), the native HTTP API (``RemoteSandbox.run_python``),
+ms-enclave's ``POST /sandbox/tool/execute`` and an MCP ``tools/call`` over streamable
+HTTP; then N concurrent clients, each on its own sandbox: throughput and p50/p99.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+
+import httpx2  # noqa: E402
+
+from kernel_sandbox import AsyncSandbox  # noqa: E402
+from kernel_sandbox.server.remote import RemoteSandbox  # noqa: E402
+from kernel_sandbox.server.restart import remove_leftovers  # noqa: E402
+
+KEY = "bench-key"
+IMAGE = "kernel-sandbox:python"
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] * 1000
+
+
+async def timed(n: int, call) -> list[float]:  # type: ignore[no-untyped-def]
+    for _ in range(5):  # warm-up
+        await call()
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        await call()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def start_server(port: int, name: str) -> subprocess.Popen[bytes]:
+    args = [sys.executable, "-m", "kernel_sandbox.cli.main", "serve", "--port", str(port),
+            "--api-key", KEY, "--name", name, "--image", IMAGE, "--max-sandboxes", "80",
+            "--max-sandboxes-per-key", "80", "--record-dir", "/tmp/ks-bench-notebooks"]  # fmt: skip
+    proc = subprocess.Popen(args, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    for _ in range(300):
+        try:
+            if httpx2.get(f"http://127.0.0.1:{port}/health", headers={"X-API-Key": KEY}).is_success:
+                return proc
+        except httpx2.HTTPError:
+            time.sleep(0.1)
+    raise RuntimeError("server did not start")
+
+
+async def mcp_calls(url: str, n: int) -> list[float]:
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with (
+        httpx2.AsyncClient(headers={"X-API-Key": KEY}, timeout=120) as http,
+        streamable_http_client(f"{url}/mcp", http_client=http) as (read, write),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        return await timed(n, lambda: session.call_tool("run_python", {"code": "print(1+1)"}))
+
+
+async def concurrent(url: str, clients: int, per_client: int) -> dict[str, float]:
+    gate = asyncio.Semaphore(8)  # start them a few at a time, as `alive` does locally
+
+    async def start() -> RemoteSandbox:
+        async with gate:
+            return await RemoteSandbox.create(url, api_key=KEY)
+
+    sandboxes = await asyncio.gather(*(start() for _ in range(clients)))
+    latencies: list[float] = []
+
+    async def one(sb: RemoteSandbox) -> None:
+        for _ in range(per_client):
+            t = time.perf_counter()
+            ex = await sb.run_python("print(1+1)")
+            latencies.append(time.perf_counter() - t)
+            assert ex.stdout == "2\n"
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(sb) for sb in sandboxes))
+    wall = time.perf_counter() - started
+    await asyncio.gather(*(sb.close() for sb in sandboxes))
+    return {
+        "clients": clients,
+        "calls": len(latencies),
+        "calls_per_s": len(latencies) / wall,
+        "p50_ms": pct(latencies, 50),
+        "p99_ms": pct(latencies, 99),
+    }
+
+
+async def main(args: argparse.Namespace) -> dict[str, object]:
+    results: dict[str, object] = {}
+    async with await AsyncSandbox.create(image=IMAGE) as sb:
+        local = await timed(args.calls, lambda: sb.run_python("print(1+1)"))
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    number = port.getsockname()[1]
+    port.close()
+    name = f"bench-{os.getpid()}"
+    proc = start_server(number, name)
+    url = f"http://127.0.0.1:{number}"
+    try:
+        async with await RemoteSandbox.create(url, api_key=KEY) as remote:
+            native = await timed(args.calls, lambda: remote.run_python("print(1+1)"))
+            async with httpx2.AsyncClient(base_url=url, headers={"X-API-Key": KEY}) as c:
+                made = await c.post(
+                    "/sandbox/create",
+                    params={"sandbox_type": "docker"},
+                    json={"tools_config": ["python_executor"]},
+                )
+                sid = made.json()["sandbox_id"]
+                body = {"sandbox_id": sid, "tool_name": "python_executor",
+                        "parameters": {"code": "print(1+1)"}}  # fmt: skip
+                enclave = await timed(
+                    args.calls, lambda: c.post("/sandbox/tool/execute", json=body)
+                )
+        mcp = await mcp_calls(url, args.calls)
+        rows = [
+            ("in-process", local),
+            ("HTTP /v1 (RemoteSandbox)", native),
+            ("HTTP ms-enclave tool/execute", enclave),
+            ("MCP streamable HTTP", mcp),
+        ]
+        for label, values in rows:
+            results[label] = {"p50_ms": pct(values, 50), "p99_ms": pct(values, 99)}
+        base = statistics.median(local) * 1000
+        for label in list(results):
+            row = results[label]
+            row["added_p50_ms"] = row["p50_ms"] - base  # type: ignore[index]
+        results["concurrent"] = await concurrent(url, args.clients, args.per_client)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        await remove_leftovers(name)
+    return results
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--per-client", type=int, default=20)
+    figures = asyncio.run(main(parser.parse_args()))
+    print(json.dumps(figures, indent=2))
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    (out / f"server-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(
+        json.dumps(figures, indent=2)
+    )

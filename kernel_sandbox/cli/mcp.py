@@ -1,0 +1,46 @@
+"""``kernel-sandbox mcp``: one sandbox over stdio for an MCP client (IDE, assistant)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..config import DEFAULT_IMAGE
+
+__all__ = ["mcp"]
+
+
+@click.command()
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True)
+@click.option("--timeout", default=30.0, show_default=True, type=float, help="Default per call.")
+@click.option("--memory-limit", default="1g", show_default=True)
+@click.option("--allow-network", is_flag=True, help="Give the sandbox a network.")
+@click.option(
+    "--record",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Notebook of the session (default: ~/.local/share/kernel-sandbox/mcp-sessions/).",
+)
+def mcp(
+    image: str, timeout: float, memory_limit: str, allow_network: bool, record: Path | None
+) -> None:
+    """Serve one sandbox over MCP stdio; it starts on the first call, ends with the process."""
+    import anyio
+
+    from ..config import SandboxConfig
+    from ..mcp import StdioSandbox, build_mcp_server
+
+    config = SandboxConfig(
+        image=image, timeout=timeout, memory_limit=memory_limit, network_enabled=allow_network
+    )
+    source = StdioSandbox(config, record)
+    server = build_mcp_server(source)
+
+    async def main() -> None:
+        try:
+            await server.run_stdio_async()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await source.close()
+
+    anyio.run(main)

@@ -1,0 +1,137 @@
+"""``kernel-sandbox serve``: the HTTP server (ms-enclave's API, /v1, MCP at /mcp)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from ..config import DEFAULT_IMAGE
+
+__all__ = ["serve"]
+
+
+def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ...]:
+    """Keys from the options, a file (one per line, ``#`` comments) and the environment."""
+    keys = list(api_keys)
+    if key_file is not None:
+        for line in key_file.read_text().splitlines():
+            if line.strip() and not line.lstrip().startswith("#"):
+                keys.append(line.strip())
+    env = os.environ.get("KERNEL_SANDBOX_API_KEY")
+    if env:
+        keys.append(env)
+    return tuple(dict.fromkeys(keys))
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--api-key", "api_keys", multiple=True, help="An accepted key (repeatable).")
+@click.option(
+    "--api-key-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="File with one key per line; KERNEL_SANDBOX_API_KEY is read too.",
+)
+@click.option(
+    "--name", default="default", show_default=True, help="Label of this server's sandboxes."
+)
+@click.option("--allow-network", is_flag=True, help="Let clients enable a sandbox's network.")
+@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Default image.")
+@click.option(
+    "--allow-image",
+    "allowed_images",
+    multiple=True,
+    help="fnmatch pattern (repeatable; default: any).",
+)
+@click.option("--max-sandboxes", default=64, show_default=True, type=int)
+@click.option("--max-sandboxes-per-key", default=16, show_default=True, type=int)
+@click.option("--max-request-bytes", default=16 * 1024 * 1024, show_default=True, type=int)
+@click.option("--max-upload-bytes", default=100 * 1024 * 1024, show_default=True, type=int)
+@click.option(
+    "--idle-timeout", default=1800.0, show_default=True, type=float, help="Seconds; 0: never reap."
+)
+@click.option("--max-memory", default="2g", show_default=True)
+@click.option("--max-cpu", default=2.0, show_default=True, type=float)
+@click.option("--max-timeout", default=600.0, show_default=True, type=float)
+@click.option(
+    "--pool-size", default=0, show_default=True, type=int, help="Warm sandboxes of --image."
+)
+@click.option(
+    "--on-restart",
+    type=click.Choice(["remove", "restore", "keep"]),
+    default="remove",
+    show_default=True,
+    help="Sandboxes a killed run of this server left: remove them, restore them for "
+    "their keys (replaying their notebooks in fresh containers), or keep them.",
+)
+@click.option(
+    "--record-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("notebooks") / "server",
+    show_default=True,
+    help="Where each sandbox's notebook is written.",
+)
+@click.option("--no-mcp", is_flag=True, help="Do not serve MCP at /mcp.")
+def serve(
+    host: str,
+    port: int,
+    api_keys: tuple[str, ...],
+    api_key_file: Path | None,
+    name: str,
+    allow_network: bool,
+    image: str,
+    allowed_images: tuple[str, ...],
+    max_sandboxes: int,
+    max_sandboxes_per_key: int,
+    max_request_bytes: int,
+    max_upload_bytes: int,
+    idle_timeout: float,
+    max_memory: str,
+    max_cpu: float,
+    max_timeout: float,
+    pool_size: int,
+    on_restart: str,
+    record_dir: Path,
+    no_mcp: bool,
+) -> None:
+    """Serve sandboxes over HTTP: ms-enclave's REST API, /v1 (streaming) and MCP at /mcp."""
+    import uvicorn
+
+    from ..server.app import build_app
+    from ..server.settings import ServerSettings
+
+    settings = ServerSettings(
+        host=host,
+        port=port,
+        api_keys=read_keys(api_keys, api_key_file),
+        name=name,
+        allow_network=allow_network,
+        default_image=image,
+        allowed_images=allowed_images or ("*",),
+        max_sandboxes=max_sandboxes,
+        max_sandboxes_per_key=max_sandboxes_per_key,
+        max_request_bytes=max_request_bytes,
+        max_upload_bytes=max_upload_bytes,
+        idle_timeout=idle_timeout or None,
+        max_memory=max_memory,
+        max_cpu=max_cpu,
+        max_timeout=max_timeout,
+        pool_size=pool_size,
+        on_restart=on_restart,  # type: ignore[arg-type]
+        record_dir=record_dir,
+    )
+    settings.check_bind()
+    click.echo(
+        f"kernel-sandbox serving on http://{host}:{port} "
+        f"({len(settings.api_keys)} API key(s); MCP {'off' if no_mcp else 'at /mcp'})",
+        err=True,
+    )
+    uvicorn.run(
+        build_app(settings, mcp=not no_mcp),
+        host=host,
+        port=port,
+        log_level="warning",
+        timeout_graceful_shutdown=10,
+    )

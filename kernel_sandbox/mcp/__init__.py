@@ -1,0 +1,10 @@
+"""The MCP server: run Python (state kept), run shell, file operations, for any MCP client.
+
+``kernel-sandbox mcp`` serves one sandbox over stdio; ``kernel-sandbox serve`` mounts
+the same tools at ``/mcp`` (streamable HTTP), a sandbox per MCP session.
+"""
+
+from .server import build_mcp_server
+from .sessions import SessionSandboxes, StdioSandbox
+
+__all__ = ["SessionSandboxes", "StdioSandbox", "build_mcp_server"]

@@ -1,0 +1,109 @@
+"""The MCP tools, on the official SDK's ``MCPServer``: a thin layer over the sandbox API.
+
+Tools: ``run_python`` (the kernel keeps state across calls), ``run_shell``,
+``read_file``, ``write_file``, ``list_files``, ``restart_kernel``.  Every tool returns
+its own ``CallToolResult``: plots come back as PNG ``ImageContent`` next to the text,
+failures as ``isError`` results carrying the traceback or the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp.types import CallToolResult
+from pydantic import Field
+
+from ..errors import SandboxError
+from .results import error_result, execution_result, shell_result, text_result
+from .sessions import SandboxSource
+
+__all__ = ["build_mcp_server"]
+
+INSTRUCTIONS = (
+    "A stateful Python sandbox: a persistent IPython kernel in an isolated container. "
+    "Variables, imports and files persist between run_python calls. The working "
+    "directory is /sandbox. Plots (matplotlib) come back as images."
+)
+
+SandboxId = Annotated[
+    str | None,
+    Field(description="Run in this sandbox of your API key (HTTP only); default: the session's."),
+]
+Timeout = Annotated[float | None, Field(description="Seconds before the call is interrupted.")]
+
+
+def build_mcp_server(source: SandboxSource, *, max_timeout: float = 600.0) -> MCPServer:
+    """An MCP server whose tools run in the sandboxes ``source`` hands out."""
+    mcp = MCPServer("kernel-sandbox", instructions=INSTRUCTIONS)
+
+    def clamp(timeout: float | None) -> float | None:
+        return None if timeout is None or timeout <= 0 else min(timeout, max_timeout)
+
+    async def guarded(ctx: Context, sandbox_id: str | None, call: Any) -> CallToolResult:
+        try:
+            async with source.sandbox(ctx, sandbox_id) as sandbox:
+                result: CallToolResult = await call(sandbox)
+                return result
+        except (SandboxError, LookupError, OSError, ValueError) as exc:
+            return error_result(f"{type(exc).__name__}: {exc}")
+
+    @mcp.tool(description=f"Run Python code. {INSTRUCTIONS}")
+    async def run_python(
+        code: str, ctx: Context, timeout: Timeout = None, sandbox_id: SandboxId = None
+    ) -> CallToolResult:
+        async def call(sb: Any) -> CallToolResult:
+            return execution_result(await sb.run_python(code, clamp(timeout)))
+
+        return await guarded(ctx, sandbox_id, call)
+
+    @mcp.tool(description="Run a shell command in the sandbox (as its user, beside the kernel).")
+    async def run_shell(
+        command: str,
+        ctx: Context,
+        timeout: Timeout = None,
+        cwd: str | None = None,
+        sandbox_id: SandboxId = None,
+    ) -> CallToolResult:
+        async def call(sb: Any) -> CallToolResult:
+            return shell_result(await sb.run_shell(command, clamp(timeout), cwd=cwd))
+
+        return await guarded(ctx, sandbox_id, call)
+
+    @mcp.tool(description="Read a text file of the sandbox (relative to /sandbox).")
+    async def read_file(path: str, ctx: Context, sandbox_id: SandboxId = None) -> CallToolResult:
+        async def call(sb: Any) -> CallToolResult:
+            return text_result(await sb.files.read_text(path))
+
+        return await guarded(ctx, sandbox_id, call)
+
+    @mcp.tool(description="Write (create or replace) a text file in the sandbox.")
+    async def write_file(
+        path: str, content: str, ctx: Context, sandbox_id: SandboxId = None
+    ) -> CallToolResult:
+        async def call(sb: Any) -> CallToolResult:
+            await sb.files.write(path, content)
+            return text_result(f"wrote {len(content.encode())} bytes to {path}")
+
+        return await guarded(ctx, sandbox_id, call)
+
+    @mcp.tool(description="List a directory of the sandbox.")
+    async def list_files(
+        ctx: Context, path: str = ".", sandbox_id: SandboxId = None
+    ) -> CallToolResult:
+        async def call(sb: Any) -> CallToolResult:
+            rows = [f"{i.type:<9} {i.size:>10}  {i.name}" for i in await sb.files.list(path)]
+            return text_result("\n".join(rows) or "(empty)")
+
+        return await guarded(ctx, sandbox_id, call)
+
+    @mcp.tool(description="Restart the Python kernel: variables are lost, files are kept.")
+    async def restart_kernel(ctx: Context, sandbox_id: SandboxId = None) -> CallToolResult:
+        async def call(sb: Any) -> CallToolResult:
+            await sb.restart()
+            return text_result("the kernel was restarted; variables are gone, files kept")
+
+        return await guarded(ctx, sandbox_id, call)
+
+    return mcp

@@ -1,0 +1,108 @@
+"""Which sandbox an MCP tool call runs in.
+
+Over stdio one process is one sandbox (:class:`StdioSandbox`), started on the first
+call.  Over HTTP (:class:`SessionSandboxes`) each MCP session gets its own sandbox from
+the server's tenancy, owned by the caller's API key, or a call names a ``sandbox_id``
+the key owns.  Every sandbox is recorded as a notebook.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..config import SandboxConfig
+from ..notebook.recorder import NotebookRecorder, new_session_path
+from ..sandbox import AsyncSandbox
+
+__all__ = ["SandboxSource", "SessionSandboxes", "StdioSandbox"]
+
+
+class SandboxSource(Protocol):
+    """Hands a tool call the sandbox it runs in."""
+
+    def sandbox(
+        self, ctx: Any, sandbox_id: str | None
+    ) -> contextlib.AbstractAsyncContextManager[AsyncSandbox]: ...
+
+
+def default_record_dir() -> Path:
+    """Where stdio sessions are recorded: MCP clients start servers in any directory
+    (often ``/`` or the home directory), so not the current one but
+    ``$XDG_DATA_HOME/kernel-sandbox/mcp-sessions`` (``~/.local/share/...``)."""
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "kernel-sandbox" / "mcp-sessions"
+
+
+class StdioSandbox:
+    """One sandbox for the whole process, recorded to ``record_path``."""
+
+    def __init__(self, config: SandboxConfig, record_path: Path | None = None) -> None:
+        self.config = config
+        self.record_path = record_path or new_session_path(default_record_dir(), "mcp")
+        self._sandbox: AsyncSandbox | None = None
+        self._recorder: NotebookRecorder | None = None
+        self._lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, ctx: Any, sandbox_id: str | None) -> AsyncIterator[AsyncSandbox]:
+        """The process's sandbox (an id other than its own is refused)."""
+        async with self._lock:
+            if self._sandbox is None:
+                self._sandbox = await AsyncSandbox.create(self.config)
+                self._recorder = NotebookRecorder.attach(
+                    self._sandbox, self.record_path, title="MCP session (stdio)"
+                )
+        if sandbox_id not in (None, "", self._sandbox.id):
+            raise LookupError(f"this MCP server has one sandbox, {self._sandbox.id}")
+        yield self._sandbox
+
+    async def close(self) -> None:
+        """Remove the sandbox; the notebook stays."""
+        if self._recorder is not None:
+            self._recorder.finish("completed", "MCP session ended")
+        if self._sandbox is not None:
+            await self._sandbox.close()
+
+
+class SessionSandboxes:
+    """A sandbox per MCP session over HTTP, from the server's tenancy."""
+
+    def __init__(self, tenancy: Any, keyring: Any) -> None:
+        self.tenancy = tenancy
+        self.keyring = keyring
+        self._by_session: dict[tuple[str, str], str] = {}
+        self._lock = asyncio.Lock()
+
+    def _owner(self, ctx: Any) -> str:
+        headers = {k.lower(): v for k, v in (ctx.headers or {}).items()}
+        owner = self.keyring.identify(headers)
+        if owner is None:  # the middleware refused such requests already
+            raise PermissionError("missing or wrong API key")
+        return str(owner)
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, ctx: Any, sandbox_id: str | None) -> AsyncIterator[AsyncSandbox]:
+        """The named sandbox of the caller's key, else this MCP session's own."""
+        from ..server.policy import client_config
+
+        owner = self._owner(ctx)
+        if not sandbox_id:
+            session = str((ctx.headers or {}).get("mcp-session-id") or id(ctx.session))
+            async with self._lock:
+                sandbox_id = self._by_session.get((owner, session))
+                live = {lease.id for lease in self.tenancy.owned(owner)}
+                if sandbox_id is None or sandbox_id not in live:
+                    for known, sid in list(self._by_session.items()):  # sessions that ended
+                        if known[0] == owner and sid not in live:
+                            del self._by_session[known]
+                    cfg, notes = client_config({}, self.tenancy.settings)
+                    lease = await self.tenancy.create(owner, cfg, "docker", notes)
+                    lease.recorder.set_metadata(mcp_session=session)
+                    sandbox_id = self._by_session[(owner, session)] = lease.id
+        async with self.tenancy.use(owner, sandbox_id) as lease:
+            yield lease.sandbox

@@ -1,0 +1,106 @@
+"""API keys: who is calling.  Each key is one tenant, known by its key id.
+
+A key is accepted as ``X-API-Key`` (what ms-enclave's client sends),
+``Authorization: Bearer``, or the ``api_key`` query parameter (as ms-enclave's server
+accepts it; it lets a browser open ``/docs?api_key=...``).  The key id (a hash
+prefix) is what the server stores in labels, notebook paths and logs: never the key.
+The check is an ASGI middleware in front of *everything* (``/docs``,
+``/openapi.json`` and ``/mcp`` included), so no route can forget it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Iterable
+from urllib.parse import parse_qs
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["ANONYMOUS", "AuthMiddleware", "Keyring", "key_id", "principal_of"]
+
+#: The tenant of a server started without keys (loopback only).
+ANONYMOUS = "anonymous"
+
+
+def key_id(key: str) -> str:
+    """A stable, non-secret name of a key: the first 16 hex digits of its SHA-256."""
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+class Keyring:
+    """The accepted keys; ``identify`` maps request headers to a key id (or None)."""
+
+    def __init__(self, keys: Iterable[str]) -> None:
+        self._digests = {hashlib.sha256(k.encode()).digest(): key_id(k) for k in keys if k}
+
+    @property
+    def enabled(self) -> bool:
+        """Whether keys are required at all."""
+        return bool(self._digests)
+
+    def identify(self, headers: dict[str, str]) -> str | None:
+        """The caller's key id, ``ANONYMOUS`` without keys, None when refused."""
+        if not self._digests:
+            return ANONYMOUS
+        given = headers.get("x-api-key")
+        auth = headers.get("authorization", "")
+        if given is None and auth[:7].lower() == "bearer ":
+            given = auth[7:].strip()
+        if not given:
+            return None
+        digest = hashlib.sha256(given.encode("utf-8", "surrogateescape")).digest()
+        found = None
+        for known, kid in self._digests.items():  # constant time per key
+            if hmac.compare_digest(known, digest):
+                found = kid
+        return found
+
+
+def principal_of(scope: Scope) -> str:
+    """The key id the middleware stored for this request."""
+    return str(scope.get("state", {}).get("key_id", ANONYMOUS))
+
+
+class AuthMiddleware:
+    """Answers 401 to any HTTP or WebSocket request without a valid key."""
+
+    def __init__(self, app: ASGIApp, keyring: Keyring) -> None:
+        self.app = app
+        self.keyring = keyring
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        headers = {
+            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+        }
+        if "x-api-key" not in headers and b"api_key=" in scope.get("query_string", b""):
+            query = parse_qs(scope["query_string"].decode("latin-1"))
+            if query.get("api_key"):
+                headers["x-api-key"] = query["api_key"][0]
+        kid = self.keyring.identify(headers)
+        if kid is None:
+            if scope["type"] == "websocket":
+                await send({"type": "websocket.close", "code": 4401})
+                return
+            body = json.dumps(
+                {"detail": "missing or wrong API key: send X-API-Key or Authorization: Bearer"}
+            ).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"www-authenticate", b'Bearer realm="kernel-sandbox"'),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        scope.setdefault("state", {})["key_id"] = kid
+        await self.app(scope, receive, send)

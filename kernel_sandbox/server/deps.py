@@ -1,0 +1,65 @@
+"""What every route needs: the tenancy, the caller's key id, and errors as status codes."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+from fastapi.responses import JSONResponse
+
+from ..errors import (
+    CapacityError,
+    ConfigError,
+    EngineUnavailableError,
+    FileOperationError,
+    ImageError,
+    SandboxClosedError,
+    SandboxError,
+    SandboxFileNotFoundError,
+    SandboxNotFoundError,
+)
+from .auth import principal_of
+from .settings import ServerSettings
+from .tenancy import Tenancy
+
+__all__ = ["Key", "Opts", "Ten", "error_response", "owner", "status_of", "tenancy"]
+
+
+def tenancy(request: Request) -> Tenancy:
+    """The server's tenancy (one per app)."""
+    return request.app.state.tenancy  # type: ignore[no-any-return]
+
+
+def settings(request: Request) -> ServerSettings:
+    """The server's settings."""
+    return request.app.state.settings  # type: ignore[no-any-return]
+
+
+def owner(request: Request) -> str:
+    """The caller's key id (set by the auth middleware)."""
+    return principal_of(request.scope)
+
+
+def status_of(exc: SandboxError) -> int:
+    """The HTTP status that says what went wrong (the client's part or the server's)."""
+    if isinstance(exc, SandboxNotFoundError | SandboxFileNotFoundError):
+        return 404
+    if isinstance(exc, CapacityError):
+        return 429
+    if isinstance(exc, ConfigError | FileOperationError | ImageError | SandboxClosedError):
+        return 400
+    if isinstance(exc, EngineUnavailableError):
+        return 503
+    return 502  # the sandbox failed (did not start, engine refused): not the server's bug
+
+
+def error_response(request: Request, exc: Exception) -> JSONResponse:
+    """A ``SandboxError`` as ``{"detail": ...}`` with its status."""
+    assert isinstance(exc, SandboxError)
+    return JSONResponse({"detail": str(exc)}, status_code=status_of(exc))
+
+
+#: Route parameter types: the tenancy, the settings and the caller's key id.
+Ten = Annotated[Tenancy, Depends(tenancy)]
+Opts = Annotated[ServerSettings, Depends(settings)]
+Key = Annotated[str, Depends(owner)]

@@ -1,0 +1,349 @@
+"""The native API: everything ``AsyncSandbox`` does, over HTTP, under ``/v1``.
+
+``POST /v1/sandboxes/{id}/python`` answers with the whole :class:`Execution` as JSON, or
+with ``?stream=true`` as Server-Sent Events: one ``output`` event per nbformat output as
+the kernel sends it, then one ``result`` event (the Execution).  Streamed outputs are
+capped by the sandbox's ``max_output_bytes`` like the result itself.  Files go up and
+down as raw bytes at ``file?path=...`` (relative paths start at the working
+directory), capped by the server's ``max_upload_bytes`` and the sandbox's
+``max_file_bytes``; downloads are streamed in chunks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import FileResponse, Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import FileOperationError
+from ..files import LIST_LIMIT
+from ..results import Execution
+from .deps import Key, Opts, Ten
+from .policy import client_config
+from .settings import ServerSettings
+from .tenancy import Lease, Tenancy
+from .wire import to_json
+
+__all__ = ["INTERRUPT_SCRIPT", "router"]
+
+router = APIRouter(prefix="/v1", tags=["native"])
+#: A path in the sandbox, as a query parameter (any name, newlines included, fits).
+PathQuery = Annotated[str, Query(min_length=1, max_length=4096)]
+_CHUNK = 64 * 1024
+
+#: Sends SIGINT to the kernel process, the way jupyter_client interrupts a kernel whose
+#: interrupt mode is "signal".  The pattern is assembled at run time so this very shell
+#: does not match it; the supervisor, which also names the launcher, ignores SIGINT.
+INTERRUPT_SCRIPT = (
+    'p=IPKernel; p="${p}App"; n=0; for d in /proc/[0-9]*; do i=${d#/proc/}; '
+    '[ "$i" = "$$" ] && continue; c=$(tr "\\0" " " < "$d/cmdline" 2>/dev/null) || continue; '
+    'case "$c" in *"$p"*) kill -INT "$i" 2>/dev/null && n=$((n+1));; esac; done; echo "$n"'
+)
+
+
+class CreateRequest(BaseModel):
+    """A new sandbox; unset fields take the server's defaults (and its limits)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    image: str | None = None
+    timeout: float | None = Field(default=None, gt=0)
+    memory_limit: str | None = None
+    cpu_limit: float | None = Field(default=None, gt=0)
+    disk_limit: str | None = None
+    network_enabled: bool = False
+    env_vars: dict[str, str] = Field(default_factory=dict)
+    tools: list[str] | None = None
+    pool: bool = Field(default=False, description="Take a warm sandbox of the server's pool.")
+
+
+class SandboxView(BaseModel):
+    """A sandbox as the native API shows it."""
+
+    id: str
+    image: str
+    config: dict[str, Any]
+    notes: list[str]
+    notebook: str
+    pooled: bool = False
+
+
+class CodeRequest(BaseModel):
+    """Code for the kernel."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: str = Field(max_length=1_000_000)
+    timeout: float | None = Field(default=None, gt=0)
+
+
+class ShellRequest(BaseModel):
+    """A shell command beside the kernel."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(max_length=1_000_000)
+    timeout: float | None = Field(default=None, gt=0)
+    cwd: str | None = None
+    env: dict[str, str] | None = None
+
+
+class PathRequest(BaseModel):
+    """A path in the sandbox (relative paths start at its working directory)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str = Field(max_length=4096)
+
+
+def _view(lease: Lease) -> SandboxView:
+    cfg = lease.sandbox.config
+    return SandboxView(
+        id=lease.id,
+        image=lease.sandbox.image,
+        config=cfg.model_dump(mode="json", exclude={"labels", "volumes", "env_vars"}),
+        notes=lease.notes,
+        notebook=f"/v1/sandboxes/{lease.id}/notebook",
+        pooled=lease.pooled,
+    )
+
+
+def _timeout(asked: float | None, opts: ServerSettings) -> float | None:
+    return None if asked is None else min(asked, opts.max_timeout)
+
+
+@router.post("/sandboxes", response_model=SandboxView)
+async def create(
+    body: CreateRequest,
+    ten: Ten,
+    opts: Opts,
+    key: Key,
+) -> SandboxView:
+    """Start a sandbox (``pool: true``: a warm one of the server's pool, when it has one)."""
+    if body.pool:
+        raw: dict[str, Any] = {"image": opts.default_image}
+    else:
+        raw = body.model_dump(exclude={"pool", "tools"}, exclude_none=True)
+    raw["tools_config"] = body.tools
+    cfg, notes = client_config(raw, opts)
+    return _view(await ten.create(key, cfg, "docker", notes))
+
+
+@router.get("/sandboxes", response_model=list[SandboxView])
+async def list_all(ten: Ten, key: Key) -> list[SandboxView]:
+    """The caller's sandboxes."""
+    return [_view(lease) for lease in ten.owned(key)]
+
+
+@router.get("/sandboxes/{sandbox_id}", response_model=SandboxView)
+async def get_one(sandbox_id: str, ten: Ten, key: Key) -> SandboxView:
+    """One sandbox of the caller."""
+    return _view(ten.get(key, sandbox_id))
+
+
+@router.delete("/sandboxes/{sandbox_id}")
+async def delete(sandbox_id: str, ten: Ten, key: Key) -> dict[str, bool]:
+    """Remove a sandbox (its notebook stays)."""
+    await ten.delete(key, sandbox_id)
+    return {"deleted": True}
+
+
+def _sse(event: str, data: Any) -> bytes:
+    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+async def _streamed(
+    ten: Tenancy, key: str, lease: Lease, body: CodeRequest, timeout: float | None
+) -> AsyncIterator[bytes]:
+    """Outputs as the kernel sends them, then the result; bounded like the result.
+
+    The call runs in a task of its own that holds the sandbox (it is not reaped while
+    it runs) and finishes, recorded, even if the client goes away mid-stream.
+    """
+    queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+    budget = lease.sandbox.config.max_output_bytes
+    dropped = 0
+
+    def on_output(output: dict[str, Any]) -> None:
+        nonlocal budget, dropped
+        size = len(json.dumps(output))
+        if size > budget:
+            dropped += size
+            return
+        budget -= size
+        queue.put_nowait(output)
+
+    async def run() -> Execution:
+        try:
+            async with ten.use(key, lease.id) as held:
+                return await held.sandbox.run_python(body.code, timeout, on_output=on_output)
+        finally:
+            queue.put_nowait(None)
+
+    task = asyncio.ensure_future(run())
+    while (item := await queue.get()) is not None:
+        yield _sse("output", item)
+    if dropped:
+        yield _sse("dropped", {"bytes": dropped})
+    yield _sse("result", to_json(await task))
+
+
+@router.post("/sandboxes/{sandbox_id}/python", response_model=None)
+async def run_python(
+    sandbox_id: str,
+    body: CodeRequest,
+    ten: Ten,
+    opts: Opts,
+    key: Key,
+    stream: bool = Query(False, description="Server-Sent Events: output..., result"),
+) -> dict[str, Any] | StreamingResponse:
+    """Run code in the sandbox's persistent kernel; errors in the code are data."""
+    timeout = _timeout(body.timeout, opts)
+    if not stream:
+        async with ten.use(key, sandbox_id) as lease:
+            return to_json(await lease.sandbox.run_python(body.code, timeout))
+
+    lease = ten.get(key, sandbox_id)  # a 404 before the stream starts
+    return StreamingResponse(
+        _streamed(ten, key, lease, body, timeout),
+        media_type="text/event-stream",
+        headers={"cache-control": "no-cache"},
+    )
+
+
+@router.post("/sandboxes/{sandbox_id}/interrupt")
+async def interrupt(sandbox_id: str, ten: Ten, key: Key) -> dict[str, int]:
+    """Interrupt the running cell (``KeyboardInterrupt`` in it); variables are kept."""
+    lease = ten.get(key, sandbox_id)
+    done = await lease.sandbox.run_shell(INTERRUPT_SCRIPT, timeout=10)
+    return {"signalled": int(done.stdout.strip() or 0) if done.stdout.strip().isdigit() else 0}
+
+
+@router.post("/sandboxes/{sandbox_id}/restart")
+async def restart(sandbox_id: str, ten: Ten, key: Key) -> dict[str, bool]:
+    """A fresh kernel: variables and processes end, files stay."""
+    async with ten.use(key, sandbox_id) as lease:
+        await lease.sandbox.restart()
+    return {"restarted": True}
+
+
+@router.post("/sandboxes/{sandbox_id}/shell")
+async def run_shell(
+    sandbox_id: str,
+    body: ShellRequest,
+    ten: Ten,
+    opts: Opts,
+    key: Key,
+) -> dict[str, Any]:
+    """Run a shell command beside the kernel, as the sandbox user."""
+    async with ten.use(key, sandbox_id) as lease:
+        done = await lease.sandbox.run_shell(
+            body.command, _timeout(body.timeout, opts), cwd=body.cwd, env=body.env
+        )
+    return to_json(done)
+
+
+@router.get("/sandboxes/{sandbox_id}/file", response_class=Response)
+async def download(sandbox_id: str, path: str, ten: Ten, key: Key) -> StreamingResponse:
+    """A file's bytes, streamed (at most the sandbox's ``max_file_bytes``)."""
+    async with ten.use(key, sandbox_id) as lease:
+        data = await lease.sandbox.files.read(path)
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for start in range(0, len(data), _CHUNK):
+            yield data[start : start + _CHUNK]
+
+    return StreamingResponse(
+        chunks(),
+        media_type="application/octet-stream",
+        headers={"content-length": str(len(data))},
+    )
+
+
+@router.put("/sandboxes/{sandbox_id}/file")
+async def upload(
+    sandbox_id: str,
+    path: PathQuery,
+    request: Request,
+    ten: Ten,
+    key: Key,
+    append: bool = False,
+) -> dict[str, int]:
+    """Write the body to a file (``?append=true`` appends); the body is capped (413)."""
+    lease = ten.get(key, sandbox_id)
+    with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024) as spool:
+        async for chunk in request.stream():
+            spool.write(chunk)
+        size = spool.tell()
+        if size > lease.sandbox.config.max_file_bytes:
+            raise FileOperationError(
+                f"{size} bytes is over the sandbox's max_file_bytes "
+                f"({lease.sandbox.config.max_file_bytes})"
+            )
+        spool.seek(0)
+        data = spool.read()
+    async with ten.use(key, sandbox_id):
+        if append:
+            await lease.sandbox.files.append(path, data)
+        else:
+            await lease.sandbox.files.write(path, data)
+    return {"bytes": size}
+
+
+@router.delete("/sandboxes/{sandbox_id}/file")
+async def remove(sandbox_id: str, path: str, ten: Ten, key: Key) -> dict[str, bool]:
+    """Remove a file or directory."""
+    async with ten.use(key, sandbox_id) as lease:
+        await lease.sandbox.files.remove(path)
+    return {"removed": True}
+
+
+@router.get("/sandboxes/{sandbox_id}/list")
+async def list_dir(
+    sandbox_id: str,
+    ten: Ten,
+    key: Key,
+    path: str = Query(".", max_length=4096),
+    limit: int = Query(LIST_LIMIT, ge=1, le=LIST_LIMIT),
+) -> list[dict[str, Any]]:
+    """A directory listing (``FileInfo`` objects); more than ``limit`` entries: 400."""
+    async with ten.use(key, sandbox_id) as lease:
+        return [to_json(info) for info in await lease.sandbox.files.list(path, limit)]
+
+
+@router.get("/sandboxes/{sandbox_id}/exists")
+async def exists(
+    sandbox_id: str,
+    ten: Ten,
+    key: Key,
+    path: str = Query(..., max_length=4096),
+) -> dict[str, bool]:
+    """Whether a path exists in the sandbox."""
+    async with ten.use(key, sandbox_id) as lease:
+        return {"exists": await lease.sandbox.files.exists(path)}
+
+
+@router.post("/sandboxes/{sandbox_id}/mkdir")
+async def mkdir(sandbox_id: str, body: PathRequest, ten: Ten, key: Key) -> dict[str, bool]:
+    """Create a directory (and its parents)."""
+    async with ten.use(key, sandbox_id) as lease:
+        await lease.sandbox.files.mkdir(body.path)
+    return {"created": True}
+
+
+@router.get("/sandboxes/{sandbox_id}/notebook", response_class=FileResponse)
+async def notebook(sandbox_id: str, ten: Ten, key: Key) -> FileResponse:
+    """The sandbox's session so far, as a valid ``.ipynb``."""
+    lease = ten.get(key, sandbox_id)
+    path = lease.notebook_path
+    with contextlib.suppress(OSError):
+        os.stat(path)
+    return FileResponse(path, media_type="application/x-ipynb+json", filename=f"{lease.id}.ipynb")

@@ -1,0 +1,355 @@
+"""RemoteSandbox: a sandbox on a ``kernel-sandbox serve`` host, with the local API.
+
+::
+
+    async with await RemoteSandbox.create("http://host:8000", api_key="...") as sb:
+        ex = await sb.run_python("x = 41; x + 1")          # an Execution, as locally
+        await sb.files.write("data.csv", "a,b\\n1,2\\n")
+        print(ex.text, (await sb.run_shell("ls")).stdout)
+
+Method names, signatures and result types are those of
+:class:`~kernel_sandbox.AsyncSandbox` (a parity test keeps them so); ``on_output``
+sees each output as the kernel sends it (Server-Sent Events).  Events go to
+``listeners`` as locally, so a :class:`~kernel_sandbox.NotebookRecorder`, a
+:class:`~kernel_sandbox.ToolSet` and the agent loop work over it unchanged.  Server
+errors become the same ``SandboxError`` subclasses a local sandbox raises.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import posixpath
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx2
+
+from ..config import SandboxConfig
+from ..errors import (
+    ConfigError,
+    FileOperationError,
+    SandboxClosedError,
+    SandboxError,
+    SandboxFileNotFoundError,
+    SandboxNotFoundError,
+)
+from ..events import Listener, PythonExecuted, ShellExecuted, emit
+from ..files import LIST_LIMIT
+from ..results import CommandResult, Execution, FileInfo
+from .wire import command_from, execution_from, file_info_from
+
+__all__ = ["RemoteFiles", "RemoteSandbox", "raise_for"]
+
+#: Longest SSE line the client accepts (an output bigger than this is an error).
+MAX_EVENT_BYTES = 64 * 1024 * 1024
+
+
+def _headers(api_key: str | None) -> dict[str, str]:
+    return {"X-API-Key": api_key} if api_key else {}
+
+
+def raise_for(response: httpx2.Response, what: str) -> None:
+    """Turn an error response into the ``SandboxError`` a local call would raise."""
+    if response.status_code < 400:
+        return
+    try:
+        detail = response.json().get("detail", response.text)
+    except ValueError:
+        detail = response.text
+    message = f"{what}: {detail} (HTTP {response.status_code})"
+    status = response.status_code
+    if status == 404 and "file" in str(detail).lower():
+        raise SandboxFileNotFoundError(message)
+    if status == 404:
+        raise SandboxNotFoundError(message)
+    if status in (400, 413, 422, 429):
+        raise (FileOperationError if "file" in what else ConfigError)(message)
+    if status == 401:
+        raise ConfigError(f"{message}; pass the server's api_key")
+    raise SandboxError(message)
+
+
+class RemoteFiles:
+    """``sandbox.files`` of a remote sandbox: the methods of :class:`~kernel_sandbox.AsyncFiles`."""
+
+    def __init__(self, sandbox: RemoteSandbox) -> None:
+        self._sb = sandbox
+
+    def _url(self) -> str:
+        return f"/v1/sandboxes/{self._sb.id}/file"
+
+    async def read(self, path: str) -> bytes:
+        """The file's bytes (at most the sandbox's ``max_file_bytes``)."""
+        response = await self._sb._request(
+            "GET", self._url(), f"read {path}", params={"path": self._sb.resolve_path(path)}
+        )
+        return response.content
+
+    async def read_text(self, path: str, encoding: str = "utf-8") -> str:
+        """The file decoded as text."""
+        return (await self.read(path)).decode(encoding)
+
+    async def write(self, path: str, data: bytes | str, encoding: str = "utf-8") -> None:
+        """Create or replace a file (parent directories are created)."""
+        body = data.encode(encoding) if isinstance(data, str) else data
+        where = {"path": self._sb.resolve_path(path)}
+        await self._sb._request("PUT", self._url(), f"write {path}", content=body, params=where)
+
+    async def append(self, path: str, data: bytes | str, encoding: str = "utf-8") -> None:
+        """Append to a file (created if missing)."""
+        body = data.encode(encoding) if isinstance(data, str) else data
+        where = {"path": self._sb.resolve_path(path), "append": "true"}
+        await self._sb._request("PUT", self._url(), f"append {path}", content=body, params=where)
+
+    async def list(self, path: str = ".", limit: int = LIST_LIMIT) -> list[FileInfo]:
+        """The entries of a directory; more than ``limit`` are refused, as locally."""
+        response = await self._sb._request(
+            "GET",
+            f"/v1/sandboxes/{self._sb.id}/list",
+            f"list {path}",
+            params={"path": path, "limit": limit},
+        )
+        return [file_info_from(row) for row in response.json()]
+
+    async def exists(self, path: str) -> bool:
+        """Whether the path exists."""
+        response = await self._sb._request(
+            "GET", f"/v1/sandboxes/{self._sb.id}/exists", f"exists {path}", params={"path": path}
+        )
+        return bool(response.json()["exists"])
+
+    async def remove(self, path: str) -> None:
+        """Remove a file or directory."""
+        where = {"path": self._sb.resolve_path(path)}
+        await self._sb._request("DELETE", self._url(), f"remove {path}", params=where)
+
+    async def mkdir(self, path: str) -> None:
+        """Create a directory and its parents."""
+        await self._sb._request(
+            "POST", f"/v1/sandboxes/{self._sb.id}/mkdir", f"mkdir {path}", json={"path": path}
+        )
+
+    async def upload(self, local: str | Path, remote: str) -> None:
+        """Copy a local file into the sandbox."""
+        await self.write(remote, Path(local).read_bytes())
+
+    async def download(self, remote: str, local: str | Path) -> None:
+        """Copy a sandbox file here (parent directories are created)."""
+        data = await self.read(remote)
+        target = Path(local)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+
+
+class RemoteSandbox:
+    """A sandbox served by ``kernel-sandbox serve``, used like an ``AsyncSandbox``."""
+
+    def __init__(
+        self, url: str, api_key: str | None, view: dict[str, Any], client: httpx2.AsyncClient
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.id: str = view["id"]
+        self.image: str = view["image"]
+        self.config = SandboxConfig.model_validate(
+            {k: v for k, v in view["config"].items() if k in SandboxConfig.model_fields}
+        )
+        self.files = RemoteFiles(self)
+        self.created_at = time.time()
+        #: Called with every :mod:`~kernel_sandbox.events` event, as on a local sandbox.
+        self.listeners: list[Listener] = []
+        #: The container lives on the server's engine; no local handle.
+        self.container_id: str | None = None
+        self._client = client
+        self._api_key = api_key
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------
+
+    @classmethod
+    async def create(
+        cls,
+        url: str,
+        config: SandboxConfig | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+        **overrides: Any,
+    ) -> RemoteSandbox:
+        """Start a sandbox on the server; ``overrides`` as for ``AsyncSandbox.create``.
+
+        The server's policy applies (network, limits, images); what it changed is in
+        the sandbox's notes.  ``pool=True`` takes a warm sandbox of the server's pool.
+        """
+        body: dict[str, Any] = {}
+        if config is not None:
+            body.update(config.model_dump(include=_CREATE_FIELDS, exclude_none=True))
+        body.update(overrides)
+        client = httpx2.AsyncClient(
+            base_url=url, headers=_headers(api_key), timeout=httpx2.Timeout(timeout, connect=10)
+        )
+        try:
+            response = await client.post("/v1/sandboxes", json=body)
+            raise_for(response, "create a sandbox")
+        except BaseException:
+            await client.aclose()
+            raise
+        return cls(url, api_key, response.json(), client)
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        sandbox_id: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+    ) -> RemoteSandbox:
+        """A sandbox of this key that exists already, or a new one without an id."""
+        if sandbox_id is None:
+            return await cls.create(url, api_key=api_key, timeout=timeout)
+        client = httpx2.AsyncClient(
+            base_url=url, headers=_headers(api_key), timeout=httpx2.Timeout(timeout, connect=10)
+        )
+        try:
+            response = await client.get(f"/v1/sandboxes/{quote(sandbox_id, safe='')}")
+            raise_for(response, f"connect to sandbox {sandbox_id}")
+        except BaseException:
+            await client.aclose()
+            raise
+        return cls(url, api_key, response.json(), client)
+
+    async def close(self) -> None:
+        """Remove the sandbox on the server (its notebook stays there).  Safe twice."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            response = await self._client.delete(f"/v1/sandboxes/{self.id}")
+            if response.status_code != 404:
+                raise_for(response, f"remove sandbox {self.id}")
+        finally:
+            await self._client.aclose()
+
+    async def __aenter__(self) -> RemoteSandbox:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._closed
+
+    async def _request(self, method: str, path: str, what: str, **kwargs: Any) -> httpx2.Response:
+        if self._closed:
+            raise SandboxClosedError(f"sandbox {self.id} is closed; create a new one")
+        try:
+            response = await self._client.request(method, path, **kwargs)
+        except httpx2.HTTPError as exc:
+            raise SandboxError(
+                f"{what}: the server at {self.url} cannot be reached: {exc}"
+            ) from exc
+        raise_for(response, what)
+        return response
+
+    # -- python and shell --------------------------------------------------------------
+
+    async def run_python(
+        self, code: str, timeout: float | None = None, on_output: Any = None
+    ) -> Execution:
+        """Run code in the remote kernel; ``on_output`` sees outputs as they come."""
+        wall = time.time()
+        path = f"/v1/sandboxes/{self.id}/python"
+        body = {"code": code, "timeout": timeout}
+        if on_output is None:
+            response = await self._request("POST", path, "run_python", json=body)
+            execution = execution_from(response.json())
+        else:
+            execution = await self._stream(path, body, on_output)
+        if self.listeners:
+            await emit(self.listeners, PythonExecuted(self.id, code, execution, wall))
+        return execution
+
+    async def _stream(self, path: str, body: dict[str, Any], on_output: Any) -> Execution:
+        if self._closed:
+            raise SandboxClosedError(f"sandbox {self.id} is closed; create a new one")
+        event, result = "", None
+        try:
+            async with self._client.stream("POST", path, json=body, params={"stream": "true"}) as r:
+                if r.status_code >= 400:
+                    await r.aread()
+                    raise_for(r, "run_python")
+                async for line in r.aiter_lines():
+                    if len(line) > MAX_EVENT_BYTES:
+                        raise SandboxError("run_python: an event from the server is too large")
+                    if line.startswith("event: "):
+                        event = line[7:]
+                    elif line.startswith("data: "):
+                        data = json.loads(line[6:])
+                        if event == "output":
+                            called = on_output(data)
+                            if inspect.isawaitable(called):
+                                await called
+                        elif event == "result":
+                            result = execution_from(data)
+        except httpx2.HTTPError as exc:
+            raise SandboxError(f"run_python: the stream from {self.url} broke: {exc}") from exc
+        if result is None:
+            raise SandboxError("run_python: the server ended the stream without a result")
+        return result
+
+    async def interrupt(self) -> None:
+        """Interrupt the running cell (it ends with ``KeyboardInterrupt``); variables stay."""
+        await self._request("POST", f"/v1/sandboxes/{self.id}/interrupt", "interrupt")
+
+    async def restart(self) -> None:
+        """Restart the kernel: variables and processes end, files stay."""
+        await self._request("POST", f"/v1/sandboxes/{self.id}/restart", "restart")
+
+    async def run_shell(
+        self,
+        command: str,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+    ) -> CommandResult:
+        """Run a shell command beside the kernel, as the sandbox user."""
+        wall = time.time()
+        body = {"command": command, "timeout": timeout, "cwd": cwd, "env": env}
+        response = await self._request(
+            "POST", f"/v1/sandboxes/{self.id}/shell", "run_shell", json=body
+        )
+        result = command_from(response.json())
+        if self.listeners:
+            await emit(self.listeners, ShellExecuted(self.id, command, result, wall, cwd))
+        return result
+
+    def resolve_path(self, path: str) -> str:
+        """An absolute path in the sandbox; relative paths start at the working directory."""
+        if "\0" in path:
+            raise FileOperationError(f"a path cannot contain a NUL byte: {path!r}")
+        return posixpath.normpath(posixpath.join(self.config.working_dir, path))
+
+    async def notebook(self) -> dict[str, Any]:
+        """The server's recorded notebook of this sandbox (nbformat JSON)."""
+        response = await self._request("GET", f"/v1/sandboxes/{self.id}/notebook", "notebook")
+        return response.json()  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<RemoteSandbox {self.id} at {self.url} image={self.image!r} {state}>"
+
+
+_CREATE_FIELDS = {
+    "image",
+    "timeout",
+    "memory_limit",
+    "cpu_limit",
+    "disk_limit",
+    "network_enabled",
+    "env_vars",
+}

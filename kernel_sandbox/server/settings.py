@@ -1,0 +1,90 @@
+"""ServerSettings: everything an operator decides for ``kernel-sandbox serve``.
+
+Clients ask; the server decides.  A client's sandbox configuration is mapped onto these
+settings (see :mod:`.policy`): the network stays closed unless ``allow_network``, limits
+are clamped to the maxima here, host directories are never mounted for a client.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..config import DEFAULT_IMAGE
+from ..errors import ConfigError
+
+__all__ = ["MiB", "ServerSettings", "is_loopback"]
+
+MiB = 1024 * 1024
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps the server reachable from this machine only."""
+    if host in ("localhost", ""):
+        return host == "localhost"
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class ServerSettings(BaseModel):
+    """Settings of one server process; every cap has a bounded default."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    api_keys: tuple[str, ...] = Field(
+        default=(), description="Accepted keys; each key is one tenant. Empty: no auth."
+    )
+    name: str = Field(
+        default="default",
+        pattern=r"^[A-Za-z0-9_.-]{1,40}$",
+        description="Label value that marks this server's sandboxes, found again on restart.",
+    )
+    allow_network: bool = Field(
+        default=False, description="Let clients open a sandbox's network (network_enabled)."
+    )
+    default_image: str = DEFAULT_IMAGE
+    allowed_images: tuple[str, ...] = Field(
+        default=("*",), description="fnmatch patterns of images clients may ask for."
+    )
+    max_sandboxes: int = Field(default=64, ge=1, description="Live sandboxes on this server.")
+    max_sandboxes_per_key: int = Field(default=16, ge=1)
+    max_request_bytes: int = Field(
+        default=16 * MiB, ge=1024, description="Largest request body (413 above), uploads aside."
+    )
+    max_upload_bytes: int = Field(
+        default=100 * MiB, ge=1024, description="Largest file upload or archive (413 above)."
+    )
+    idle_timeout: float | None = Field(
+        default=1800.0, gt=0, description="Seconds unused before a sandbox is removed."
+    )
+    max_memory: str = "2g"
+    max_cpu: float = Field(default=2.0, gt=0)
+    max_disk: str = "1g"
+    max_timeout: float = Field(default=600.0, gt=0, description="Longest call a client may ask.")
+    pool_size: int = Field(default=0, ge=0, description="Warm sandboxes of the default config.")
+    on_restart: Literal["remove", "restore", "keep"] = Field(
+        default="remove",
+        description="What to do at start with sandboxes a previous run of this server left "
+        "(it was killed): remove them; restore them (same id, same key, a fresh container "
+        "whose state is rebuilt by replaying the recorded notebook); or keep them running "
+        "for `kernel-sandbox ps`/`gc`.",
+    )
+    record_dir: Path = Field(
+        default=Path("notebooks") / "server",
+        description="Where every sandbox's session notebook is written (<key id>/<id>.ipynb).",
+    )
+
+    def check_bind(self) -> None:
+        """Refuse to listen beyond this machine without a key: anyone could run code."""
+        if not self.api_keys and not is_loopback(self.host):
+            raise ConfigError(
+                f"refusing to listen on {self.host} without an API key: anyone who reaches "
+                "it could run code; pass --api-key/--api-key-file or bind 127.0.0.1"
+            )

@@ -1,0 +1,284 @@
+"""Tenancy: which key owns which sandbox, per-key caps, idle reaping, recording.
+
+Every sandbox the server starts goes through one :class:`~kernel_sandbox.SandboxManager`
+(the same one an in-process program uses) and is owned by the key that created it.  A
+key sees and touches only its own sandboxes: another key's id answers 404, exactly like
+an id that does not exist.  Each sandbox carries the labels ``kernel-sandbox.server``
+(the server's name) and ``kernel-sandbox.server-key-id`` (its owner's key id, never the
+key), so a restarted server finds what a killed one left.  Every sandbox is recorded by
+a :class:`~kernel_sandbox.notebook.NotebookRecorder` (crash-safe: the notebook is
+rewritten atomically after each step).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..config import LABEL_PREFIX
+from ..errors import CapacityError, ConfigError, SandboxError, SandboxNotFoundError
+from ..manager import DockerSandboxConfig, SandboxManager, SandboxManagerConfig
+from ..notebook.recorder import NotebookRecorder
+from ..sandbox import AsyncSandbox
+from .recording import record_sandbox
+from .settings import ServerSettings
+
+__all__ = [
+    "SERVER_ID_LABEL",
+    "SERVER_KEY_LABEL",
+    "SERVER_LABEL",
+    "Lease",
+    "Tenancy",
+]
+
+log = logging.getLogger(__name__)
+
+SERVER_LABEL = f"{LABEL_PREFIX}.server"
+SERVER_KEY_LABEL = f"{LABEL_PREFIX}.server-key-id"
+#: The server's id of a restored sandbox (its container has a new ``kernel-sandbox.id``).
+SERVER_ID_LABEL = f"{LABEL_PREFIX}.server-sandbox-id"
+
+
+@dataclass
+class Lease:
+    """One sandbox as the server sees it: owner, kind, use, notebook."""
+
+    id: str
+    owner: str
+    kind: str
+    sandbox: AsyncSandbox
+    recorder: NotebookRecorder
+    notes: list[str] = field(default_factory=list)
+    last_used: float = field(default_factory=time.monotonic)
+    busy: int = 0
+    #: Taken warm from the server's pool (no owner label on its container then).
+    pooled: bool = False
+
+    @property
+    def notebook_path(self) -> Path:
+        """The session notebook of this sandbox (valid after every step)."""
+        return self.recorder.path
+
+
+class Tenancy:
+    """Creates, finds, reaps and removes the sandboxes of every key."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        self.settings = settings
+        labels = {SERVER_LABEL: settings.name}
+        pool_config = DockerSandboxConfig(image=settings.default_image)
+        self.manager = SandboxManager(
+            SandboxManagerConfig(
+                labels=labels,
+                max_sandboxes=settings.max_sandboxes,
+                pool_size=settings.pool_size,
+                pool_config=pool_config if settings.pool_size else None,
+            )
+        )
+        self.pool_config = pool_config
+        self._leases: dict[str, Lease] = {}
+        self._pools: dict[str, list[str]] = {}  # owner -> ids of its ms-enclave pool
+        self._pool_free: dict[str, asyncio.Queue[str]] = {}
+        self._reaper: asyncio.Task[None] | None = None
+        self._creating: dict[str, int] = {}
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Deal with a killed predecessor's sandboxes, start the pool and the reaper."""
+        from .restart import Restorable, remove_leftovers, restorable, restore_all
+
+        found: list[Restorable] = []
+        if self.settings.on_restart != "keep":
+            if self.settings.on_restart == "restore":
+                found = await restorable(self.settings)
+            removed = await remove_leftovers(self.settings.name)
+            if removed:
+                log.warning("removed %d sandboxes a previous run left", removed)
+        await self.manager.start()
+        if found:
+            await restore_all(self, found)
+        if self.settings.idle_timeout:
+            self._reaper = asyncio.create_task(self._reap_forever(self.settings.idle_timeout))
+
+    async def stop(self) -> None:
+        """Remove every sandbox (a graceful stop; a killed server leaves them labelled)."""
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        for lease in list(self._leases.values()):
+            await asyncio.to_thread(lease.recorder.finish, "completed", "server stopped")
+        await self.manager.stop()
+        self._leases.clear()
+
+    async def _reap_forever(self, idle: float) -> None:
+        while True:
+            await asyncio.sleep(min(30.0, max(idle / 4, 0.2)))
+            try:
+                await self.reap_idle()
+            except Exception:  # the reaper must outlive any one failure
+                log.exception("reaping idle sandboxes failed")
+
+    async def reap_idle(self) -> list[str]:
+        """Remove every sandbox unused for ``idle_timeout`` seconds; returns their ids."""
+        if not self.settings.idle_timeout:
+            return []
+        now = time.monotonic()
+        idle = [
+            lease
+            for lease in self._leases.values()
+            if not lease.busy and now - lease.last_used > self.settings.idle_timeout
+        ]
+        for lease in idle:
+            log.info("removing sandbox %s of key %s: idle", lease.id, lease.owner)
+            await self._remove(lease, "idle timeout")
+        return [lease.id for lease in idle]
+
+    # -- sandboxes --------------------------------------------------------------------
+
+    def owned(self, owner: str) -> list[Lease]:
+        """The sandboxes of one key."""
+        return [lease for lease in self._leases.values() if lease.owner == owner]
+
+    async def create(
+        self,
+        owner: str,
+        config: DockerSandboxConfig,
+        kind: str = "docker",
+        notes: Sequence[str] = (),
+        sandbox_id: str | None = None,
+    ) -> Lease:
+        """Start a sandbox for ``owner`` within the caps; it is recorded from the start."""
+        mine = len(self.owned(owner)) + self._creating.get(owner, 0)
+        if mine >= self.settings.max_sandboxes_per_key:
+            raise CapacityError(
+                f"this key already has {mine} sandboxes (the server allows "
+                f"{self.settings.max_sandboxes_per_key} per key); delete one first"
+            )
+        if len(self._leases) + sum(self._creating.values()) >= self.settings.max_sandboxes:
+            raise CapacityError(
+                f"the server runs its maximum of {self.settings.max_sandboxes} sandboxes; "
+                "try again later"
+            )
+        pooled = self.settings.pool_size and _same_sandbox(config, self.pool_config)
+        if not pooled:
+            labels = {**config.labels, SERVER_KEY_LABEL: owner}
+            if sandbox_id is not None:
+                labels[SERVER_ID_LABEL] = sandbox_id
+            config = config.model_copy(update={"labels": labels})
+        self._creating[owner] = self._creating.get(owner, 0) + 1
+        try:
+            sid = await self.manager.create_sandbox("docker", config, sandbox_id)
+        finally:
+            self._creating[owner] -= 1
+        sandbox = await self.manager.get_sandbox(sid)
+        path = self.settings.record_dir / owner / f"{sid}.ipynb"
+        recorder = await asyncio.to_thread(
+            record_sandbox, sandbox, path, f"Sandbox {sid}", self._session_metadata(config, kind)
+        )
+        lease = Lease(sid, owner, kind, sandbox, recorder, list(notes), pooled=bool(pooled))
+        self._leases[sid] = lease
+        return lease
+
+    def _session_metadata(self, config: DockerSandboxConfig, kind: str) -> dict[str, object]:
+        """What a restarted server needs to start this sandbox again (``restore``)."""
+        return {
+            "server": self.settings.name,
+            "server_sandbox": {
+                "kind": kind,
+                "tools_config": config.tools_config,
+                "config": config.model_dump(
+                    include={"image", "timeout", "memory_limit", "cpu_limit", "network_enabled"}
+                ),
+            },
+        }
+
+    def get(self, owner: str, sandbox_id: str) -> Lease:
+        """The caller's sandbox; another key's sandbox is as unknown as a missing one."""
+        lease = self._leases.get(sandbox_id) if isinstance(sandbox_id, str) else None
+        if lease is None or lease.owner != owner:
+            raise SandboxNotFoundError(f"no sandbox {sandbox_id!r} for this API key")
+        return lease
+
+    @contextlib.asynccontextmanager
+    async def use(self, owner: str, sandbox_id: str) -> AsyncIterator[Lease]:
+        """Hold a sandbox for one call: it is not reaped meanwhile, and counts as used."""
+        lease = self.get(owner, sandbox_id)
+        lease.busy += 1
+        try:
+            yield lease
+        finally:
+            lease.busy -= 1
+            lease.last_used = time.monotonic()
+
+    async def delete(self, owner: str, sandbox_id: str) -> None:
+        """Remove the caller's sandbox; its notebook stays."""
+        await self._remove(self.get(owner, sandbox_id), "deleted")
+
+    async def stop_one(self, owner: str, sandbox_id: str) -> None:
+        """ms-enclave's stop: the container goes, the record stays (status stopped)."""
+        lease = self.get(owner, sandbox_id)
+        await asyncio.to_thread(lease.recorder.finish, "completed", "stopped")
+        await self.manager.stop_sandbox(sandbox_id)
+
+    async def _remove(self, lease: Lease, why: str) -> None:
+        self._leases.pop(lease.id, None)
+        for ids in self._pools.values():
+            if lease.id in ids:
+                ids.remove(lease.id)
+        try:
+            await asyncio.to_thread(lease.recorder.finish, "completed", why)
+        except Exception:  # the notebook of every earlier step is on disk already
+            log.warning("could not finish the notebook of %s", lease.id, exc_info=True)
+        try:
+            await self.manager.delete_sandbox(lease.id)
+        except SandboxError as exc:
+            log.warning("removing sandbox %s: %s", lease.id, exc)
+
+    # -- ms-enclave's pool ------------------------------------------------------------
+
+    async def init_pool(
+        self, owner: str, size: int, config: DockerSandboxConfig, kind: str, notes: list[str]
+    ) -> list[str]:
+        """Start ``size`` sandboxes that ``/pool/execute`` hands out one call at a time."""
+        leases = await asyncio.gather(
+            *(self.create(owner, config, kind, notes) for _ in range(size)),
+            return_exceptions=True,
+        )
+        made = [lease for lease in leases if isinstance(lease, Lease)]
+        failures = [exc for exc in leases if isinstance(exc, BaseException)]
+        if failures and not made:
+            raise failures[0]
+        queue = self._pool_free.setdefault(owner, asyncio.Queue())
+        for lease in made:
+            self._pools.setdefault(owner, []).append(lease.id)
+            queue.put_nowait(lease.id)
+        return [lease.id for lease in made]
+
+    @contextlib.asynccontextmanager
+    async def pooled(self, owner: str, wait: float) -> AsyncIterator[Lease]:
+        """A free sandbox of the caller's pool for one call (TimeoutError after ``wait``)."""
+        if not self._pools.get(owner):
+            raise ConfigError("the sandbox pool is empty; call POST /pool/initialize first")
+        queue = self._pool_free[owner]
+        while True:
+            sid = await asyncio.wait_for(queue.get(), wait)
+            if sid in self._pools.get(owner, []):
+                break
+        try:
+            async with self.use(owner, sid) as lease:
+                yield lease
+        finally:
+            if sid in self._pools.get(owner, []):
+                queue.put_nowait(sid)
+
+
+def _same_sandbox(config: DockerSandboxConfig, pool: DockerSandboxConfig) -> bool:
+    skip = {"tools_config", "labels"}
+    return config.model_dump(exclude=skip) == pool.model_dump(exclude=skip)

@@ -1,0 +1,106 @@
+"""A real ``kernel-sandbox serve`` process for the server tests, and ms-enclave's client.
+
+The server runs as a subprocess on a free port with two keys; everything it creates
+carries ``kernel-sandbox.server=<name>``, and the fixture removes whatever is left.
+ms-enclave lives in a test-only virtualenv (never a dependency of the package), made
+once by :func:`enclave_python`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx2
+
+from tests.conftest import require
+
+ROOT = Path(__file__).parents[2]
+KEY_A, KEY_B = "test-key-a", "test-key-b"
+ENCLAVE_VENV = Path(os.environ.get("KS_ENCLAVE_VENV", "/tmp/ks-venvs/enclave-0.0.8"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    """One server process; ``start`` again after ``kill`` to restart it."""
+
+    name: str
+    record_dir: Path
+    extra: list[str] = field(default_factory=list)
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Server:
+        args = [
+            sys.executable, "-m", "kernel_sandbox.cli.main", "serve",
+            "--port", str(self.port), "--api-key", KEY_A, "--api-key", KEY_B,
+            "--name", self.name, "--image", "kernel-sandbox:python",
+            "--record-dir", str(self.record_dir), *self.extra,
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+            try:
+                r = httpx2.get(f"{self.url}/health", headers={"X-API-Key": KEY_A}, timeout=2)
+                if r.status_code == 200:
+                    return self
+            except httpx2.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise RuntimeError("the server did not answer within 60 s")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(60)
+
+    def stop(self) -> None:
+        self.kill(signal.SIGTERM)
+        from kernel_sandbox.server.restart import remove_leftovers
+
+        # in a thread of its own: async tests call this from inside their event loop
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(asyncio.run, remove_leftovers(self.name)).result()
+
+
+def client(server: Server, key: str | None = KEY_A) -> httpx2.AsyncClient:
+    headers = {"X-API-Key": key} if key else {}
+    return httpx2.AsyncClient(base_url=server.url, headers=headers, timeout=120)
+
+
+def enclave_python() -> Path:
+    """The interpreter of a virtualenv with ``ms-enclave[docker]==0.0.8`` (made once)."""
+    python = ENCLAVE_VENV / "bin" / "python"
+    check = [str(python), "-c", "from ms_enclave.sandbox.manager import HttpSandboxManager"]
+    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+        return python
+    made = subprocess.run([sys.executable, "-m", "venv", str(ENCLAVE_VENV)], capture_output=True)
+    require(made.returncode == 0, f"cannot make a virtualenv: {made.stderr.decode()[-500:]}")
+    pip = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "ms-enclave[docker]==0.0.8"],
+        capture_output=True,
+        timeout=600,
+    )
+    require(pip.returncode == 0, f"cannot install ms-enclave: {pip.stderr.decode()[-800:]}")
+    return python

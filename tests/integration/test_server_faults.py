@@ -1,0 +1,101 @@
+"""The server killed with SIGKILL mid-call, then restarted: leftovers removed or kept."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import httpx2
+import nbformat
+import pytest
+
+from kernel_sandbox.server.restart import leftovers, remove_leftovers
+from kernel_sandbox.server.tenancy import SERVER_KEY_LABEL
+from tests.integration.serving import KEY_A, KEY_B, Server, client
+
+pytestmark = pytest.mark.integration
+
+
+async def _killed_mid_call(server: Server) -> tuple[str, str]:
+    """Start two sandboxes, one call running in the first, SIGKILL the server."""
+    async with client(server) as c:
+        sid = (await c.post("/v1/sandboxes", json={})).json()["id"]
+        other = (await c.post("/v1/sandboxes", json={})).json()["id"]
+        done = await c.post(f"/v1/sandboxes/{sid}/python", json={"code": "x = 1\nprint('before')"})
+        assert done.json()["status"] == "ok"
+        running = asyncio.ensure_future(
+            c.post(f"/v1/sandboxes/{sid}/python", json={"code": "import time; time.sleep(30)"})
+        )
+        await asyncio.sleep(1.0)
+        server.kill(signal.SIGKILL)
+        with pytest.raises(httpx2.HTTPError):
+            await running
+    return sid, other
+
+
+async def test_sigkill_then_restart_removes_leftovers_and_notebooks_stay_valid(
+    docker_engine,
+    tmp_path,  # type: ignore[no-untyped-def]
+) -> None:
+    server = Server(f"t-fault-{os.getpid()}", tmp_path).start()
+    try:
+        sid, other = await _killed_mid_call(server)
+        left = await leftovers(server.name)
+        assert len(left) == 2  # the killed server could not clean up
+        labels = [row["labels"] for row in left]
+        assert all(KEY_A not in str(lab) and lab[SERVER_KEY_LABEL] for lab in labels)  # type: ignore[index]
+        for path in (tmp_path.rglob(f"{sid}.ipynb"), tmp_path.rglob(f"{other}.ipynb")):
+            nb = nbformat.read(next(path), as_version=4)
+            nbformat.validate(nb)
+        recorded = nbformat.read(next(tmp_path.rglob(f"{sid}.ipynb")), as_version=4)
+        assert any("print('before')" in cell.source for cell in recorded.cells)
+        server.start()  # on_restart=remove (the default)
+        assert await leftovers(server.name) == []
+        async with client(server) as c:
+            assert (await c.get(f"/v1/sandboxes/{sid}")).status_code == 404
+            fresh = (await c.post("/v1/sandboxes", json={})).json()["id"]
+            ran = await c.post(f"/v1/sandboxes/{fresh}/python", json={"code": "1 + 1"})
+            assert ran.json()["status"] == "ok"
+    finally:
+        server.stop()
+    assert await leftovers(server.name) == []  # a graceful stop removes everything
+
+
+async def test_on_restart_keep_leaves_them_for_ps_and_gc(docker_engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    server = Server(f"t-keep-{os.getpid()}", tmp_path, ["--on-restart", "keep"]).start()
+    try:
+        await _killed_mid_call(server)
+        server.start()
+        assert len(await leftovers(server.name)) == 2
+    finally:
+        server.kill(signal.SIGTERM)
+        await remove_leftovers(server.name)
+    assert await leftovers(server.name) == []
+
+
+async def test_on_restart_restore_gives_each_key_its_sandbox_back(docker_engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    server = Server(f"t-restore-{os.getpid()}", tmp_path, ["--on-restart", "restore"]).start()
+    try:
+        sid, other = await _killed_mid_call(server)
+        async with client(server.start()) as c, client(server, KEY_B) as b:
+            assert (await b.get(f"/v1/sandboxes/{sid}")).status_code == 404  # still A's only
+            mine = {s["id"] for s in (await c.get("/v1/sandboxes")).json()}
+            assert mine == {sid, other}  # same ids, same key
+            ran = await c.post(f"/v1/sandboxes/{sid}/python", json={"code": "x + 1"})
+            assert ran.json()["status"] == "ok"  # `x = 1` was replayed
+            assert ran.json()["outputs"][-1]["data"]["text/plain"] == "2"
+            notes = (await c.get(f"/v1/sandboxes/{sid}")).json()["notes"]
+            assert any("restored" in note for note in notes)
+        assert len(await leftovers(server.name)) == 2  # the new containers, not the old
+        earlier = list(tmp_path.rglob(f"{sid}.before-restart-*.ipynb"))
+        assert len(earlier) == 1
+        nbformat.validate(nbformat.read(earlier[0], as_version=4))
+        now = nbformat.read(next(tmp_path.rglob(f"{sid}.ipynb")), as_version=4)
+        nbformat.validate(now)
+        sources = [cell.source for cell in now.cells if cell.cell_type == "code"]
+        assert "x = 1\nprint('before')" in sources  # replayed, recorded again
+        assert sources[-1] == "x + 1"
+    finally:
+        server.stop()
+    assert await leftovers(server.name) == []

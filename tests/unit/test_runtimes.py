@@ -1,0 +1,118 @@
+"""Engine runtimes: runtime= checked against what the engine offers, gVisor's needs named."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kernel_sandbox.backends.base import ContainerSpec
+from kernel_sandbox.backends.runtimes import (
+    GVISOR_ARGS,
+    daemon_json,
+    describe,
+    engine_runtimes,
+    gvisor_host_pids,
+    validate,
+)
+from kernel_sandbox.config import RUNTIME_ENV, SandboxConfig
+from kernel_sandbox.errors import ConfigError
+
+#: The ``Runtimes`` part of ``docker info`` of an engine with gVisor registered as needed.
+INFO = {
+    "Runtimes": {
+        "runc": {"path": "runc"},
+        "runsc": {"path": "/usr/bin/runsc", "runtimeArgs": list(GVISOR_ARGS)},
+    }
+}
+
+
+def spec(**changes: object) -> ContainerSpec:
+    fields: dict[str, object] = {
+        "image": "kernel-sandbox:python",
+        "command": ["true"],
+        "user": "sandbox",
+        "working_dir": "/sandbox",
+        "environment": {},
+        "volumes": {},
+        "labels": {},
+        "memory_limit": "1g",
+        "cpu_limit": 1.0,
+        "pids_limit": 256,
+        "network_enabled": False,
+        "runtime": "runsc",
+    }
+    return ContainerSpec(**{**fields, **changes})  # type: ignore[arg-type]
+
+
+def test_the_engine_default_needs_no_check() -> None:
+    assert validate({}, spec(runtime=None)) is None
+
+
+def test_a_registered_gvisor_passes_and_is_known_as_gvisor_under_any_name() -> None:
+    runtimes = engine_runtimes(INFO)
+    assert validate(runtimes, spec()) == runtimes["runsc"]
+    assert runtimes["runsc"].gvisor and not runtimes["runc"].gvisor
+    other = engine_runtimes({"Runtimes": {"sandboxed": INFO["Runtimes"]["runsc"]}})
+    assert other["sandboxed"].gvisor
+
+
+def test_a_missing_runtime_names_what_the_engine_has_and_the_lines_to_add() -> None:
+    runtimes = engine_runtimes({"Runtimes": {"runc": {"path": "runc"}}})
+    with pytest.raises(ConfigError) as caught:
+        validate(runtimes, spec())
+    message = str(caught.value)
+    assert "runtime='runsc'" in message and "it offers: runc" in message
+    assert "daemon.json" in message and "kill -HUP" in message
+    assert all(arg in message for arg in GVISOR_ARGS)
+
+
+def test_a_missing_runtime_of_another_kind_is_named_too() -> None:
+    with pytest.raises(ConfigError, match=r"'kata'.*it offers: runc, runsc"):
+        validate(engine_runtimes(INFO), spec(runtime="kata"))
+
+
+def test_gvisor_without_the_arguments_sandboxes_need_is_refused() -> None:
+    bare = engine_runtimes({"Runtimes": {"runsc": {"path": "runsc"}}})
+    with pytest.raises(ConfigError, match="registered without --network=none --host-uds=all"):
+        validate(bare, spec())
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"network_enabled": True}, {"own_network": "ks-net"}, {"published_ports": {5000: 5000}}],
+)
+def test_a_network_cannot_hold_under_gvisor_and_is_refused(changes: dict[str, object]) -> None:
+    with pytest.raises(ConfigError, match="network_enabled=True and transport='tcp' cannot hold"):
+        validate(engine_runtimes(INFO), spec(**changes))
+
+
+def test_runc_keeps_its_network() -> None:
+    assert validate(engine_runtimes(INFO), spec(runtime="runc", network_enabled=True))
+
+
+def test_daemon_json_is_valid_json_with_the_arguments() -> None:
+    entry = json.loads(daemon_json())
+    assert entry["runtimes"]["runsc"]["runtimeArgs"] == list(GVISOR_ARGS)
+
+
+def test_the_host_backstop_leaves_room_for_the_sentry() -> None:
+    # measured: a bash fork bomb held at 64 processes by RLIMIT_NPROC used ~810 host tasks
+    assert gvisor_host_pids(64) >= 900
+    assert gvisor_host_pids(256) > gvisor_host_pids(64)
+
+
+def test_the_runtime_defaults_to_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(RUNTIME_ENV, raising=False)
+    assert SandboxConfig().runtime is None
+    monkeypatch.setenv(RUNTIME_ENV, "runsc")
+    assert SandboxConfig().runtime == "runsc"
+    assert SandboxConfig(runtime="runc").runtime == "runc"
+
+
+def test_describe_says_which_runtime_is_default_and_whether_gvisor_is_ready() -> None:
+    line = describe({**INFO, "DefaultRuntime": "runc"})
+    assert line == "engine runtimes: runc (default), runsc (gVisor: runtime='runsc')"
+    bare = describe({"Runtimes": {"runsc": {"path": "runsc"}, "runc": {"path": "runc"}}})
+    assert "runsc (gVisor, lacks --network=none --host-uds=all --host-fifo=open)" in bare
+    assert "Stronger isolation" in describe({"Runtimes": {"runc": {"path": "runc"}}})
