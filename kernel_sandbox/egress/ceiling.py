@@ -17,11 +17,17 @@ Network = str | list[str]
 
 
 def requested_network(raw: dict[str, Any]) -> Network:
-    """What a client's raw configuration asks for: ``network``, else the old alias."""
+    """What a client's raw configuration asks for: ``network``, else the old alias.
+
+    A ``network`` string that is no policy is ms-enclave's Docker network name (its
+    client sends ``"bridge"``): it says nothing here, and ``network_enabled`` decides.
+    """
     network = raw.get("network")
-    if network is None:
-        return "full" if raw.get("network_enabled") else "none"
-    return network if isinstance(network, str) else [str(entry) for entry in network]
+    if isinstance(network, list | tuple):
+        return [str(entry) for entry in network]
+    if network in ("none", "packages", "full"):
+        return str(network)
+    return "full" if raw.get("network_enabled") else "none"
 
 
 def _entries(network: Network) -> list[str]:

@@ -351,5 +351,6 @@ _CREATE_FIELDS = {
     "cpu_limit",
     "disk_limit",
     "network_enabled",
+    "network",
     "env_vars",
 }

@@ -194,7 +194,14 @@ class Tenancy:
                 "kind": kind,
                 "tools_config": config.tools_config,
                 "config": config.model_dump(
-                    include={"image", "timeout", "memory_limit", "cpu_limit", "network_enabled"}
+                    include={
+                        "image",
+                        "timeout",
+                        "memory_limit",
+                        "cpu_limit",
+                        "network_enabled",
+                        "network",
+                    }
                 ),
             },
         }
