@@ -279,7 +279,7 @@ class EgressProxy:
         method, target, version = parts
         if method == "CONNECT":
             name, _, number = target.rpartition(":")
-            if not name or not number.isdigit():
+            if not name or not (number.isascii() and number.isdigit() and len(number) <= 5):
                 raise _Refused(400, f"CONNECT needs host:port, got {target!r}")
             return method, name.strip("[]"), int(number), b""
         if not target.startswith("http://"):

@@ -231,10 +231,15 @@ async def test_oversized_and_malformed_heads(tmp_path: Path, net: Network) -> No
         head, _, writer = await _request(proxy, b"hello\r\n\r\n")
         writer.close()
         assert head.startswith(b"HTTP/1.1 400")
+        head, _, writer = await _request(
+            proxy, b"CONNECT x.org:" + b"9" * 600 + b" HTTP/1.1\r\n\r\n"
+        )
+        writer.close()
+        assert head.startswith(b"HTTP/1.1 400")
     finally:
         await proxy.close()
     assert net.connected == []
-    assert len(proxy.decisions) == 3 and not any(d.allowed for d in proxy.decisions)
+    assert len(proxy.decisions) == 4 and not any(d.allowed for d in proxy.decisions)
 
 
 async def test_connection_caps(tmp_path: Path, net: Network) -> None:
