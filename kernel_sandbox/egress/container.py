@@ -15,6 +15,7 @@ kernel restarts in place and whole-container restarts.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -108,10 +109,10 @@ class SandboxEgress:
     name: str = ""
 
     def __post_init__(self) -> None:
-        # pip's settings: its index for "packages", its CA bundle for every policy (a
-        # TLS-intercepting proxy in front of the host intercepts every host it reaches)
-        self.pip = host_pip_settings()
-        self.policy = build_policy(self.network, self.pip)
+        #: pip's settings (read by :meth:`start`): its index for "packages", its CA
+        #: bundle for every policy (an intercepting proxy intercepts every host).
+        self.pip = PipSettings()
+        self.policy = EgressPolicy("none", ())
         self.proxy: EgressProxy | None = None
         self.refusals: deque[Decision] = deque(maxlen=_PENDING_REFUSALS)
         self._claim: int | None = None
@@ -130,6 +131,9 @@ class SandboxEgress:
         """Create the directory, copy the CA bundle, listen on the socket."""
         from ..rundirs import claim  # the directory lives beside run dirs
 
+        # `pip config list` runs once per process, never on the event loop
+        self.pip = await asyncio.to_thread(host_pip_settings)
+        self.policy = build_policy(self.network, self.pip)
         self.host_dir.mkdir(mode=0o755)
         try:
             os.chmod(self.host_dir, 0o755)
