@@ -53,7 +53,7 @@ def sandbox_options(fn: Any) -> Any:
         flag_value="full",
         default="none",
         show_default=True,
-        callback=_network_option,
+        callback=network_option,
         help=(
             "What the sandbox may reach: none, packages (the host pip's index, through the "
             "host's egress proxy), full (alone: --network), or host patterns separated by "
@@ -63,8 +63,9 @@ def sandbox_options(fn: Any) -> Any:
     return fn
 
 
-def _network_option(ctx: click.Context, param: click.Parameter, value: str) -> str | list[str]:
-    """``--network`` as ``SandboxConfig.network`` wants it; a bad pattern is a usage error."""
+def parse_network(value: str) -> str | list[str]:
+    """A network policy from the command line (a list: comma-separated host patterns);
+    a bad one is a usage error."""
     from ..config import SandboxConfig
     from ..errors import ConfigError
 
@@ -76,6 +77,11 @@ def _network_option(ctx: click.Context, param: click.Parameter, value: str) -> s
     except ConfigError as exc:
         raise click.BadParameter(str(exc).removeprefix("invalid SandboxConfig: ")) from None
     return network
+
+
+def network_option(ctx: click.Context, param: click.Parameter, value: str) -> str | list[str]:
+    """Click callback: ``--network`` as ``SandboxConfig.network`` wants it."""
+    return parse_network(value)
 
 
 def _save_image(output: dict[str, Any], directory: Path, index: int) -> Path | None:

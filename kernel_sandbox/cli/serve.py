@@ -8,23 +8,9 @@ from pathlib import Path
 import click
 
 from ..config import DEFAULT_IMAGE
+from .run import parse_network
 
 __all__ = ["serve"]
-
-
-def _policy(value: str) -> str | list[str]:
-    """A network policy from the command line; a bad one is a usage error."""
-    from ..config import SandboxConfig
-    from ..errors import ConfigError
-
-    policy: str | list[str] = value
-    if value not in ("none", "packages", "full"):
-        policy = [part.strip() for part in value.split(",") if part.strip()]
-    try:
-        SandboxConfig(network=policy)
-    except ConfigError as exc:
-        raise click.BadParameter(str(exc).removeprefix("invalid SandboxConfig: ")) from None
-    return policy
 
 
 def _key_networks(items: tuple[str, ...], keys: tuple[str, ...]) -> dict[str, str | list[str]]:
@@ -37,7 +23,7 @@ def _key_networks(items: tuple[str, ...], keys: tuple[str, ...]) -> dict[str, st
         key, sep, policy = item.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"{item!r} is not KEY=POLICY", param_hint="--key-network")
-        found[ids.get(key, key)] = _policy(policy)
+        found[ids.get(key, key)] = parse_network(policy)
     return found
 
 
@@ -149,7 +135,7 @@ def serve(
     from ..server.settings import ServerSettings
 
     keys = read_keys(api_keys, api_key_file)
-    networks = {"max_network": _policy(max_network)} if max_network is not None else {}
+    networks = {"max_network": parse_network(max_network)} if max_network is not None else {}
     settings = ServerSettings(
         host=host,
         port=port,

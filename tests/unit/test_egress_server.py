@@ -8,7 +8,8 @@ import click
 import pytest
 from pydantic import ValidationError
 
-from kernel_sandbox.cli.serve import _key_networks, _policy
+from kernel_sandbox.cli.run import parse_network
+from kernel_sandbox.cli.serve import _key_networks
 from kernel_sandbox.server.auth import ANONYMOUS, key_id
 from kernel_sandbox.server.policy import client_config
 from kernel_sandbox.server.settings import ServerSettings
@@ -53,7 +54,7 @@ def test_bad_maxima_are_refused() -> None:
     with pytest.raises(ValidationError, match="not a host pattern"):
         ServerSettings(max_network=["a b"])
     with pytest.raises(click.BadParameter):
-        _policy("a b")
+        parse_network("a b")
 
 
 def test_key_networks_from_the_command_line_are_stored_by_key_id() -> None:
