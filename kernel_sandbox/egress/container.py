@@ -10,7 +10,7 @@ install`` imports in the next cell), and the command that starts the relay.
 
 Packages land in the user site under ``$HOME`` — inside the bounded writable area
 ($HOME's share of ``disk_limit``, a quarter: 128 MiB at the default 512m), kept across
-kernel restarts in place and whole-container restarts.
+kernel restarts in place (a restart of the whole container empties the writable area).
 """
 
 from __future__ import annotations

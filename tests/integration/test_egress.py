@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 from pathlib import Path
 
 import nbformat
@@ -204,3 +205,16 @@ async def test_a_flood_from_inside_holds_a_bounded_number_of_connections(make_sa
         "except Exception as e:\n    print(e)"
     )
     assert "403 refused" in after.stdout, after.text
+
+
+async def test_the_relay_comes_back_with_a_restarted_container(make_sandbox) -> None:  # type: ignore[no-untyped-def]
+    sb: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE, network=["files.example.org"])
+    assert sb.container_id is not None
+    subprocess.run(["docker", "kill", sb.container_id], check=True, capture_output=True)
+    died = await sb.run_python("1")
+    assert died.status == "kernel_died" and "restarted" in died.message
+    again = await sb.run_python(
+        "import urllib.request as u\ntry:\n    u.urlopen('https://outside.example.net/')\n"
+        "except Exception as e:\n    print(e)"
+    )
+    assert "403 refused by the sandbox's network policy" in again.stdout, again.text
