@@ -38,10 +38,11 @@ test-integration:
 soak:               ## full load test: 10 000 checked calls on 20 sandboxes (table: bench/soak.py)
 	KS_SOAK_EXECUTIONS=10000 $(PYTHON) -m pytest -q -rfEs -s tests/integration/test_soak.py
 
-lint:
+lint:               ## ruff, mypy, and shellcheck on the programs that run inside sandboxes
 	ruff check kernel_sandbox tests bench
 	ruff format --check kernel_sandbox tests bench
 	mypy
+	shellcheck kernel_sandbox/programs/*.sh
 
 bench:              ## performance figures against baselines, printed and written to JSON
 	$(PYTHON) bench/run.py

@@ -133,7 +133,7 @@ def ensure_standin_image() -> str:
     probe = subprocess.run(["docker", "image", "inspect", STANDIN_IMAGE], capture_output=True)
     if probe.returncode == 0:
         return STANDIN_IMAGE
-    from kernel_sandbox.images import make_standin_image
+    from kernel_sandbox.backends.docker.images import make_standin_image
 
     asyncio.run(make_standin_image())
     return STANDIN_IMAGE

@@ -3,7 +3,7 @@
 ``python -m bench.shell_loss [--sandboxes 20] [--calls 1000] [--in-flight 3] [--busy 2]``
 runs ``echo <token>`` on every sandbox with several calls in flight each, while
 ``--busy`` threads keep the GIL busy (a loaded host process reads engine responses
-late, which is what used to lose output: see kernel_sandbox/backends/attach.py).
+late, which is what used to lose output: see kernel_sandbox/backends/docker/attach.py).
 Prints one JSON line: calls whose stdout came back empty with exit code 0 (``empty``),
 any other wrong result (``wrong``) and errors.  Run it against another checkout with
 ``PYTHONPATH=<checkout>`` to compare.

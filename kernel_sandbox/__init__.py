@@ -22,7 +22,15 @@ from .errors import (
     SandboxNotFoundError,
     SandboxStartError,
 )
-from .events import EgressRefused, Event, FileOperated, PythonExecuted, ShellExecuted
+from .events import (
+    EgressRefused,
+    Event,
+    FileOperated,
+    KernelRestarted,
+    PythonExecuted,
+    ShellExecuted,
+    call_context,
+)
 from .files import AsyncFiles
 from .manager import (
     DockerSandboxConfig,
@@ -102,6 +110,7 @@ __all__ = [
     "ImageError",
     "ImageNotFoundError",
     "KernelError",
+    "KernelRestarted",
     "LocalSandboxManager",
     "NotebookError",
     "NotebookRecorder",
@@ -130,6 +139,7 @@ __all__ = [
     "ToolSet",
     "__version__",
     "areplay",
+    "call_context",
     "export_notebook",
     "register_tool",
     "replay",

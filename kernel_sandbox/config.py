@@ -93,7 +93,7 @@ class SandboxConfig(BaseModel):
 
     ``runtime`` names one of the engine's OCI runtimes; ``"runsc"`` runs the sandbox
     under gVisor, a second wall between sandboxed code and the host's kernel (see
-    :mod:`kernel_sandbox.backends.runtimes` for what it needs and what changes there).
+    :mod:`kernel_sandbox.backends.docker.runtimes` for what it needs and what changes there).
     Its default comes from ``$KERNEL_SANDBOX_RUNTIME``, else the engine's own default.
     """
 
@@ -161,6 +161,14 @@ class SandboxConfig(BaseModel):
     derive_image: bool = Field(
         default=True,
         description="Derive a kernel-ready image from a plain Python image when needed.",
+    )
+    host: str = Field(
+        default_factory=lambda: os.environ.get("KERNEL_SANDBOX_HOST") or "docker",
+        description=(
+            "The kernel host that runs the sandbox, by entry-point name "
+            "(kernel_sandbox.hosts: docker, local, kubernetes, ...); the default is "
+            "$KERNEL_SANDBOX_HOST, else docker."
+        ),
     )
 
     @model_validator(mode="before")

@@ -1,14 +1,22 @@
-"""Events: how a sandbox (and later the agent loop) tells listeners what happened.
+"""Events: how a sandbox (and the agent loop) tells listeners what happened.
 
 Listeners are plain callables (sync or async) that receive one event object; the
 notebook recorder is one of them.  Nothing here knows who listens.
+
+The sandbox emits every event itself (executions, shell commands, every file
+operation, restarts), whoever called it.  A caller that acts for someone (a tool call
+of a model, a request of a server) says so with :func:`call_context`; every event
+emitted inside carries that context in its ``metadata``, so listeners can tell which
+call caused what without being fed by the caller.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,13 +26,39 @@ __all__ = [
     "EgressRefused",
     "Event",
     "FileOperated",
+    "KernelRestarted",
     "Listener",
     "PythonExecuted",
     "ShellExecuted",
+    "call_context",
+    "current_context",
     "emit",
 ]
 
 log = logging.getLogger(__name__)
+
+
+_context: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "kernel_sandbox_call_context", default=None
+)
+
+
+@contextlib.contextmanager
+def call_context(**fields: Any) -> Iterator[Mapping[str, Any]]:
+    """Tag every sandbox event emitted inside the block with ``fields`` (e.g. a tool
+    call's ``tool_call_id``, ``tool``, ``turn``).  Nested blocks add to the outer one;
+    the context follows asyncio tasks started inside (contextvars)."""
+    merged = {**(_context.get() or {}), **fields}
+    token = _context.set(merged)
+    try:
+        yield merged
+    finally:
+        _context.reset(token)
+
+
+def current_context() -> dict[str, Any]:
+    """The fields of the innermost :func:`call_context` (empty outside any)."""
+    return dict(_context.get() or {})
 
 
 @dataclass(frozen=True)
@@ -70,6 +104,21 @@ class FileOperated(Event):
     detail: str = ""
     metadata: dict[str, Any] = field(default_factory=dict)
     content: bytes | str | None = None
+
+
+@dataclass(frozen=True)
+class KernelRestarted(Event):
+    """The kernel was restarted (asked for, or after it died or got stuck): variables
+    are lost; with ``whole`` the whole sandbox was restarted and files may be lost too.
+    ``message`` says why and what was lost."""
+
+    message: str
+    whole: bool
+    started_at: float
+    #: True for ``restart()``; False when a call restarted a dead or stuck kernel (its
+    #: ``Execution.message`` says so too).
+    requested: bool = True
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -26,12 +26,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from .backends.base import REMOVED_REASON, Backend
+from .backends.base import REMOVED_REASON
+from .backends.factory import HostFactory
 from .config import SandboxConfig
 from .errors import ConfigError, SandboxNotFoundError
 from .pool import SandboxPool
 from .sandbox import AsyncSandbox
-from .tools.base import ToolSet, called_name, down_reason, make_tools
+from .tools.base import ToolSet, called_name, make_tools
 from .tools.results import ToolResult
 from .tools.schema import SchemaFormat
 
@@ -205,14 +206,14 @@ class SandboxManager:
         self,
         config: SandboxManagerConfig | None = None,
         *,
-        backend: Backend | None = None,
+        host: str | HostFactory | None = None,
         **settings: Any,
     ) -> None:
         try:
             self.config = config or SandboxManagerConfig(**settings)
         except ValidationError as exc:
             raise ConfigError(f"invalid manager settings: {exc}") from exc
-        self._backend = backend
+        self._host = host
         self._entries: dict[str, _Entry] = {}
         self._running = False
         self._pool: SandboxPool | None = None
@@ -225,9 +226,7 @@ class SandboxManager:
         if self.config.pool_size and self._pool is None:
             pool_cfg = self.config.pool_config or DockerSandboxConfig()
             labels = {**self.config.labels, **pool_cfg.labels}
-            pool = SandboxPool(
-                pool_cfg, size=self.config.pool_size, backend=self._backend, labels=labels
-            )
+            pool = SandboxPool(pool_cfg, size=self.config.pool_size, host=self._host, labels=labels)
             await pool.start()
             self._pool = pool
 
@@ -293,7 +292,7 @@ class SandboxManager:
         else:
             if self.config.labels:
                 cfg = cfg.with_overrides(labels={**self.config.labels, **cfg.labels})  # type: ignore[assignment]
-            sandbox = await AsyncSandbox.create(cfg, backend=self._backend)
+            sandbox = await AsyncSandbox.create(cfg, host=self._host)
         sid = sandbox_id or sandbox.id
         tools = ToolSet(sandbox, cfg.tools_config)
         self._entries[sid] = _Entry(sid, kind, cfg, sandbox, tools, pooled)
@@ -327,7 +326,7 @@ class SandboxManager:
         """
         if entry.status == SandboxStatus.STOPPED or entry.gone:
             return
-        problem = await down_reason(entry.sandbox)
+        problem = await entry.sandbox.health()
         entry.set_status(SandboxStatus.ERROR if problem else SandboxStatus.RUNNING, problem)
 
     async def _info(self, entry: _Entry) -> SandboxInfo:

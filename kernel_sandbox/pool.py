@@ -36,10 +36,10 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from .backends.base import Backend
+from .backends.factory import HostFactory
 from .config import LABEL_PREFIX, SandboxConfig
 from .errors import ConfigError, SandboxClosedError, SandboxError
-from .sandbox import AsyncSandbox, _default_backend
+from .sandbox import AsyncSandbox
 
 __all__ = ["POOL_LABEL", "PoolStats", "SandboxPool"]
 
@@ -47,8 +47,6 @@ log = logging.getLogger(__name__)
 
 #: Label carrying the pool id on every member's container.
 POOL_LABEL = f"{LABEL_PREFIX}.pool"
-#: How long one kernel_info probe may take before the engine is asked about the member.
-_PING_STEP = 0.25
 #: How long a member may take to answer before it is discarded as unhealthy.
 _PING_LIMIT = 3.0
 
@@ -66,6 +64,8 @@ class PoolStats:
     replaced_dead: int
     reaped: int
     destroyed_after_use: int
+    #: Callers waiting in ``acquire`` for a member right now.
+    waiting: int = 0
 
     @property
     def total(self) -> int:
@@ -104,7 +104,7 @@ class SandboxPool:
         create_concurrency: int = 4,
         check_on_acquire: bool = True,
         preimport: tuple[str, ...] = (),
-        backend: Backend | None = None,
+        host: str | HostFactory | None = None,
         **overrides: Any,
     ) -> None:
         if size < 0:
@@ -130,7 +130,8 @@ class SandboxPool:
         self.on_empty = on_empty
         self.health_interval = health_interval
         self.check_on_acquire = check_on_acquire
-        self.backend = backend or _default_backend()
+        #: The kernel host of every member (a name or a factory; None: ``config.host``).
+        self.host = host
         self._idle: deque[_Idle] = deque()
         self._in_use: dict[str, AsyncSandbox] = {}
         self._waiters: deque[asyncio.Future[AsyncSandbox]] = deque()
@@ -235,6 +236,7 @@ class SandboxPool:
             creating=len(self._creating),
             closing=len(self._closing),
             **self._counts,
+            waiting=sum(1 for w in self._waiters if not w.done()),
         )
 
     # -- borrowing ---------------------------------------------------------------
@@ -289,7 +291,7 @@ class SandboxPool:
                 raise SandboxError(f"sandbox {sandbox.id} does not belong to pool {self.id}")
             return  # released already, or the pool was closed (which removed it)
         self._counts["destroyed_after_use"] += 1
-        sandbox._retire("was released to its pool and is being removed; acquire a new one")
+        sandbox.retire("was released to its pool and is being removed; acquire a new one")
         self._destroy(sandbox)
         self._fill()
 
@@ -303,16 +305,7 @@ class SandboxPool:
 
     async def _healthy(self, sandbox: AsyncSandbox) -> bool:
         """The kernel answers (no engine call unless it is slow to)."""
-        session = sandbox._session
-        if session is None or sandbox.closed:
-            return False
-        deadline = time.monotonic() + _PING_LIMIT
-        while time.monotonic() < deadline:
-            if await session.ping(_PING_STEP):
-                return True
-            if await sandbox._check_alive() is not None:
-                return False
-        return False
+        return await sandbox.ping(_PING_LIMIT)
 
     # -- members -------------------------------------------------------------------
 
@@ -320,10 +313,9 @@ class SandboxPool:
         async with self._create_slots:
             if self._closed:
                 raise SandboxClosedError("the pool is closed")
-            sandbox = await AsyncSandbox.create(self.config, backend=self.backend)
+            sandbox = await AsyncSandbox.create(self.config, host=self.host)
             try:
-                if sandbox._session is not None:
-                    await sandbox._session.warm_up()  # off the borrower's path
+                await sandbox.warm_up()  # off the borrower's path
             except BaseException:
                 await sandbox.close()
                 raise
@@ -392,7 +384,7 @@ class SandboxPool:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self._creating.discard(asyncio.current_task())  # type: ignore[arg-type]
+            self._creating.discard(asyncio.current_task())
             self._counts["create_failures"] += 1
             self._failures += 1
             self._retry_at = time.monotonic() + min(30.0, 0.5 * 2 ** (self._failures - 1))
@@ -401,7 +393,7 @@ class SandboxPool:
             return
         self._failures = 0
         # No longer "creating" from here on, not only once the task's callbacks ran.
-        self._creating.discard(asyncio.current_task())  # type: ignore[arg-type]
+        self._creating.discard(asyncio.current_task())
         if self._closed:
             self._destroy(sandbox)
             return
@@ -431,13 +423,11 @@ class SandboxPool:
             self._fill()
 
     async def _check_idle(self) -> None:
-        """Replace idle members whose container is no longer running (one engine call)."""
-        if not self._idle:
-            return
-        rows = await self.backend.list({POOL_LABEL: self.id})
-        running = {str(r["id"]) for r in rows if r.get("state") == "running"}
-        for entry in list(self._idle):
-            if entry.sandbox.container_id not in running:
+        """Replace idle members whose sandbox no longer runs (one engine call each)."""
+        entries = list(self._idle)
+        problems = await asyncio.gather(*(e.sandbox.health() for e in entries))
+        for entry, problem in zip(entries, problems, strict=True):
+            if problem is not None:
                 with contextlib.suppress(ValueError):  # handed out meanwhile
                     self._idle.remove(entry)
                     self._counts["replaced_dead"] += 1

@@ -1,36 +1,26 @@
-"""AsyncSandbox: one container, one persistent IPython kernel, shell and files beside it.
+"""AsyncSandbox: a kernel session, a lock and events, on a kernel host.
 
-The kernel runs under a tiny supervisor, the container's main process (behind Docker's
-init), which restarts it in place so that files survive a kernel restart.  It is reached
-with jupyter_client over unix sockets in a per-sandbox host directory that is
-bind-mounted into the container, so the default sandbox has no network at all; the
-sandbox cannot write to that directory while its kernel is connected (``statedir``).
-Shell commands and file operations are processes the engine runs (exec) as the
-sandbox user, so a busy or dead kernel never blocks them.  The root filesystem is
-read-only: everything the sandbox writes lands in per-sandbox in-memory volumes
-bounded by ``disk_limit``.
+The host (:class:`~kernel_sandbox.backends.base.KernelHost`, found by name: ``docker``
+by default) owns everything engine-specific: where the kernel runs, how it is reached,
+how it is restarted, how processes and files beside it are run and moved.  The sandbox
+holds the one jupyter_client session to the kernel, runs one request at a time, turns
+raw replies into :class:`~kernel_sandbox.results.Execution` results, and emits an event
+for everything it does (see :mod:`~kernel_sandbox.events`), whoever called it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import atexit
-import contextlib
 import dataclasses
 import logging
-import os
 import posixpath
 import secrets
-import shutil
-import socket
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
-from .backends.base import Backend, ContainerSpec, ContainerState
-from .config import KERNEL_PYTHON, LABEL_PREFIX, SandboxConfig
-from .egress import SandboxEgress
+from .backends.base import KernelHost
+from .backends.factory import HostFactory, make_host
+from .config import SandboxConfig
 from .errors import (
     ContainerStoppedError,
     FileOperationError,
@@ -39,98 +29,47 @@ from .errors import (
     SandboxError,
     SandboxStartError,
 )
-from .events import EgressRefused, Listener, PythonExecuted, ShellExecuted, emit
+from .events import (
+    EgressRefused,
+    Event,
+    KernelRestarted,
+    Listener,
+    PythonExecuted,
+    ShellExecuted,
+    current_context,
+    emit,
+)
 from .files import AsyncFiles
 from .kernel.client import KernelSession, OutputCallback, RawExecution
-from .kernel.connection import (
-    CONTAINER_RUN_DIR,
-    ConnectionInfo,
-    free_tcp_ports,
-    ipc_socket_names,
-    launch_command,
-    new_connection_info,
-)
-from .kernel.supervisor import KILL_ALL_SIGNAL, KILL_SIGNAL, TCP_STATE_DIR
+from .kernel.connection import ConnectionInfo
 from .results import CommandResult, Execution, ExecutionError, ExecutionStatus, strip_ansi
 from .shell import run_command
-from .statedir import ContainerStateDir, HostRunDir, StateDir
-from .writable import create_writable_area
 
-__all__ = ["AsyncSandbox", "runtime_root"]
+__all__ = ["PING_TIMEOUT", "AsyncSandbox"]
 
 log = logging.getLogger(__name__)
 
-#: Seconds between engine checks of the container while the kernel's status is unknown
-#: (the supervisor's status reports a dead kernel; the engine a dead container).
-_ENGINE_POLL = 2.0
-#: Seconds the supervisor gets to report the end of a kernel it was told to kill.
-_KILL_LIMIT = 5.0
-
-
-def runtime_root() -> Path:
-    """The host directory that holds every sandbox's run directory, private to this user."""
-    base = os.environ.get("KERNEL_SANDBOX_RUNTIME_DIR") or os.path.join(
-        tempfile.gettempdir(), f"kernel-sandbox-{os.getuid()}"
-    )
-    root = Path(base)
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(root, 0o700)
-    return root
-
-
-# Sandboxes not closed yet: removed at interpreter exit if their owner forgot to.
-_unclosed: dict[str, AsyncSandbox] = {}
-
-
-@atexit.register
-def _remove_unclosed() -> None:
-    # No event loop or thread pool can be relied on at exit: remove synchronously.
-    for sandbox in list(_unclosed.values()):
-        try:
-            if sandbox.container_id is not None:
-                sandbox.backend.remove_blocking(sandbox.container_id)
-            sandbox.backend.remove_volumes_blocking(sandbox._volumes)
-            remove_network = getattr(sandbox.backend, "remove_network_blocking", None)
-            if sandbox._network is not None and remove_network is not None:
-                remove_network(sandbox._network)
-        except Exception:  # exit must go on; `kernel-sandbox gc` finds what is left
-            log.warning("could not remove sandbox %s at exit", sandbox.id, exc_info=True)
-        if sandbox._state is not None:
-            sandbox._state.close()
-        if sandbox._egress is not None:  # the proxy ends with this process
-            shutil.rmtree(sandbox._egress.host_dir, ignore_errors=True)
-
-
-def _default_backend() -> Backend:
-    from .backends.docker import DockerBackend
-
-    return DockerBackend()
+#: Seconds :meth:`AsyncSandbox.ping` waits for the kernel by default.
+PING_TIMEOUT = 5.0
 
 
 class AsyncSandbox:
-    """A stateful Python sandbox in a container.
+    """A stateful Python sandbox: one persistent kernel, with shell and files beside it.
 
     Create one with :meth:`create` (or ``async with await AsyncSandbox.create()``);
-    :meth:`close` removes the container and every host-side file it used.
+    :meth:`close` removes everything its host made for it.
     """
 
-    def __init__(self, config: SandboxConfig, backend: Backend, sandbox_id: str) -> None:
+    def __init__(self, config: SandboxConfig, host: KernelHost, sandbox_id: str) -> None:
         self.config = config
         self.id = sandbox_id
-        self.backend = backend
-        self.container_id: str | None = None
-        self.image = config.image
+        #: The kernel host that runs this sandbox (engine-specific; see ``backends``).
+        self.host = host
         self.files = AsyncFiles(self)
-        self._run_dir: Path | None = None
-        #: The supervisor's state directory: its reports of kernel ends, its go-aheads.
-        self._state: StateDir | None = None
-        #: Names of the volumes that hold the writable area (removed on close).
-        self._volumes: list[str] = []
-        self._host_info: ConnectionInfo | None = None
-        #: The host-side proxy and its directory, under network='packages' or a list.
-        self._egress: SandboxEgress | None = None
         self._session: KernelSession | None = None
-        self._engine_checked = 0.0
+        self._info: ConnectionInfo | None = None
+        #: Restarts done since the last events went out (emitted after the call's own).
+        self._restarts: list[KernelRestarted] = []
         self._lock = asyncio.Lock()
         self._closed = False
         #: Why calls are refused before :meth:`close` ran (released to a pool).
@@ -146,205 +85,87 @@ class AsyncSandbox:
         cls,
         config: SandboxConfig | None = None,
         *,
-        backend: Backend | None = None,
+        host: str | HostFactory | None = None,
         **overrides: Any,
     ) -> AsyncSandbox:
-        """Start a container with a ready kernel; ``overrides`` change single settings."""
+        """Start a sandbox with a ready kernel; ``overrides`` change single settings.
+
+        ``host`` picks the kernel host: a registered name (``"docker"``, ``"local"``,
+        ...) or a factory such as ``functools.partial(DockerHost, client=...)``;
+        by default ``config.host``.
+        """
         config = (config or SandboxConfig()).with_overrides(**overrides)
-        sandbox = cls(config, backend or _default_backend(), secrets.token_hex(6))
+        sandbox_id = secrets.token_hex(6)
+        sandbox = cls(config, make_host(host, sandbox_id, config), sandbox_id)
         try:
-            await sandbox._start()
+            await sandbox._connect(await sandbox.host.launch())
         except BaseException:
             await sandbox.close()
             raise
         return sandbox
 
     @property
+    def image(self) -> str:
+        """The image the kernel runs in (after any derivation)."""
+        return self.host.image
+
+    @property
+    def container_id(self) -> str | None:
+        """The engine's id of what runs the sandbox (container id, pod name...)."""
+        return self.host.resource_id
+
+    @property
+    def connection_info(self) -> ConnectionInfo | None:
+        """How this process reaches the kernel (Jupyter connection-file fields, seen from
+        here), e.g. to attach another Jupyter client; None before the first start."""
+        return self._info
+
+    @property
+    def working_dir(self) -> str:
+        """Where relative paths start inside the sandbox (the host's working directory)."""
+        return self.host.working_dir
+
+    @property
     def labels(self) -> dict[str, str]:
-        """Labels put on the container, so orphans can always be found and removed."""
-        return {
-            LABEL_PREFIX: "true",
-            f"{LABEL_PREFIX}.id": self.id,
-            f"{LABEL_PREFIX}.owner-pid": str(os.getpid()),
-            f"{LABEL_PREFIX}.owner-host": socket.gethostname(),
-            f"{LABEL_PREFIX}.run-dir": str(self._run_dir or ""),
-            **self.config.labels,
-        }
+        """Labels put on everything the host made, so orphans can always be found."""
+        return self.host.labels
 
-    async def _start(self) -> None:
-        from .images import resolve_kernel_image
-
-        cfg = self.config
-        self.image = await resolve_kernel_image(cfg.image, derive=cfg.derive_image)
-        volumes = dict(cfg.volumes)
-        published: dict[int, int] = {}
-        if cfg.transport == "ipc":
-            self._run_dir = runtime_root() / self.id
-            container_info = new_connection_info("ipc", f"{CONTAINER_RUN_DIR}/k")
-            self._state = HostRunDir(self._run_dir, ipc_socket_names(container_info))
-            volumes[str(self._run_dir)] = {"bind": CONTAINER_RUN_DIR, "mode": "rw"}
-            host_info = dict(container_info, ip=str(self._run_dir / "k"))
-        else:
-            ports = free_tcp_ports()
-            container_info = new_connection_info("tcp", "0.0.0.0", ports)
-            host_info = dict(container_info, ip="127.0.0.1")
-            if cfg.network_enabled:
-                published = {p: p for p in ports}
-        _unclosed[self.id] = self  # from here on there may be volumes to remove
-        volumes.update(  # after the run dir is known: the volumes get the container's labels
-            await create_writable_area(
-                self.backend,
-                cfg,
-                self.image,
-                prefix=f"kernel-sandbox-{self.id}",
-                labels=self.labels,
-                created=self._volumes,
-            )
-        )
-        command, env = launch_command(KERNEL_PYTHON, container_info, self._state_dir)
-        if cfg.egress:
-            self._egress = SandboxEgress(
-                cfg.network, runtime_root() / f"{self.id}.egress", cfg.ca_bundle, name=self.id
-            )
-            await self._egress.start()
-            volumes.update(self._egress.mount())
-            env.update(self._egress.environment())
-            command = self._egress.wrap_command(command, KERNEL_PYTHON)
-        spec = ContainerSpec(
-            image=self.image,
-            command=command,
-            user=cfg.user,
-            working_dir=cfg.working_dir,
-            environment={**cfg.env_vars, **env},
-            volumes=volumes,
-            labels=self.labels,
-            memory_limit=cfg.memory_limit,
-            cpu_limit=cfg.cpu_limit,
-            pids_limit=cfg.pids_limit,
-            network_enabled=cfg.network_enabled,
-            name=f"kernel-sandbox-{self.id}",
-            published_ports=published,
-            own_network=self._network,
-            read_only=cfg.disk_limit is not None,
-            shm_size=cfg.disk_budget().get("shm"),
-            runtime=cfg.runtime,
-        )
-        # The engine call goes on in its thread even if we are cancelled: wait for it, so
-        # that close() knows the container and removes it instead of leaking it.
-        starting = asyncio.ensure_future(self.backend.start(spec))
+    async def _connect(self, info: ConnectionInfo) -> None:
+        """Connect to the kernel that starts now; tell the host when the attempt is over."""
+        self._info = info
+        session = KernelSession(info, self.config.max_output_bytes)
         try:
-            self.container_id = await asyncio.shield(starting)
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                self.container_id = await starting
-            raise
-        finally:
-            if self.container_id is not None:
-                _unclosed[self.id] = self
-        if cfg.transport == "tcp":
-            self._state = ContainerStateDir(self.backend, self.container_id, cfg.user)
-            if not cfg.network_enabled:
-                host_info["ip"] = await self.backend.address(self.container_id)
-        self._host_info = host_info  # type: ignore[assignment]
-        await self._connect()
-
-    async def _connect(self) -> None:
-        """Connect to the kernel that starts now, then seal the run directory again."""
-        assert self._host_info is not None and self._state is not None
-        session = KernelSession(self._host_info, self.config.max_output_bytes)
-        try:
-            await session.connect(self.config.startup_timeout, self._check_alive)
+            await session.connect(self.config.startup_timeout, self.host.poll)
         except KernelError as exc:
             session.close()
-            self._state.seal()  # a kernel that never came must not leave the directory open
             logs = await self._logs_tail()
             raise SandboxStartError(
                 f"the kernel in image {self.image!r} did not start: {exc}{logs}"
             ) from exc
         except BaseException:  # cancelled: an unclosed client hangs zmq when collected
             session.close()
-            self._state.seal()
             raise
-        self._session = session
-        self._state.seal()
-        if self._egress is not None:
-            await self._start_relay()
-
-    async def _start_relay(self) -> None:
-        """Start the egress relay inside (again, after a restart that ended it)."""
-        assert self.container_id is not None and self._egress is not None
-        try:
-            result = await self.backend.exec(
-                self.container_id,
-                self._egress.relay_command(KERNEL_PYTHON),
-                user=self.config.user,
-                max_output_bytes=4096,
-                deadline=self.config.startup_timeout,
-            )
-        except SandboxError as exc:
-            raise KernelError(f"the egress relay did not start in the sandbox: {exc}") from exc
-        if result.exit_code != 0:
-            raise KernelError(
-                f"the egress relay did not start in the sandbox (exit {result.exit_code}): "
-                + result.stderr.decode(errors="replace")[-500:]
-            )
+        else:
+            self._session = session
+        finally:  # connected or not: a kernel that never came must not leave a way in
+            await self.host.post_launch()
 
     async def _logs_tail(self) -> str:
-        if self.container_id is None:
-            return ""
         try:
-            text = (await self.backend.logs(self.container_id, tail=15)).strip()
+            text = (await self.host.logs(tail=15)).strip()
         except Exception:  # the start error is what matters; the log is a bonus
             return ""
         return f"\ncontainer log (last lines):\n{text}" if text else ""
 
-    @property
-    def _network(self) -> str | None:
-        """The tcp sandbox's own network (no other sandbox on it); None with ipc."""
-        return f"kernel-sandbox-{self.id}" if self.config.transport == "tcp" else None
-
-    @property
-    def _state_dir(self) -> str:
-        """The supervisor's state directory inside the container."""
-        return CONTAINER_RUN_DIR if self.config.transport == "ipc" else TCP_STATE_DIR
-
-    async def _check_alive(self) -> str | None:
-        """None while the kernel lives, else a sentence saying why it died.
-
-        The supervisor's status tells of a dead kernel (a local read with ``ipc``);
-        the engine, asked at most every ``_ENGINE_POLL`` seconds, of a dead container.
-        """
-        if self.container_id is None or self._state is None:
-            return "the container was not created"
-        end = await self._state.kernel_end()
-        if end is not None:
-            return ContainerState(False, end.exit_code, end.oom_killed).death_reason()
-        if time.monotonic() - self._engine_checked < _ENGINE_POLL:
-            return None
-        self._engine_checked = time.monotonic()
-        state = await self.backend.state(self.container_id)
-        return None if state.running else state.death_reason()
-
     async def close(self) -> None:
-        """Remove the container, its volumes and the host-side run directory.  Safe twice."""
+        """Remove everything the host made for this sandbox.  Safe twice."""
         if self._closed:
             return
         self._closed = True
-        _unclosed.pop(self.id, None)
         if self._session is not None:
             self._session.close()
             self._session = None
-        try:
-            if self.container_id is not None:
-                await self.backend.remove(self.container_id)
-            await self.backend.remove_volumes(self._volumes)  # in use until the container goes
-            if self._network is not None:
-                await self.backend.remove_network(self._network)
-        finally:
-            if self._state is not None:
-                self._state.close()
-            if self._egress is not None:
-                await self._egress.close()
+        await self.host.cleanup()
 
     async def __aenter__(self) -> AsyncSandbox:
         return self
@@ -357,16 +178,75 @@ class AsyncSandbox:
         """True once :meth:`close` was called."""
         return self._closed
 
-    def _check_open(self) -> None:
+    def check_open(self) -> None:
+        """Raise :class:`SandboxClosedError` once the sandbox is closed (or retired)."""
         if self._retired:
             raise SandboxClosedError(f"sandbox {self.id} {self._retired}")
         if self._closed:
             raise SandboxClosedError(f"sandbox {self.id} is closed; create a new one")
 
-    def _retire(self, why: str) -> None:
+    def retire(self, why: str) -> None:
         """Refuse every later call at once, with ``why``, while :meth:`close` is still to
         come (a pool closes released sandboxes in the background)."""
         self._retired = why
+
+    # -- health ------------------------------------------------------------------
+
+    async def health(self) -> str | None:
+        """None while the sandbox can run code, else a sentence saying why it cannot.
+
+        Asks the engine now (one call), so it tells a stopped or removed container, or
+        an engine that went away; for pools, managers and error messages.
+        """
+        if self._closed:
+            return "it was closed"
+        try:
+            state = await self.host.state()
+        except Exception as exc:  # the engine itself is unreachable
+            return f"the engine cannot be asked about it: {exc}"
+        return None if state.running else state.death_reason()
+
+    async def ping(self, timeout: float = PING_TIMEOUT) -> bool:
+        """True when the kernel answers within ``timeout`` seconds.
+
+        Cheap while the kernel is idle (one kernel_info round trip, no engine call);
+        a kernel reported dead ends the wait early.  A busy kernel does not answer
+        until its cell ends: ping an idle sandbox.
+        """
+        session = self._session
+        if session is None or self._closed:
+            return False
+        step = min(0.25, timeout)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if await session.ping(step):
+                return True
+            if await self.host.poll() is not None:
+                return False
+        return False
+
+    async def warm_up(self) -> None:
+        """Have the kernel do the first-call work now (off a later caller's path)."""
+        self.check_open()
+        if self._session is not None:
+            await self._session.warm_up()
+
+    async def _emit(self, event: Event) -> None:
+        if self.listeners:
+            await emit(self.listeners, event)
+
+    async def _emit_restarts(self, *, requested: bool) -> None:
+        restarts, self._restarts = self._restarts, []
+        for event in restarts:
+            context = current_context()
+            await self._emit(dataclasses.replace(event, requested=requested, metadata=context))
+
+    async def _emit_refusals(self) -> None:
+        """Tell listeners (the notebook) what the host's egress proxy refused in the call."""
+        refused = self.host.egress_refusals()
+        if refused:
+            policy = str(self.config.network)
+            await self._emit(EgressRefused(self.id, tuple(refused), policy))
 
     # -- python ------------------------------------------------------------------
 
@@ -383,10 +263,10 @@ class AsyncSandbox:
         ``config.max_output_bytes`` keeps its head and tail; ``truncated_bytes`` of
         the result counts what was dropped.
         """
-        self._check_open()
+        self.check_open()
         timeout = timeout or self.config.timeout
         async with self._lock:  # one request at a time: outputs never interleave
-            self._check_open()
+            self.check_open()
             wall, started = time.time(), time.monotonic()
             execution = None
             restarted = ""  # what a restart before this call lost
@@ -402,7 +282,7 @@ class AsyncSandbox:
                     code,
                     timeout=timeout,
                     interrupt_grace=self.config.interrupt_grace,
-                    check_alive=self._check_alive,
+                    check_alive=self.host.poll,
                     on_output=on_output,
                     max_output_bytes=self.config.max_output_bytes,
                 )
@@ -419,20 +299,10 @@ class AsyncSandbox:
                     execution = dataclasses.replace(
                         execution, display_ids=raw.display_ids, display_updates=raw.display_updates
                     )
-        if self.listeners:
-            await emit(self.listeners, PythonExecuted(self.id, code, execution, wall))
-        await self._report_refusals()
+        await self._emit(PythonExecuted(self.id, code, execution, wall, current_context()))
+        await self._emit_restarts(requested=False)
+        await self._emit_refusals()
         return execution
-
-    async def _report_refusals(self) -> None:
-        """Tell listeners (the notebook) what the egress proxy refused during the call."""
-        if self._egress is None:
-            return
-        refused = self._egress.take_refusals()
-        if refused and self.listeners:
-            await emit(
-                self.listeners, EgressRefused(self.id, tuple(refused), str(self.config.network))
-            )
 
     async def _judge(self, raw: RawExecution, timeout: float, started: float) -> Execution:
         error = _error_of(raw.outputs)
@@ -461,7 +331,7 @@ class AsyncSandbox:
             status = "kernel_died"
         message = f"{why}; {await self._try_restart()}"
         return Execution(
-            status,  # type: ignore[arg-type]
+            status,
             raw.outputs,
             count,
             error,
@@ -478,57 +348,41 @@ class AsyncSandbox:
             return f"restarting the kernel failed: {exc}"
 
     async def _restart_kernel(self, kill_all: bool = False) -> str:
-        """Restart the kernel in place, else the whole container; say what was lost.
+        """Restart the kernel in place, else the whole sandbox; say what was lost.
 
         ``kill_all`` ends every process of the sandbox, not only the kernel's.  The
-        container restart is the fallback for a container that stopped (its supervisor
-        was killed) or a supervisor that cannot start a new kernel in time.
+        whole restart is the fallback for a host that stopped (its supervisor was
+        killed) or a supervisor that cannot start a new kernel in time.
         """
         if self._session is not None:
             self._session.close()
             self._session = None
-        assert self.container_id is not None
+        started = time.time()
         try:
-            await self._restart_in_place(KILL_ALL_SIGNAL if kill_all else KILL_SIGNAL)
-            return "the kernel was restarted and all variables were lost"
+            await self._connect(await self.host.restart_kernel(kill_all=kill_all))
+            message = "the kernel was restarted and all variables were lost"
+            self._restarts.append(KernelRestarted(self.id, message, False, started))
+            return message
         except SandboxError as exc:
             # A stopped container (e.g. gVisor's whole-sandbox OOM kill) needs no more words
             stopped = isinstance(exc.__cause__, ContainerStoppedError)
             why = "its container had stopped" if stopped else str(exc)
-        log.warning("sandbox %s: restarting the container: %s", self.id, why)
-        assert self._state is not None
+        log.warning("sandbox %s: restarting the whole sandbox: %s", self.id, why)
         try:
-            # opened only once the old container is dead: nothing of it can plant there
-            await self.backend.restart(self.container_id, before_start=self._state.open_for_kernel)
+            info = await self.host.restart_whole()
         except Exception as exc:
             raise KernelError(
                 f"the kernel could not be restarted in place ({why}), "
                 f"nor could the container: {exc}"
             ) from exc
-        self._state.container_restarted()
-        await self._connect()
-        return (
+        await self._connect(info)
+        message = (
             f"the kernel could not be restarted in place ({why}), so the whole container "
             "was restarted: all variables were lost, and files written in the sandbox may "
             "be lost too"
         )
-
-    async def _restart_in_place(self, kill_signal: str) -> None:
-        """Have the supervisor kill the kernel (see ``kill_signal``), then start a new one.
-
-        Signalling a stopped container fails: the caller restarts the container then.
-        """
-        assert self.container_id is not None and self._state is not None
-        await self.backend.signal(self.container_id, kill_signal)
-        deadline = time.monotonic() + _KILL_LIMIT
-        while await self._state.kernel_end() is None:
-            if time.monotonic() > deadline:
-                raise KernelError(
-                    f"the supervisor did not report the kernel's end within {_KILL_LIMIT:g}s"
-                )
-            await asyncio.sleep(0.02)
-        await self._state.start_next()
-        await self._connect()
+        self._restarts.append(KernelRestarted(self.id, message, True, started))
+        return message
 
     async def restart(self) -> None:
         """Restart the kernel: every variable is lost, files in the sandbox are kept.
@@ -536,9 +390,12 @@ class AsyncSandbox:
         Every process in the sandbox ends too, including what shell commands left
         running in the background.
         """
-        self._check_open()
+        self.check_open()
         async with self._lock:
-            await self._restart_kernel(kill_all=True)
+            try:
+                await self._restart_kernel(kill_all=True)
+            finally:
+                await self._emit_restarts(requested=True)
 
     # -- shell -------------------------------------------------------------------
 
@@ -555,22 +412,18 @@ class AsyncSandbox:
         stderr each keep at most ``config.max_output_bytes`` (head and tail);
         ``truncated_bytes`` of the result counts what was dropped.
         """
-        self._check_open()
-        assert self.container_id is not None
+        self.check_open()
         wall = time.time()
         outcome = await run_command(
-            self.backend,
-            self.container_id,
+            self.host,
             command,
             timeout=timeout or self.config.timeout,
-            user=self.config.user,
             workdir=self.resolve_path(cwd or "."),
             env=env,
             max_output_bytes=self.config.max_output_bytes,
         )
-        if self.listeners:
-            await emit(self.listeners, ShellExecuted(self.id, command, outcome, wall, cwd))
-        await self._report_refusals()
+        await self._emit(ShellExecuted(self.id, command, outcome, wall, cwd, current_context()))
+        await self._emit_refusals()
         return outcome
 
     def resolve_path(self, path: str) -> str:
@@ -581,7 +434,7 @@ class AsyncSandbox:
         """
         if "\0" in path:
             raise FileOperationError(f"a path cannot contain a NUL byte: {path!r}")
-        return posixpath.normpath(posixpath.join(self.config.working_dir, path))
+        return posixpath.normpath(posixpath.join(self.host.working_dir, path))
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"

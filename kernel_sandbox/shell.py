@@ -1,6 +1,6 @@
 """Shell commands beside the kernel: each in its own process group, killed whole on timeout.
 
-Commands run through the engine (``exec``) as the sandbox user, so a busy or dead
+Commands run through the kernel host (``exec``) as the sandbox user, so a busy or dead
 kernel never blocks them; their output is capped on the way in (head and tail).
 """
 
@@ -9,47 +9,37 @@ from __future__ import annotations
 import asyncio
 import time
 
-from .backends.base import Backend
+from .backends.base import KernelHost
+from .kernel.programs import program
 from .results import CommandResult
 
 __all__ = ["run_command"]
 
 #: GNU timeout's exit status when it stopped the command.
 _TIMEOUT_EXIT = 124
-# GNU timeout puts the command in a new process group and, when time runs out, sends
-# SIGTERM to the group; it stops waiting (and never sends its -k SIGKILL) as soon as the
-# command itself has died.  Group members that survive SIGTERM (bash blocks it while
-# retrying a refused fork, as in a fork bomb) would go on filling the pids limit, so the
-# group is SIGKILLed (atomic against forks) after a timeout.  On a normal end, background
-# processes the command started are left running, as in any shell.
-_SHELL_RUNNER = (
-    'timeout -k 2 "$0" sh -c "$1" & wait $!; rc=$?; '
-    "if [ $rc = 124 ] || [ $rc = 137 ]; then kill -KILL -$! 2>/dev/null; fi; exit $rc"
-)
+#: ``sh -c _SHELL_RUNNER TIMEOUT COMMAND``: the command in its own process group, the
+#: group killed whole after a timeout (``programs/shell_runner.sh``).
+_SHELL_RUNNER = program("shell_runner.sh")
 
 
 async def run_command(
-    backend: Backend,
-    container_id: str,
+    host: KernelHost,
     command: str,
     *,
     timeout: float,
-    user: str,
     workdir: str,
     env: dict[str, str] | None,
     max_output_bytes: int,
 ) -> CommandResult:
-    """Run ``sh -c command`` in the container; a timeout is a result, never an exception."""
+    """Run ``sh -c command`` in the sandbox; a timeout is a result, never an exception."""
     argv = ["sh", "-c", _SHELL_RUNNER, f"{timeout:g}", command]
     started = time.monotonic()
     try:
         result = await asyncio.wait_for(
-            backend.exec(
-                container_id,
+            host.exec(
                 argv,
-                user=user,
                 workdir=workdir,
-                environment=env,
+                env=env,
                 max_output_bytes=max_output_bytes,
             ),
             timeout + 15,

@@ -28,12 +28,14 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .backends.base import Backend
+from .backends.base import KernelHost
+from .backends.factory import HostFactory
 from .config import SandboxConfig
 from .files import LIST_LIMIT, AsyncFiles
 from .kernel.client import OutputCallback
+from .kernel.connection import ConnectionInfo
 from .results import CommandResult, Execution, FileInfo
-from .sandbox import AsyncSandbox
+from .sandbox import PING_TIMEOUT, AsyncSandbox
 
 __all__ = ["Files", "Sandbox", "run_sync"]
 
@@ -122,11 +124,11 @@ class Sandbox:
         cls,
         config: SandboxConfig | None = None,
         *,
-        backend: Backend | None = None,
+        host: str | HostFactory | None = None,
         **overrides: Any,
     ) -> Sandbox:
-        """Start a container with a ready kernel; ``overrides`` change single settings."""
-        return cls(run_sync(AsyncSandbox.create(config, backend=backend, **overrides)))
+        """Start a sandbox with a ready kernel; see ``AsyncSandbox.create``."""
+        return cls(run_sync(AsyncSandbox.create(config, host=host, **overrides)))
 
     @property
     def id(self) -> str:
@@ -149,14 +151,29 @@ class Sandbox:
         return self._inner.container_id
 
     @property
-    def closed(self) -> bool:
-        """True once :meth:`close` was called."""
-        return self._inner.closed
+    def connection_info(self) -> ConnectionInfo | None:
+        """How this process reaches the kernel; see ``AsyncSandbox.connection_info``."""
+        return self._inner.connection_info
+
+    @property
+    def working_dir(self) -> str:
+        """Where relative paths start inside the sandbox."""
+        return self._inner.working_dir
+
+    @property
+    def host(self) -> KernelHost:
+        """The kernel host that runs this sandbox."""
+        return self._inner.host
 
     @property
     def labels(self) -> dict[str, str]:
-        """Labels put on the container, so orphans can always be found and removed."""
+        """Labels put on everything the host made."""
         return self._inner.labels
+
+    @property
+    def closed(self) -> bool:
+        """True once :meth:`close` was called."""
+        return self._inner.closed
 
     @property
     def async_sandbox(self) -> AsyncSandbox:
@@ -178,6 +195,26 @@ class Sandbox:
     ) -> CommandResult:
         """Run a shell command beside the kernel; see ``AsyncSandbox.run_shell``."""
         return run_sync(self._inner.run_shell(command, timeout, cwd, env))
+
+    def check_open(self) -> None:
+        """Raise ``SandboxClosedError`` once the sandbox is closed."""
+        self._inner.check_open()
+
+    def retire(self, why: str) -> None:
+        """Refuse every later call at once, with ``why``; see ``AsyncSandbox.retire``."""
+        self._inner.retire(why)
+
+    def health(self) -> str | None:
+        """None while the sandbox can run code, else why not; see ``AsyncSandbox.health``."""
+        return run_sync(self._inner.health())
+
+    def ping(self, timeout: float = PING_TIMEOUT) -> bool:
+        """True when the kernel answers within ``timeout`` seconds."""
+        return run_sync(self._inner.ping(timeout))
+
+    def warm_up(self) -> None:
+        """Have the kernel do the first-call work now."""
+        return run_sync(self._inner.warm_up())
 
     def restart(self) -> None:
         """Restart the kernel: variables are lost, files are kept."""

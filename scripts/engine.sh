@@ -20,9 +20,8 @@ set -euo pipefail
 DOCKERD_LOG="${DOCKERD_LOG:-/var/log/dockerd-kernel-sandbox.log}"
 ENGINE_DEADLINE="${ENGINE_DEADLINE:-90}"
 ENGINE_DRY_RUN="${ENGINE_DRY_RUN:-0}"
-# ENGINE_RUNSC=1 (CI): gVisor's runsc is installed too.  DOCKERD_CONFIG: the config file a
-# dockerd started here gets (--config-file), e.g. one that registers runsc.
-ENGINE_RUNSC="${ENGINE_RUNSC:-0}"
+# DOCKERD_CONFIG: the config file a dockerd started here gets (--config-file), e.g. one
+# that registers runsc (CI asks for the runsc package through ENGINE_EXTRA_PACKAGES).
 DOCKERD_CONFIG="${DOCKERD_CONFIG:-}"
 OS_RELEASE="${OS_RELEASE:-/etc/os-release}"
 
@@ -54,11 +53,19 @@ is_debian() {
     esac
 }
 
+# ENGINE_EXTRA_PACKAGES: more Debian packages a caller needs (CI: shellcheck for
+# `make lint`), each named after the command it provides, installed the same way.
+missing_extras() {
+    local p
+    for p in ${ENGINE_EXTRA_PACKAGES:-}; do have "${p}" || printf '%s ' "${p}"; done
+}
+
 missing_packages() {
     local missing=()
     if ! have dockerd || ! have docker; then missing+=(docker.io); fi
     have debootstrap || missing+=(debootstrap)
-    if [ "${ENGINE_RUNSC}" = 1 ] && ! have runsc; then missing+=(runsc); fi
+    # shellcheck disable=SC2207  # one word per package
+    missing+=($(missing_extras))
     printf '%s\n' "${missing[@]+"${missing[@]}"}" | tr '\n' ' ' | sed 's/ *$//'
 }
 
@@ -133,7 +140,7 @@ instructions() {
 main() {
     if answers; then
         say "the Docker engine is running"
-        if is_root && is_debian && { ! have debootstrap || { [ "${ENGINE_RUNSC}" = 1 ] && ! have runsc; }; }; then
+        if is_root && is_debian && { ! have debootstrap || [ -n "$(missing_extras)" ]; }; then
             install_packages
         fi
         return 0

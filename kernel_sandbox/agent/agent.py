@@ -17,22 +17,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..config import SandboxConfig
 from ..errors import ConfigError
 from ..notebook import DEFAULT_SESSION_DIR
-from .budget import Budget, BudgetKind, RetryPolicy, TokenUsage
+from .budget import Budget, RetryPolicy
 from .events import AgentListener
+from .loop import AgentSession
+from .results import AgentResult, AgentStatus
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
-    from ..sandbox import AsyncSandbox
-    from .loop import AgentSession
 
 __all__ = ["DEFAULT_MODEL", "MODEL_ENV", "Agent", "AgentResult", "AgentStatus"]
 
@@ -42,35 +41,6 @@ MODEL_ENV = "KERNEL_SANDBOX_MODEL"
 DEFAULT_MODEL = "gpt-4o-mini"
 #: Stands in for an API key on endpoints that need none (local servers).
 NO_KEY = "no-key"
-
-AgentStatus = Literal["completed", "budget_exhausted", "error"]
-
-
-@dataclass(frozen=True)
-class AgentResult:
-    """How one task (one prompt) ended.
-
-    ``status`` is ``completed`` (the model answered in plain text), ``budget_exhausted``
-    (``budget`` says which limit; ``answer`` says so too) or ``error`` (the model API
-    kept failing; ``reason`` says why).  The notebook at ``notebook_path`` is valid in
-    every case.
-    """
-
-    status: AgentStatus
-    answer: str
-    session_id: str
-    reason: str = ""
-    budget: BudgetKind | None = None
-    turns: int = 0
-    tool_calls: int = 0
-    usage: TokenUsage = field(default_factory=TokenUsage)
-    duration: float = 0.0
-    notebook_path: Path | None = None
-
-    @property
-    def ok(self) -> bool:
-        """True when the model gave its answer."""
-        return self.status == "completed"
 
 
 def _public_url(url: str | None) -> str | None:
@@ -180,8 +150,6 @@ class Agent:
         self, *, sandbox: Any = None, notebook_path: str | os.PathLike[str] | None = None
     ) -> AgentSession:
         """A new session (``async with agent.session() as s: await s.send(...)``)."""
-        from .loop import AgentSession
-
         return AgentSession(self, sandbox=sandbox, notebook_path=notebook_path)
 
     async def arun(
@@ -201,8 +169,3 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"<Agent model={self.model!r} base_url={_public_url(self.base_url)!r}>"
-
-
-def borrowed(sandbox: Any) -> AsyncSandbox | None:
-    """The async sandbox behind ``sandbox`` (async or blocking), or None."""
-    return getattr(sandbox, "async_sandbox", sandbox) if sandbox is not None else None

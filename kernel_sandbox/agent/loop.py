@@ -31,7 +31,6 @@ from ..events import emit
 from ..notebook import NotebookRecorder, new_session_path
 from ..sandbox import AsyncSandbox
 from ..tools import ToolResult, ToolSet
-from .agent import Agent, AgentResult, AgentStatus, borrowed
 from .budget import BudgetHit, BudgetTracker, TokenUsage, describe_api_error
 from .events import (
     AgentEvent,
@@ -57,9 +56,12 @@ from .messages import (
     tool_message,
 )
 from .recording import Recording
+from .results import AgentResult, AgentStatus, borrowed
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
+
+    from .agent import Agent
 
 __all__ = ["AgentSession"]
 
@@ -143,7 +145,7 @@ class AgentSession:
             self.toolset = ToolSet(sandbox, agent.tools_config)
             self._tools = self.toolset.schemas("chat")
             prompt = agent.system_prompt or system_prompt(
-                working_dir=sandbox.config.working_dir,
+                working_dir=sandbox.working_dir,
                 network=sandbox.config.network,
                 vision=agent.vision,
                 tools=self.toolset.names,
@@ -165,7 +167,7 @@ class AgentSession:
                 )
                 recorder.describe_sandbox(sandbox)
                 self.recording = Recording(recorder)
-            sandbox.listeners.append(self.recording.on_sandbox_event)
+                sandbox.listeners.append(recorder)
         except BaseException:
             if self._owns_sandbox:
                 await sandbox.close()
@@ -188,8 +190,9 @@ class AgentSession:
             return
         self._closed = True
         sandbox = self.sandbox
-        if sandbox is not None and self.recording.on_sandbox_event in sandbox.listeners:
-            sandbox.listeners.remove(self.recording.on_sandbox_event)
+        recorder = self.recording.recorder
+        if sandbox is not None and recorder is not None and recorder in sandbox.listeners:
+            sandbox.listeners.remove(recorder)
         try:
             if self._owns_sandbox and sandbox is not None:
                 await sandbox.close()
@@ -358,13 +361,13 @@ class AgentSession:
         )
         context = {"tool_call_id": call.id, "tool": call.name, "turn": turn}
         context["model"] = self.agent.model
-        self.recording.begin_call(context)
         result = ToolResult.failure(call.name, "the call was interrupted")
         try:
             if call.problem:
                 result = ToolResult.failure(call.name or "unknown", call.problem)
             else:
-                result = await self.toolset.execute(call.name, call.arguments)
+                with self.recording.call(context):
+                    result = await self.toolset.execute(call.name, call.arguments)
         except Exception as exc:  # ToolSet promises not to raise; a bug must not end the task
             log.exception("tool call %s failed", call.name)
             result = ToolResult.failure(call.name, f"internal error: {type(exc).__name__}: {exc}")

@@ -1,26 +1,75 @@
-"""The abstract container backend: what a sandbox needs from an engine, nothing more.
+"""The kernel host interface: everything engine-specific about one sandbox.
 
-Modelled on jupyter_client's kernel provisioners (launch, poll, kill, cleanup): the
-sandbox never talks to an engine directly, so other engines (Swarm, Kubernetes) can
-be added beside ``docker.py``.
+A :class:`KernelHost` is made for one sandbox and owns whatever its engine needs to run
+a kernel there: image resolution, the container (or pod, or process), the writable
+area, the run directory, the transport and the connection info, the supervisor
+protocol (kernel ended, restart in place, restart whole), processes and files beside
+the kernel, and cleanup.  It is shaped like jupyter_client's ``KernelProvisionerBase``
+(``launch_kernel`` -> connection info, ``poll``, ``send_signal``,
+``kill``/``cleanup(restart=)``), and hosts are found by name through the entry-point
+group :data:`HOSTS_GROUP`, as jupyter_client's provisioner factory finds provisioners
+(see :mod:`kernel_sandbox.backends.factory`).
+
+What :class:`~kernel_sandbox.sandbox.AsyncSandbox` does with a host, in order::
+
+    info = await host.launch()          # kernel starting; connect a client to ``info``
+    await host.post_launch()            # connect attempt over (e.g. seal the run directory)
+    await host.poll()                   # often, while a cell runs: None, or why it died
+    await host.exec([...], stdin=...)   # processes and files beside the kernel, any time
+    info = await host.restart_kernel()  # in place (files kept); KernelError if it cannot
+    info = await host.restart_whole()   # the fallback (files may be lost)
+    await host.post_launch()            # after every (re)connect attempt
+    await host.cleanup()                # close: remove everything; safe twice
+
+The sandbox layer (session, lock, events) never learns which engine runs it; nothing
+above this interface imports an engine's SDK.
+
+Interface history (hosts outside this package are written against it):
+
+* 1 — first version.
+* 1.1 — added :func:`owner_alive` (additive).
+* 2 — file transfer is ``exec`` with stdin/stdout as the sandbox user (main's security
+  work): ``read_file``/``write_file`` are gone (the sandbox's ``files`` runs its
+  scripts through :meth:`KernelHost.exec`, the same on every host); ``exec`` gained
+  ``deadline``; :attr:`KernelHost.protected_paths` names what the file API refuses;
+  :meth:`KernelHost.post_launch` is called after every connect attempt, failed ones too.
+* 2.1 — added :meth:`KernelHost.egress_refusals` (additive, with a default).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+import os
+import signal
+import socket
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, ClassVar
+
+from ..config import LABEL_PREFIX
+from ..kernel.connection import ConnectionInfo
+
+if TYPE_CHECKING:
+    from ..config import SandboxConfig
+    from ..egress import Decision
 
 __all__ = [
+    "HOSTS_GROUP",
     "REMOVED_REASON",
-    "Backend",
-    "ContainerSpec",
-    "ContainerState",
+    "ConnectionInfo",
     "ExecResult",
-    "ImageUser",
+    "HostState",
+    "KernelHost",
+    "Leftover",
+    "SandboxRecord",
+    "owner_alive",
+    "owner_labels",
 ]
 
-#: Why a sandbox whose container was deleted behind its back cannot go on.
+#: The entry-point group hosts register under: ``name = "package.module:HostClass"``.
+HOSTS_GROUP = "kernel_sandbox.hosts"
+
+#: Why a sandbox whose container (pod, ...) was deleted behind its back cannot go on.
 REMOVED_REASON = (
     "its container was removed from outside (e.g. `docker rm -f`), so its files and "
     "variables are gone; create a new sandbox"
@@ -28,64 +77,23 @@ REMOVED_REASON = (
 
 
 @dataclass(frozen=True)
-class ContainerSpec:
-    """Everything needed to create one sandbox container."""
-
-    image: str
-    command: list[str]
-    user: str
-    working_dir: str
-    environment: dict[str, str]
-    volumes: dict[str, dict[str, str]]
-    labels: dict[str, str]
-    memory_limit: str
-    cpu_limit: float
-    pids_limit: int
-    network_enabled: bool
-    name: str | None = None
-    #: container port -> host port on 127.0.0.1 (tcp transport with a network)
-    published_ports: dict[int, int] = field(default_factory=dict)
-    #: a network made for this container alone (tcp transport: no other sandbox can
-    #: reach its kernel); internal unless ``network_enabled``, removed by
-    #: :meth:`Backend.remove_network`, labelled like the container for ``gc``
-    own_network: str | None = None
-    #: mount the image's root filesystem read-only (writes go to ``volumes`` only)
-    read_only: bool = False
-    #: bytes of /dev/shm (None: the engine's default)
-    shm_size: int | None = None
-    #: the engine's OCI runtime, e.g. ``"runsc"`` (None: the engine's default)
-    runtime: str | None = None
-
-
-@dataclass(frozen=True)
-class ImageUser:
-    """Who a container of an image runs as: numeric ids and home directory."""
-
-    uid: int
-    gid: int
-    home: str
-
-
-@dataclass(frozen=True)
-class ContainerState:
-    """What the engine says about a container right now."""
+class HostState:
+    """What the engine says about what hosts a sandbox's kernel, right now."""
 
     running: bool
     exit_code: int | None = None
     oom_killed: bool = False
     error: str = ""
-    #: The container no longer exists (removed from outside); nothing can restart it.
+    #: It no longer exists (removed from outside); nothing can restart it.
     removed: bool = False
 
     def death_reason(self) -> str:
-        """A sentence for a user: why the container's main process is gone."""
+        """A sentence for a user: why the kernel (or what hosts it) is gone."""
         if self.removed:
             return REMOVED_REASON
         if self.oom_killed:
             return "the kernel ran out of memory (killed by the OOM killer; raise memory_limit)"
         if self.exit_code is not None and self.exit_code > 128:
-            import signal
-
             try:
                 name = signal.Signals(self.exit_code - 128).name
             except ValueError:
@@ -106,121 +114,239 @@ class ExecResult:
     truncated_bytes: int = 0
 
 
-class Backend(abc.ABC):
-    """An engine that runs sandbox containers."""
+@dataclass(frozen=True)
+class SandboxRecord:
+    """One sandbox an engine knows of (``kernel-sandbox ps``, gc, pools)."""
+
+    #: The host's entry-point name (``"docker"``, ``"kubernetes"``, ...).
+    host: str
+    #: The engine's id of what runs the sandbox (container id, pod name).
+    resource_id: str
+    name: str
+    image: str
+    #: The engine's word for its state; ``"running"`` when the kernel can run.
+    state: str
+    labels: dict[str, str] = field(default_factory=dict)
+    #: Unix time it was created, if the engine says.
+    created: float | None = None
+
+    @property
+    def sandbox_id(self) -> str:
+        """The sandbox's id, from its labels ("?" if the engine lost them)."""
+        return self.labels.get(f"{LABEL_PREFIX}.id", "?")
+
+    @property
+    def running(self) -> bool:
+        """True when the engine says it runs."""
+        return self.state == "running"
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """One thing :meth:`KernelHost.gc` found and may remove: what to call it, and how."""
+
+    what: str
+    remove: Callable[[], Awaitable[None]]
+
+
+def owner_labels(sandbox_id: str, config: SandboxConfig) -> dict[str, str]:
+    """The labels every host puts on what it creates, so gc can always find orphans."""
+    return {
+        LABEL_PREFIX: "true",
+        f"{LABEL_PREFIX}.id": sandbox_id,
+        f"{LABEL_PREFIX}.owner-pid": str(os.getpid()),
+        f"{LABEL_PREFIX}.owner-host": socket.gethostname(),
+        **config.labels,
+    }
+
+
+def owner_alive(labels: dict[str, str]) -> bool | None:
+    """Whether the process that made a sandbox still runs (None: made on another host)."""
+    if labels.get(f"{LABEL_PREFIX}.owner-host") != socket.gethostname():
+        return None
+    try:
+        os.kill(int(labels.get(f"{LABEL_PREFIX}.owner-pid", "0")), 0)
+    except (ProcessLookupError, ValueError):
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class KernelHost(abc.ABC):
+    """Runs one sandbox's kernel on some engine, and processes and files beside it.
+
+    Subclasses implement the abstract methods; they raise
+    :class:`~kernel_sandbox.errors.SandboxError` subclasses only (engine SDK errors are
+    translated: :class:`~kernel_sandbox.errors.EngineUnavailableError`,
+    :class:`~kernel_sandbox.errors.ContainerStoppedError`,
+    :class:`~kernel_sandbox.errors.ContainerRemovedError`, ...).  Every byte that comes
+    back from the sandbox is bounded (``max_output_bytes``, ``max_bytes``), and every
+    process and file operation acts as the sandbox user, never as root on a path the
+    sandbox controls.  A host is used by one sandbox, which serialises lifecycle calls;
+    ``exec``/``poll``/``state`` may run concurrently with a cell.
+    """
+
+    #: The entry-point name this host is registered under.
+    name: ClassVar[str] = ""
+
+    def __init__(self, sandbox_id: str, config: SandboxConfig) -> None:
+        self.sandbox_id = sandbox_id
+        self.config = config
+        #: The image the kernel runs in, once :meth:`launch` resolved it.
+        self.image = config.image
+        #: The engine's id of what runs the sandbox (container id, pod name), once made.
+        self.resource_id: str | None = None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Labels for everything this host creates (see :func:`owner_labels`)."""
+        return owner_labels(self.sandbox_id, self.config)
+
+    @property
+    def working_dir(self) -> str:
+        """Where relative sandbox paths start (an absolute path inside the sandbox)."""
+        return self.config.working_dir
+
+    @property
+    def protected_paths(self) -> tuple[str, ...]:
+        """Absolute sandbox paths the file API refuses, whatever link leads there
+        (e.g. a directory shared with the host for the kernel's connection)."""
+        return ()
+
+    # -- the kernel's lifecycle -------------------------------------------------------
 
     @abc.abstractmethod
-    async def start(self, spec: ContainerSpec) -> str:
-        """Create and start a container; return its id."""
+    async def launch(self) -> ConnectionInfo:
+        """Create what runs the kernel and start it; return how to reach it from here.
 
-    @abc.abstractmethod
-    async def image_user(self, image: str, user: str) -> ImageUser:
-        """Resolve ``user`` (a name or ``uid[:gid]``) in ``image``'s own user database.
+        The returned info is for a client in *this* process (host paths, reachable
+        addresses); the kernel may still be starting.  On failure the caller calls
+        :meth:`cleanup`, which must remove whatever was made half-way.
+        """
 
-        Needed to give in-memory volumes to the user before any container runs.
+    async def post_launch(self) -> None:  # noqa: B027 (optional hook)
+        """The client's attempt to connect to the kernel that starts now is over.
+
+        Called after every (re)start, whether the client connected or not (a kernel
+        that never came must not leave a way in): the place to take back what only the
+        kernel's start needed (e.g. write access to a run directory).
         """
 
     @abc.abstractmethod
-    async def create_volume(
-        self, name: str, *, size: int, uid: int, gid: int, mode: int, labels: dict[str, str]
-    ) -> None:
-        """Create an in-memory volume holding at most ``size`` bytes.
+    async def poll(self) -> str | None:
+        """None while the kernel runs, else a sentence saying why it does not.
 
-        Its root directory belongs to ``uid``:``gid`` with permission bits ``mode``.
-        Unlike a container's own tmpfs mounts, a volume is reachable through
-        :meth:`put_archive` and :meth:`get_archive` even on a read-only root filesystem.
+        Called often (every few hundred ms while a cell runs and while connecting), so
+        it must be cheap: a host may rate-limit its engine calls and rely on the
+        supervisor's report of a kernel's end in between.
         """
 
     @abc.abstractmethod
-    async def remove_volumes(self, names: list[str]) -> None:
-        """Delete volumes no container uses any more; missing ones are not an error."""
+    async def state(self) -> HostState:
+        """Ask the engine now whether what runs the sandbox runs (never rate-limited)."""
 
     @abc.abstractmethod
-    def remove_volumes_blocking(self, names: list[str]) -> None:
-        """``remove_volumes`` without an event loop (used at interpreter exit)."""
+    async def send_signal(self, signum: int) -> None:
+        """Send ``signum`` to the kernel process (not to the rest of the sandbox).
+
+        Raises :class:`~kernel_sandbox.errors.KernelError` when there is no kernel to
+        signal.
+        """
+
+    async def interrupt(self) -> None:
+        """Interrupt the running cell as a Jupyter kernel with ``interrupt_mode: signal``."""
+        await self.send_signal(signal.SIGINT)
 
     @abc.abstractmethod
-    async def list_volumes(self, labels: dict[str, str]) -> list[dict[str, object]]:
-        """Volumes carrying all these labels: name, labels."""
+    async def restart_kernel(self, *, kill_all: bool = False) -> ConnectionInfo:
+        """End the kernel and start a fresh one in place: files are kept.
 
-    async def remove_network(self, name: str) -> None:  # noqa: B027 (engines without any)
-        """Delete a network made for one container (``ContainerSpec.own_network``)."""
+        With ``kill_all`` every process of the sandbox ends too (what shell commands
+        left running).  Raises :class:`~kernel_sandbox.errors.KernelError` when it
+        cannot (e.g. what runs the sandbox stopped); the caller then tries
+        :meth:`restart_whole`.  The caller has closed its client first.
+        """
+
+    async def restart_whole(self) -> ConnectionInfo:
+        """Restart everything that runs the sandbox; files may be lost.
+
+        The default is jupyter_client's restart: ``kill(restart=True)``,
+        ``cleanup(restart=True)``, then :meth:`launch` again.  Hosts that can restart
+        their container in place (keeping its volumes) override it.
+        """
+        await self.kill(restart=True)
+        await self.cleanup(restart=True)
+        return await self.launch()
 
     @abc.abstractmethod
-    async def state(self, container_id: str) -> ContainerState:
-        """Poll the container; a removed one is ``ContainerState(removed=True)``."""
+    async def kill(self, restart: bool = False) -> None:
+        """Stop the kernel and what runs it now, without removing anything.
 
-    @abc.abstractmethod
-    async def restart(
-        self, container_id: str, before_start: Callable[[], None] | None = None
-    ) -> None:
-        """Kill the main process (if alive) and start the same container again.
-
-        ``before_start`` is called once the old container has stopped (none of its
-        processes is left) and before the new one starts.
+        ``restart`` is True when :meth:`launch` follows (a whole restart).
         """
 
     @abc.abstractmethod
-    async def signal(self, container_id: str, signal: str) -> None:
-        """Send a signal (e.g. ``"SIGUSR1"``) to the container's main process.
+    async def cleanup(self, restart: bool = False) -> None:
+        """Release what :meth:`launch` made; safe twice and after a failed launch.
 
-        Raises :class:`~kernel_sandbox.errors.KernelError` if the container is gone or
-        not running.
+        ``restart=False`` (close) removes everything: the container, its volumes,
+        host-side files.  ``restart=True`` keeps what the next :meth:`launch` of this
+        same host reuses.
         """
 
-    @abc.abstractmethod
-    async def remove(self, container_id: str) -> None:
-        """Kill and delete the container; a missing container is not an error."""
+    async def logs(self, tail: int) -> str:
+        """The last ``tail`` lines the sandbox's main process wrote (for start errors)."""
+        return ""
 
-    @abc.abstractmethod
-    def remove_blocking(self, container_id: str) -> None:
-        """``remove`` without an event loop (used at interpreter exit)."""
+    def egress_refusals(self) -> list[Decision]:
+        """Connections the host's egress proxy refused since the last call (``network=``
+        "packages" or a list; see :mod:`kernel_sandbox.egress`): its ``Decision`` records.
+        A host without an egress proxy has none."""
+        return []
+
+    # -- beside the kernel ------------------------------------------------------------
 
     @abc.abstractmethod
     async def exec(
         self,
-        container_id: str,
         argv: list[str],
         *,
-        user: str,
         workdir: str | None = None,
-        environment: dict[str, str] | None = None,
-        max_output_bytes: int | None = None,
+        env: dict[str, str] | None = None,
         stdin: bytes | None = None,
+        max_output_bytes: int | None = None,
         deadline: float | None = None,
     ) -> ExecResult:
-        """Run a process in the container beside the kernel and wait for it.
+        """Run a process beside the kernel as the sandbox user and wait for it.
 
-        With ``max_output_bytes``, stdout and stderr are each read as a stream and
-        keep only their head and tail within it (see :class:`~kernel_sandbox.limits.HeadTail`),
-        so a process printing gigabytes never fills host memory.  ``stdin`` is sent to
-        the process, then closed.  With ``deadline`` (seconds) the host stops waiting
-        then and raises :class:`~kernel_sandbox.errors.FileOperationError`: a process the
-        sandbox can stop (its own user's) must never hold the host.
+        A busy or dead kernel never blocks it; this is also how files move (a write is
+        ``cat`` reading ``stdin``, a read is ``head`` writing stdout), so every byte is
+        handled by the sandbox user, never by root on a path the sandbox controls.
+        With ``max_output_bytes``, stdout and stderr each keep only their head and tail
+        within it (:class:`~kernel_sandbox.limits.HeadTail`), read as streams, so a
+        process printing gigabytes never fills host memory.  ``stdin`` is fed to the
+        process and then closed.  With ``deadline`` (seconds) the host stops waiting
+        then and raises :class:`~kernel_sandbox.errors.FileOperationError`: a process
+        the sandbox can stop or block must never hold the host.  Without it the caller
+        bounds the time (its own ``timeout`` in argv).
         """
 
-    @abc.abstractmethod
-    async def put_archive(self, container_id: str, directory: str, tar_bytes: bytes) -> None:
-        """Extract a tar archive into an existing directory of the container."""
+    # -- the engine as a whole ------------------------------------------------------------
 
+    @classmethod
     @abc.abstractmethod
-    async def get_archive(
-        self, container_id: str, path: str, max_bytes: int | None = None
-    ) -> bytes:
-        """A tar archive of ``path`` in the container.
+    async def list_sandboxes(cls, labels: dict[str, str]) -> list[SandboxRecord]:
+        """Every sandbox of this engine carrying all of ``labels``, running or not."""
 
-        With ``max_bytes``, a path whose content is larger is refused with a
-        :class:`~kernel_sandbox.errors.FileOperationError` before it is read into memory.
+    @classmethod
+    async def gc(cls, *, remove_all: bool = False) -> list[Leftover]:
+        """What this engine holds for sandboxes whose owner process is gone.
+
+        With ``remove_all``, everything kernel_sandbox made, owner alive or not.
+        Nothing is removed until the caller calls each :attr:`Leftover.remove`.
         """
+        return []
 
-    @abc.abstractmethod
-    async def logs(self, container_id: str, tail: int) -> str:
-        """The last ``tail`` lines the container's main process wrote (for start errors)."""
-
-    @abc.abstractmethod
-    async def address(self, container_id: str) -> str:
-        """The container's IP address on its network (tcp transport)."""
-
-    @abc.abstractmethod
-    async def list(self, labels: dict[str, str]) -> list[dict[str, object]]:
-        """Containers carrying all these labels: id, name, status, labels, created."""
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.sandbox_id} {self.resource_id or '-'}>"

@@ -37,8 +37,9 @@ def _call_preview(name: str, arguments: str) -> str:
     if not isinstance(args, dict):
         return _short(arguments, 120)
     for key in ("code", "command"):
-        if isinstance(args.get(key), str):
-            return args[key]
+        value = args.get(key)
+        if isinstance(value, str):
+            return value
     if name == "file_operation":
         return f"{args.get('operation')} {args.get('file_path')}"
     return _short(arguments, 120)

@@ -10,9 +10,9 @@ import click
 from click.core import ParameterSource
 
 from ..backends.docker import docker_client
-from ..backends.runtimes import describe
-from ..images import build_images, list_images
-from ..images.builder import HELPER_NAMES, IMAGE_NAMES
+from ..backends.docker.images import build_images, list_images
+from ..backends.docker.images.builder import HELPER_NAMES, IMAGE_NAMES
+from ..backends.docker.runtimes import describe
 
 NAMES = [*IMAGE_NAMES, *HELPER_NAMES]
 

@@ -24,11 +24,15 @@ from collections import deque
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..errors import ConfigError
+from ..errors import ConfigError, KernelError, SandboxError
 from .pipconf import PipSettings, host_pip_settings
 from .policy import EgressPolicy
 from .proxy import Decision, EgressLimits, EgressProxy
+
+if TYPE_CHECKING:
+    from ..backends.base import KernelHost
 
 __all__ = [
     "CONTAINER_EGRESS_DIR",
@@ -129,7 +133,7 @@ class SandboxEgress:
 
     async def start(self) -> None:
         """Create the directory, copy the CA bundle, listen on the socket."""
-        from ..rundirs import claim  # the directory lives beside run dirs
+        from ..backends.docker.rundirs import claim  # the directory lives beside run dirs
 
         # `pip config list` runs once per process, never on the event loop
         self.pip = await asyncio.to_thread(host_pip_settings)
@@ -212,6 +216,21 @@ class SandboxEgress:
             str(RELAY_PORT),
         ]
 
+    async def start_relay(self, host: KernelHost, python: str, deadline: float) -> None:
+        """Start the relay in the sandbox (again after a restart ended it); KernelError
+        if it cannot."""
+        try:
+            result = await host.exec(
+                self.relay_command(python), max_output_bytes=4096, deadline=deadline
+            )
+        except SandboxError as exc:
+            raise KernelError(f"the egress relay did not start in the sandbox: {exc}") from exc
+        if result.exit_code != 0:
+            raise KernelError(
+                f"the egress relay did not start in the sandbox (exit {result.exit_code}): "
+                + result.stderr.decode(errors="replace")[-500:]
+            )
+
     def take_refusals(self) -> list[Decision]:
         """Refusals since the last call (at most the last 50), for the sandbox's events."""
         taken = list(self.refusals)
@@ -220,7 +239,7 @@ class SandboxEgress:
 
     async def close(self) -> None:
         """Stop the proxy and remove the directory.  Safe twice."""
-        from ..rundirs import release
+        from ..backends.docker.rundirs import release
 
         if self.proxy is not None:
             await self.proxy.close()

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import zmq
 import zmq.asyncio
-from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.connect import channel_socket_types
 
 from ..errors import KernelError
@@ -502,6 +502,18 @@ class KernelSession:
     def close(self) -> None:
         """Close the channels and the ZMQ context's sockets of this client."""
         self._readers.clear()  # shadows only: the channels own the sockets
+        # Monitors first: a socket closed with its monitor still on, and nobody reading
+        # the monitor, can stall the shared context's I/O thread (every kernel connection
+        # of the process; seen as kernels that "did not answer" after a few closes).
+        for attr in _CHANNEL_ATTRS:
+            channel = getattr(self.client, attr, None)
+            socket = getattr(channel, "socket", None)
+            if socket is not None:
+                with contextlib.suppress(Exception):
+                    socket.disable_monitor()
+        for monitor in self.client.monitors.values():
+            monitor.close()
+        self.client.monitors.clear()
         # Not ``stop_channels()``: its ``shell_channel`` & co. are properties that *create*
         # (and connect) every channel not made yet, with path URLs a sandbox may have
         # replaced by links to any socket on the host.  Only what exists is closed.
@@ -519,9 +531,6 @@ class KernelSession:
         for fd in self._fds:
             os.close(fd)
         self._fds = []
-        for monitor in self.client.monitors.values():
-            monitor.close()
-        self.client.monitors.clear()
 
 
 async def _notify(callback: OutputCallback, output: Output) -> None:

@@ -16,6 +16,7 @@ from typing import Literal, NotRequired, TypedDict
 
 import zmq
 
+from .programs import program
 from .supervisor import SUPERVISOR
 
 __all__ = [
@@ -33,124 +34,11 @@ __all__ = [
 CONTAINER_RUN_DIR = "/run/kernel-sandbox"
 PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
-# With ipc, the container's main process until it execs the supervisor: it binds the
-# kernel's five unix sockets once, while the host keeps the run directory open, and
-# hands the listening descriptors down.  The supervisor holds them across kernel
-# restarts and every kernel listens on them (ZMQ_USE_FD), so no restart needs write
-# access to the run directory: the host seals it for the container's life.  The sockets
-# must be connectable by whichever host user drives the sandbox, so they are bound with
-# an open umask (the run directory's parent on the host is private to that user).
-BINDER = """\
-import json
-import os
-import socket
-import sys
-
-info = json.loads(os.environ["KERNEL_SANDBOX_CONNECTION"])
-os.umask(0)
-bound = []
-for name in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"):
-    path = "%s-%s" % (info["ip"], info[name])
-    s = socket.socket(socket.AF_UNIX)
-    s.bind(path)
-    s.listen(128)
-    s.set_inheritable(True)
-    bound.append("ipc://%s=%d" % (path, s.detach()))
-os.umask(0o022)
-os.environ["KERNEL_SANDBOX_FDS"] = ",".join(bound)
-os.execvp("sh", ["sh"] + sys.argv[1:])
-"""
-
-# Runs inside the container as the kernel (a child of the supervisor).
-LAUNCHER = """\
-import json
-import os
-import sys
-import tempfile
-
-import zmq
-
-connection = os.environ.pop("KERNEL_SANDBOX_CONNECTION")
-fd, path = tempfile.mkstemp(prefix="kernel-", suffix=".json")
-os.write(fd, connection.encode())
-os.close(fd)
-# tcp: every socket the kernel binds is a CURVE server (encrypted; a peer must know the
-# server's key), whichever ipykernel the image has.
-curve = json.loads(connection).get("curve_secretkey", "").encode()
-# ipc: bind to the sockets the binder made (see BINDER) instead of making new ones.
-prebound = os.environ.pop("KERNEL_SANDBOX_FDS", "")
-prebound = dict(item.rsplit("=", 1) for item in prebound.split(",") if item)
-
-def _bind(self, addr, _bind=zmq.Socket.bind):
-    if curve:
-        self.curve_secretkey = curve
-        self.curve_publickey = zmq.curve_public(curve)
-        self.curve_server = True
-    if addr in prebound:
-        self.set(zmq.USE_FD, int(prebound[addr]))
-    return _bind(self, addr)
-
-zmq.Socket.bind = _bind
-# Without debugpy ipykernel starts ~100 ms sooner (no debugger: nobody attaches one to a
-# sandbox); user code can still import debugpy afterwards.
-sys.modules["debugpy"] = None
-from ipykernel.kernelapp import IPKernelApp
-
-app = IPKernelApp.instance()
-# No sqlite history (a thread plus a disk write per cell; In, Out and _ still work) and
-# no fixed 0.5 ms sleep after each cell; debug records were built and dropped for
-# every message.  Together about 3-4 ms of a print(1+1) round trip (bench/).
-app.initialize(["-f", path, "--HistoryManager.enabled=False", "--IPythonKernel._execute_sleep=0"])
-app.log.setLevel("WARNING")
-# ipykernel sends what a stream got in 0.2 s as one message: a tight print loop made
-# messages of hundreds of MB, held whole in the kernel and then on the host.  Here a
-# stream flushes every 1 MiB and waits for the send, so messages stay small and a
-# writer cannot outrun the sender (the host caps what it keeps: max_output_bytes).
-from ipykernel.iostream import OutStream
-
-def _bounded_write(self, string, _write=OutStream.write, _chunk=1 << 20):
-    if not isinstance(string, str) or len(string) <= _chunk:
-        written = _write(self, string)  # None in a forked child: keep that
-        self._ks_pending = getattr(self, "_ks_pending", 0) + len(string)
-        if self._ks_pending > _chunk:
-            self._ks_pending = 0
-            self.flush()
-        return written
-    for start in range(0, len(string), _chunk):
-        _bounded_write(self, string[start : start + _chunk])
-    return len(string)
-
-OutStream.write = _bounded_write
-del sys.modules["debugpy"]
-
-
-# A cell that closes sys.stdout/sys.stderr or sets them to None (or anything without a
-# write method) would break every later cell (IPython fails before running one and never
-# replies).  After each cell such a stream is replaced by a fresh one; a stream the user
-# swapped for a working object of their own is left alone.  A few attribute reads a cell.
-def _restore_streams():
-    from ipykernel.iostream import OutStream
-
-    for name in ("stdout", "stderr"):
-        stream = getattr(sys, name)
-        if getattr(stream, "closed", False) or not callable(getattr(stream, "write", None)):
-            setattr(sys, name, OutStream(app.session, app.iopub_thread, name, watchfd=False))
-
-
-app.shell.events.register("post_execute", _restore_streams)
-# exit() and quit() would stop the kernel 0.1 s *after* it replied "ok", so the next call
-# would find it dead and lose every variable; in a sandbox they keep the kernel, as
-# exit(keep_kernel=True) does.
-app.shell.ask_exit = lambda: None
-os.unlink(path)
-for module in os.environ.get("KERNEL_SANDBOX_PREIMPORT", "").split(","):
-    if module:
-        try:
-            app.shell.run_cell("import " + module, store_history=False, silent=True)
-        except Exception:
-            pass
-app.start()
-"""
+#: With ipc, the container's main process until it execs the supervisor: binds the
+#: kernel's sockets once (see the program's docstring).
+BINDER = program("binder.py")
+#: The kernel, started (and restarted) by the supervisor.
+LAUNCHER = program("launcher.py")
 
 
 class ConnectionInfo(TypedDict):

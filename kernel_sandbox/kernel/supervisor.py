@@ -22,7 +22,7 @@ supervisor's state directory and one signal:
 With the ``ipc`` transport ``status`` is a FIFO the host made and keeps open for
 reading, so a report is a local read on the host and nothing is stored on its disk
 (the state directory is the host's run directory, which the sandbox cannot write to,
-see :mod:`kernel_sandbox.statedir`).  With ``tcp`` it is a plain file in the
+see :mod:`kernel_sandbox.backends.docker.statedir`).  With ``tcp`` it is a plain file in the
 container's ``/tmp``.  Sandbox code runs as the same user as the supervisor, so it can
 write lines of its own to ``status``: the kernel number and the blank line before
 each report keep them from being taken for another kernel's end, and the worst a
@@ -39,6 +39,8 @@ The shell costs about 2 MB of memory per sandbox.
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from .programs import program
 
 __all__ = [
     "GO_PREFIX",
@@ -64,53 +66,9 @@ KILL_SIGNAL = "SIGUSR1"
 #: an explicit restart also ends shell commands' leftovers, e.g. a backgrounded fork bomb.
 KILL_ALL_SIGNAL = "SIGUSR2"
 
-# $1 is the state directory, the rest is the kernel's command.  A status file and go
-# files left by an earlier container run (the state directory may outlive it) are not
-# this run's; a FIFO is the host's, which drains it when the container restarts.
-# `wait` returns early (above 128) when a caught signal arrives, so it is repeated
-# while the kernel lives.
-SUPERVISOR = f"""\
-trap : HUP INT TERM
-trap 'kill -KILL -"$kernel" 2>/dev/null' USR1
-trap 'kill -KILL -1 2>/dev/null' USR2
-dir=$1
-shift
-mkdir -p "$dir"
-[ -p "$dir/{STATUS_FILE}" ] || rm -f "$dir/{STATUS_FILE}" "$dir"/{GO_PREFIX}*
-oom_kills() {{
-    kills=0
-    for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
-        if [ -r "$f" ]; then
-            while read -r key value; do
-                if [ "$key" = oom_kill ]; then kills=$value; return; fi
-            done <"$f"
-        fi
-    done
-}}
-n=0
-while :; do
-    n=$((n + 1))
-    oom_kills
-    before=$kills
-    setsid "$@" &
-    kernel=$!
-    while :; do
-        wait "$kernel"
-        code=$?
-        kill -0 "$kernel" 2>/dev/null || break
-    done
-    # until the group is gone (reaped), at most ~3 s: its processes hold the process
-    # limit until then, and gVisor reaps a large group slowly
-    i=0
-    while kill -KILL -"$kernel" 2>/dev/null && [ $i -lt 60 ]; do
-        sleep 0.05
-        i=$((i + 1))
-    done
-    oom_kills
-    printf '\\n%s %s %s %s\\n' "$n" "$code" "$before" "$kills" >"$dir/{STATUS_FILE}"
-    until [ -e "$dir/{GO_PREFIX}$n" ]; do sleep 0.05; done
-done
-"""
+#: The supervisor's source (``programs/supervisor.sh``): ``sh -c SUPERVISOR name STATE_DIR
+#: KERNEL_COMMAND...``.  It uses the names :data:`STATUS_FILE` and :data:`GO_PREFIX`.
+SUPERVISOR = program("supervisor.sh")
 
 
 class KernelEnd(NamedTuple):

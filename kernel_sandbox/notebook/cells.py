@@ -56,7 +56,9 @@ CellKind = Literal["message", "python", "shell", "file", "note"]
 #: Larger written files are described, not embedded (the notebook would balloon).
 MAX_EMBEDDED_FILE = 256 * 1024
 _WRITE_OPS = {"write": "", "append": "-a "}
-_SHELL_OPS = {"mkdir": "mkdir -p --", "remove": "rm -rf --"}
+#: ``delete`` is what sandbox.files.remove and the file_operation tool report;
+#: ``remove`` is kept for notebooks recorded before.
+_SHELL_OPS = {"mkdir": "mkdir -p --", "delete": "rm -rf --", "remove": "rm -rf --"}
 _ROLE_TITLES = {"user": "User", "assistant": "Assistant", "system": "System"}
 
 

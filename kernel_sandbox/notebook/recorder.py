@@ -2,8 +2,10 @@
 
 The recorder only listens: attach it to a sandbox (``sandbox.listeners.append(rec)`` or
 :meth:`NotebookRecorder.attach`) and every ``run_python`` / ``run_shell`` / file
-operation becomes a cell; an agent loop also calls the ``add_*`` methods for messages
-and to attach tool-call ids.  After every step the whole notebook is validated and
+operation / restart becomes a cell, with the metadata of the call that caused it (the
+sandbox tags its events, see :func:`~kernel_sandbox.events.call_context`).  An agent
+loop also adds messages, and merges each tool call's verdict into the cells that carry
+its id (:meth:`NotebookRecorder.finish_call`).  After every step the whole notebook is validated and
 atomically rewritten, so a crash or ``kill -9`` leaves a valid notebook of everything
 up to the last step.
 """
@@ -22,7 +24,14 @@ import nbformat
 from nbformat import NotebookNode
 from nbformat.v4 import new_markdown_cell, new_notebook
 
-from ..events import EgressRefused, Event, FileOperated, PythonExecuted, ShellExecuted
+from ..events import (
+    EgressRefused,
+    Event,
+    FileOperated,
+    KernelRestarted,
+    PythonExecuted,
+    ShellExecuted,
+)
 from ..results import CommandResult, Execution
 from .cells import (
     META_KEY,
@@ -93,11 +102,8 @@ class NotebookRecorder:
     ) -> None:
         self.path = Path(path) if path is not None else new_session_path()
         self._lock = threading.RLock()
-        self._recorded: dict[int, tuple[object, NotebookNode]] = {}
         self._steps = 0
         self._seeded = False  # a recorded cell seeded the random generators
-        # (cell, came from a sandbox event, (operation, path)) of the newest file cell
-        self._last_file: tuple[NotebookNode, bool, tuple[str, str]] | None = None
         now = iso_time()
         session: dict[str, Any] = {
             "format_version": FORMAT_VERSION,
@@ -168,17 +174,39 @@ class NotebookRecorder:
         elif isinstance(event, EgressRefused):
             self.add_note(event.sentence(), {**meta, "egress_refused": len(event.refusals)})
         elif isinstance(event, FileOperated):
-            self._add_file(
+            self.add_file_operation(
                 event.operation,
                 event.path,
-                getattr(event, "content", None),
-                event.size,
-                event.error,
-                event.detail,
-                meta,
-                event.started_at,
-                True,
+                content=event.content,
+                size=event.size,
+                error=event.error,
+                detail=event.detail,
+                metadata=meta,
+                started_at=event.started_at,
             )
+        elif isinstance(event, KernelRestarted) and event.requested:
+            # a restart after a dead or stuck kernel is told by its execution's note
+            what = "sandbox restarted" if event.whole else "kernel restarted"
+            self.add_note(f"**{what}:** {event.message}", {**meta, "restart": what})
+
+    def finish_call(self, call_id: str, metadata: Mapping[str, Any]) -> bool:
+        """Merge a call's verdict into every cell its sandbox events made.
+
+        Cells know their call by the ``tool_call_id`` in their metadata.  Returns False
+        when no cell has it (the call never reached the sandbox), so the caller can
+        record why instead.
+        """
+        with self._lock:
+            cells = [
+                cell
+                for cell in self._nb.cells
+                if cell.metadata.get(META_KEY, {}).get("tool_call_id") == call_id
+            ]
+            for cell in cells:
+                cell.metadata[META_KEY].update(jsonable(dict(metadata)))
+            if cells:
+                self._save()
+            return bool(cells)
 
     # -- steps ------------------------------------------------------------------------
 
@@ -208,11 +236,8 @@ class NotebookRecorder:
     ) -> None:
         """Record one Python execution with its real outputs (see ``cells.python_cell``)."""
         with self._lock:
-            if self._merge(execution, metadata):
-                return
             cell = python_cell(code, execution, metadata, started_at, seeded=self._seeded)
             self._seeded = self._seeded or seeds_randomness(code)
-            self._remember(execution, cell)
             self._nb.cells.append(cell)
             if execution.status in ("timeout", "kernel_died") and execution.message:
                 self._nb.cells.append(
@@ -231,10 +256,7 @@ class NotebookRecorder:
     ) -> None:
         """Record one shell command as a re-runnable ``%%sh`` cell."""
         with self._lock:
-            if self._merge(result, metadata):
-                return
             cell = shell_cell(command, result, cwd, metadata, started_at)
-            self._remember(result, cell)
             self._nb.cells.append(cell)
             self._step()
 
@@ -250,56 +272,19 @@ class NotebookRecorder:
         metadata: Mapping[str, Any] | None = None,
         started_at: float | None = None,
     ) -> None:
-        """Record a file operation; pass ``content`` for writes so replay can redo them.
-
-        When the same operation on the same path arrives both as a sandbox event and
-        from the caller (in either order, one right after the other), one cell is kept:
-        the one that can redo the operation, with both metadata merged.
-        """
-        self._add_file(operation, path, content, size, error, detail, metadata, started_at, False)
-
-    def _add_file(
-        self,
-        operation: str,
-        path: str,
-        content: bytes | str | None,
-        size: int | None,
-        error: str,
-        detail: str,
-        metadata: Mapping[str, Any] | None,
-        started_at: float | None,
-        from_event: bool,
-    ) -> None:
-        cell = file_cell(
-            operation,
-            path,
-            content=content,
-            size=size,
-            error=error,
-            detail=detail,
-            metadata=metadata,
-            started_at=started_at,
+        """Record a file operation; pass ``content`` for writes so replay can redo them."""
+        self._append(
+            file_cell(
+                operation,
+                path,
+                content=content,
+                size=size,
+                error=error,
+                detail=detail,
+                metadata=metadata,
+                started_at=started_at,
+            )
         )
-        with self._lock:
-            last = self._nb.cells[-1] if self._nb.cells else None
-            twin = self._last_file
-            if (
-                last is not None
-                and twin is not None
-                and twin[0] is last
-                and twin[1] != from_event
-                and twin[2] == (operation, path)
-            ):
-                keep, other = (cell, last) if cell.cell_type == "code" else (last, cell)
-                merged = {**other.metadata[META_KEY], **keep.metadata[META_KEY]}
-                keep.metadata[META_KEY] = merged
-                self._nb.cells[-1] = keep
-                self._last_file = None
-                self._save()
-                return
-            self._nb.cells.append(cell)
-            self._last_file = (cell, from_event, (operation, path))
-            self._step()
 
     def set_metadata(self, mapping: Mapping[str, Any] | None = None, **fields: Any) -> None:
         """Add or change session metadata (model name, image, budgets...) and save."""
@@ -338,19 +323,6 @@ class NotebookRecorder:
         with self._lock:
             self._nb.cells.append(cell)
             self._step()
-
-    def _remember(self, result: object, cell: NotebookNode) -> None:
-        # Keep the object alive so its id() cannot be reused by a later result.
-        self._recorded[id(result)] = (result, cell)
-
-    def _merge(self, result: object, metadata: Mapping[str, Any] | None) -> bool:
-        known = self._recorded.get(id(result))
-        if known is None or known[0] is not result:
-            return False
-        if metadata:
-            known[1].metadata[META_KEY].update(jsonable(dict(metadata)))
-            self._save()
-        return True
 
     def _step(self) -> None:
         self._steps += 1

@@ -17,6 +17,7 @@ errors become the same ``SandboxError`` subclasses a local sandbox raises.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import posixpath
@@ -39,6 +40,7 @@ from ..errors import (
 from ..events import Listener, PythonExecuted, ShellExecuted, emit
 from ..files import LIST_LIMIT
 from ..results import CommandResult, Execution, FileInfo
+from ..sandbox import PING_TIMEOUT
 from .wire import command_from, execution_from, file_info_from
 
 __all__ = ["RemoteFiles", "RemoteSandbox", "raise_for"]
@@ -244,9 +246,35 @@ class RemoteSandbox:
         """True once :meth:`close` was called."""
         return self._closed
 
-    async def _request(self, method: str, path: str, what: str, **kwargs: Any) -> httpx2.Response:
+    @property
+    def working_dir(self) -> str:
+        """Where relative paths start inside the sandbox."""
+        return self.config.working_dir
+
+    def check_open(self) -> None:
+        """Raise :class:`SandboxClosedError` once the sandbox is closed."""
         if self._closed:
             raise SandboxClosedError(f"sandbox {self.id} is closed; create a new one")
+
+    async def health(self) -> str | None:
+        """None while the server still has this sandbox for this key, else why not."""
+        if self._closed:
+            return "it was closed"
+        try:
+            await self._request("GET", f"/v1/sandboxes/{self.id}", f"look up sandbox {self.id}")
+        except SandboxError as exc:
+            return str(exc)
+        return None
+
+    async def ping(self, timeout: float = PING_TIMEOUT) -> bool:
+        """True when the server answers for this sandbox within ``timeout`` seconds."""
+        try:
+            return await asyncio.wait_for(self.health(), timeout) is None
+        except TimeoutError:
+            return False
+
+    async def _request(self, method: str, path: str, what: str, **kwargs: Any) -> httpx2.Response:
+        self.check_open()
         try:
             response = await self._client.request(method, path, **kwargs)
         except httpx2.HTTPError as exc:

@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..backends.base import SandboxRecord
 from ..config import LABEL_PREFIX
 from ..errors import SandboxError
 from ..notebook.cells import META_KEY
 from ..notebook.storage import read_notebook
-from ..sandbox import runtime_root
 from .tenancy import SERVER_ID_LABEL, SERVER_KEY_LABEL, SERVER_LABEL
 
 if TYPE_CHECKING:
@@ -38,35 +38,40 @@ __all__ = ["Restorable", "leftovers", "remove_leftovers", "restorable", "restore
 log = logging.getLogger(__name__)
 
 
-async def leftovers(name: str) -> list[dict[str, object]]:
+async def leftovers(name: str) -> list[SandboxRecord]:
     """Containers labelled as this server's (running or not)."""
-    from ..backends.docker import DockerBackend
+    from ..backends.docker import DockerEngine
 
-    return await DockerBackend().list({SERVER_LABEL: name})
+    return await DockerEngine().list({SERVER_LABEL: name})
 
 
 async def remove_leftovers(name: str) -> int:
-    """Remove every container, volume and run directory of server ``name``; count them."""
-    from ..backends.docker import DockerBackend
+    """Remove every container, volume, network and run directory of server ``name``."""
+    from ..backends.docker import DockerEngine
+    from ..backends.docker.rundirs import runtime_root
 
-    backend = DockerBackend()
-    rows = await backend.list({SERVER_LABEL: name})
-    volumes = await backend.list_volumes({SERVER_LABEL: name})
+    engine = DockerEngine()
+    rows = await engine.list({SERVER_LABEL: name})
+    volumes = await engine.list_volumes({SERVER_LABEL: name})
     for row in rows:
-        labels: dict[str, str] = row["labels"]  # type: ignore[assignment]
         try:
-            await backend.remove(str(row["id"]))
+            await engine.remove(row.resource_id)
         except Exception as exc:  # one wedged container must not stop the server
-            log.warning("could not remove leftover container %s: %s", row["id"], exc)
+            log.warning("could not remove leftover container %s: %s", row.resource_id, exc)
             continue
-        run_dir = labels.get(f"{LABEL_PREFIX}.run-dir")
+        run_dir = row.labels.get(f"{LABEL_PREFIX}.run-dir")
         if run_dir and Path(run_dir).parent == runtime_root():
             await asyncio.to_thread(shutil.rmtree, run_dir, True)
     if volumes:
         try:
-            await backend.remove_volumes([str(v["name"]) for v in volumes])
+            await engine.remove_volumes([str(v["name"]) for v in volumes])
         except Exception as exc:
             log.warning("could not remove leftover volumes: %s", exc)
+    for network in await engine.list_networks({SERVER_LABEL: name}):
+        try:
+            await engine.remove_network(str(network["name"]))
+        except Exception as exc:
+            log.warning("could not remove leftover network %s: %s", network["name"], exc)
     return len(rows)
 
 
@@ -83,7 +88,7 @@ async def restorable(settings: ServerSettings) -> list[Restorable]:
     """Leftovers with an owner label and a recorded notebook (pool members have neither)."""
     found = []
     for row in await leftovers(settings.name):
-        labels: dict[str, str] = row["labels"]  # type: ignore[assignment]
+        labels = row.labels
         owner = labels.get(SERVER_KEY_LABEL)
         sid = labels.get(SERVER_ID_LABEL) or labels.get(f"{LABEL_PREFIX}.id")
         if not owner or not sid:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import ConfigError, SandboxClosedError, SandboxError
+from ..events import call_context
 from .results import ToolResult, truncate_middle
 from .schema import SchemaFormat, chat_tool, parameters_schema, responses_tool
 
@@ -40,7 +41,6 @@ __all__ = [
     "ToolSet",
     "available_tools",
     "called_name",
-    "down_reason",
     "make_tools",
     "register_tool",
 ]
@@ -159,9 +159,8 @@ def register_tool(cls: type[Tool]) -> type[Tool]:
 
 
 def available_tools() -> dict[str, type[Tool]]:
-    """Every registered tool class by name (the built-in ones included)."""
-    from . import files, python, shell  # noqa: F401 - registration happens on import
-
+    """Every registered tool class by name (the built-in ones included: the package's
+    ``__init__`` imports their modules, which register them, before this one is used)."""
     return dict(_REGISTRY)
 
 
@@ -377,13 +376,14 @@ class ToolSet:
                 name, f"invalid arguments: {problems}. Expected arguments: {_expected(tool.Params)}"
             )
         try:
-            return await tool.run(self.sandbox, params)
+            with call_context(tool=name):  # the sandbox tags its events with it
+                return await tool.run(self.sandbox, params)
         except SandboxClosedError as exc:
             return ToolResult.failure(
                 name, f"the sandbox is no longer running ({exc}); nothing was executed"
             )
         except SandboxError as exc:
-            down = await down_reason(self.sandbox)
+            down = await self.sandbox.health()
             if down:
                 return ToolResult.failure(name, f"the sandbox is not running: {down}")
             return ToolResult.failure(name, f"the sandbox could not run this call: {exc}")
@@ -395,19 +395,6 @@ class ToolSet:
 
     def __repr__(self) -> str:
         return f"<ToolSet {self.names} sandbox={getattr(self.sandbox, 'id', '?')}>"
-
-
-async def down_reason(sandbox: AsyncSandbox) -> str | None:
-    """None while the sandbox's container runs, else a sentence saying why it does not."""
-    if sandbox.closed:
-        return "it was closed"
-    if sandbox.container_id is None:
-        return "it has no container"
-    try:
-        state = await sandbox.backend.state(sandbox.container_id)
-    except Exception as exc:  # the engine itself is unreachable
-        return f"the engine cannot be asked about it: {exc}"
-    return None if state.running else state.death_reason()
 
 
 def _fit_for_model(result: ToolResult, limit: int, full_limit: int) -> ToolResult:

@@ -1,22 +1,20 @@
 """file_operation: read, write, list and manage files in the sandbox.
 
-Every call is also reported to ``sandbox.listeners`` as a
-:class:`~kernel_sandbox.events.FileOperated` event, so a notebook recorder can show
-file work that never went through the kernel.
+The sandbox reports every file operation to its listeners itself (a
+:class:`~kernel_sandbox.events.FileOperated` event tagged with the tool call), so
+nothing here feeds a recorder.
 """
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ..errors import FileOperationError, SandboxFileNotFoundError
-from ..events import FileOperated, emit
 from ..results import FileInfo, format_size
-from .base import PATH_MAX, OsText, Text, Tool, ToolOptions, down_reason, register_tool
-from .results import ToolResult, truncate_middle
+from .base import PATH_MAX, OsText, Text, Tool, ToolOptions, register_tool
+from .results import ToolResult
 from .schema import SchemaFormat
 from .texts import where_text
 
@@ -27,8 +25,6 @@ __all__ = ["FileOperation", "FileOperationOptions", "FileParams", "Operation"]
 
 Operation = Literal["read", "write", "append", "list", "delete", "exists", "mkdir"]
 OPERATIONS: tuple[str, ...] = get_args(Operation)
-#: Longest ``detail`` (a read file, a listing) put into a FileOperated event.
-_EVENT_DETAIL_CHARS = 2000
 
 
 class FileParams(BaseModel):
@@ -108,7 +104,7 @@ class FileOperation(Tool):
         return {
             "operation": "One of: " + ", ".join(self.options.operations) + ".",
             "file_path": (
-                f"File or directory path, absolute or relative to {sandbox.config.working_dir}."
+                f"File or directory path, absolute or relative to {sandbox.working_dir}."
             ),
             "content": "The text to write or append; null for other operations.",
             "encoding": "Text encoding for read, write and append; null means utf-8.",
@@ -122,69 +118,46 @@ class FileOperation(Tool):
         params["properties"]["operation"]["enum"] = list(self.options.operations)
         return schema
 
-    async def run(self, sandbox: AsyncSandbox, params: FileParams) -> ToolResult:  # type: ignore[override]
-        started = time.time()
+    async def run(self, sandbox: AsyncSandbox, params: FileParams) -> ToolResult:
         path = sandbox.resolve_path(params.file_path) if params.file_path.strip() else ""
-        result, size = await self._dispatch(sandbox, params, path)
-        if sandbox.listeners:
-            writes = params.operation in ("write", "append")
-            # a recorder gets the text written as ``content`` (to redo the write) and a
-            # short view of the outcome (what was read or listed) as ``detail``
-            detail = truncate_middle(result.output, _EVENT_DETAIL_CHARS)[0] if result.ok else ""
-            event = FileOperated(
-                sandbox.id,
-                params.operation,
-                path or params.file_path,
-                started,
-                size=size,
-                error=result.error or "",
-                detail=detail,
-                metadata={"tool": self.name, "encoding": params.encoding or "utf-8"},
-                content=params.content if writes else None,
-            )
-            await emit(sandbox.listeners, event)
-        return result
+        return await self._dispatch(sandbox, params, path)
 
-    async def _dispatch(
-        self, sandbox: AsyncSandbox, params: FileParams, path: str
-    ) -> tuple[ToolResult, int | None]:
+    async def _dispatch(self, sandbox: AsyncSandbox, params: FileParams, path: str) -> ToolResult:
         op = params.operation
         fail = ToolResult.failure
         if op not in self.options.operations:
             allowed = ", ".join(self.options.operations)
-            return fail(
-                self.name, f"operation {op!r} is not enabled here; use one of: {allowed}"
-            ), None
+            return fail(self.name, f"operation {op!r} is not enabled here; use one of: {allowed}")
         if not path:
-            return fail(self.name, "file_path is empty; give a path such as 'notes.txt'"), None
+            return fail(self.name, "file_path is empty; give a path such as 'notes.txt'")
         encoding = params.encoding or "utf-8"
         try:
             # not codecs.lookup: it also knows bytes-to-bytes codecs such as 'rot13'
             "".encode(encoding)
         except LookupError:
-            return fail(self.name, f"unknown encoding {encoding!r}; use e.g. 'utf-8'"), None
+            return fail(self.name, f"unknown encoding {encoding!r}; use e.g. 'utf-8'")
         if op in ("write", "append") and params.content is None:
-            return fail(self.name, f"operation {op!r} needs `content` (the text to {op})"), None
+            return fail(self.name, f"operation {op!r} needs `content` (the text to {op})")
         try:
             return await self._operate(sandbox, params, path, encoding)
         except SandboxFileNotFoundError:
-            down = await down_reason(sandbox)
+            down = await sandbox.health()
             if down:
-                return fail(self.name, f"the sandbox is not running: {down}"), None
+                return fail(self.name, f"the sandbox is not running: {down}")
             return fail(
                 self.name,
                 f"no such file or directory in the sandbox: {path}; use operation 'list' on "
                 "its parent directory to see what exists",
                 metadata={"path": path},
-            ), None
+            )
         except FileOperationError as exc:
-            down = await down_reason(sandbox)
+            down = await sandbox.health()
             message = f"the sandbox is not running: {down}" if down else str(exc)
-            return fail(self.name, message, metadata={"path": path}), None
+            return fail(self.name, message, metadata={"path": path})
 
     async def _operate(
         self, sandbox: AsyncSandbox, params: FileParams, path: str, encoding: str
-    ) -> tuple[ToolResult, int | None]:
+    ) -> ToolResult:
         op, files = params.operation, sandbox.files
 
         def ok(output: str, **metadata: Any) -> ToolResult:
@@ -205,8 +178,8 @@ class FileOperation(Tool):
                     f"{path} is not {encoding} text ({exc.reason} at byte {exc.start}, "
                     f"{format_size(len(data))}); open binary files with python_executor",
                     metadata={"path": path},
-                ), len(data)
-            return ok(text, size=len(data)), len(data)
+                )
+            return ok(text, size=len(data))
         if op in ("write", "append"):
             try:
                 payload = (params.content or "").encode(encoding)
@@ -217,24 +190,20 @@ class FileOperation(Tool):
                     f"{exc.object[exc.start : exc.start + 1]!r} at position {exc.start}); "
                     "use encoding 'utf-8'",
                     metadata={"path": path},
-                ), None
+                )
             if op == "write":
                 await files.write(path, payload)
-                return ok(f"wrote {format_size(len(payload))} to {path}", size=len(payload)), len(
-                    payload
-                )
+                return ok(f"wrote {format_size(len(payload))} to {path}", size=len(payload))
             await files.append(path, payload)
-            return ok(f"appended {format_size(len(payload))} to {path}", size=len(payload)), len(
-                payload
-            )
+            return ok(f"appended {format_size(len(payload))} to {path}", size=len(payload))
         if op == "list":
             entries = await files.list(path)
-            return ok(_listing(path, entries), entries=len(entries)), None
+            return ok(_listing(path, entries), entries=len(entries))
         if op == "delete":
             await files.remove(path)
-            return ok(f"deleted {path}"), None
+            return ok(f"deleted {path}")
         if op == "exists":
             exists = await files.exists(path)
-            return ok(f"{path} {'exists' if exists else 'does not exist'}", exists=exists), None
+            return ok(f"{path} {'exists' if exists else 'does not exist'}", exists=exists)
         await files.mkdir(path)
-        return ok(f"directory {path} is ready"), None
+        return ok(f"directory {path} is ready")

@@ -85,7 +85,7 @@ class PythonExecutor(Tool):
             ),
         }
 
-    async def run(self, sandbox: AsyncSandbox, params: PythonParams) -> ToolResult:  # type: ignore[override]
+    async def run(self, sandbox: AsyncSandbox, params: PythonParams) -> ToolResult:
         timeout = min(params.timeout or self.default_timeout(sandbox), self.options.max_timeout)
         execution = await sandbox.run_python(params.code, timeout=timeout)
         text, artifacts = render_outputs(execution.outputs)

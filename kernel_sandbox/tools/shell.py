@@ -93,12 +93,12 @@ class ShellExecutor(Tool):
                 f"({self.default_timeout(sandbox):g} s, at most {self.options.max_timeout:g})."
             ),
             "cwd": (
-                f"Directory to run in, absolute or relative to {sandbox.config.working_dir}; "
+                f"Directory to run in, absolute or relative to {sandbox.working_dir}; "
                 "null for the working directory."
             ),
         }
 
-    async def run(self, sandbox: AsyncSandbox, params: ShellParams) -> ToolResult:  # type: ignore[override]
+    async def run(self, sandbox: AsyncSandbox, params: ShellParams) -> ToolResult:
         timeout = min(params.timeout or self.default_timeout(sandbox), self.options.max_timeout)
         result = await sandbox.run_shell(params.command, timeout=timeout, cwd=params.cwd)
         metadata: dict[str, Any] = {"exit_code": result.exit_code, "timed_out": result.timed_out}

@@ -18,7 +18,7 @@ def where_text(sandbox: AsyncSandbox) -> str:
     """Working directory and mounted host directories."""
     cfg = sandbox.config
     text = (
-        f"The working directory is {cfg.working_dir}; relative paths start there and files "
+        f"The working directory is {sandbox.working_dir}; relative paths start there and files "
         "persist for the life of the sandbox."
     )
     mounts = [

@@ -15,7 +15,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from kernel_sandbox.egress import CONTAINER_EGRESS_DIR, RELAY_PORT
+from kernel_sandbox.backends.docker import DockerHost
+from kernel_sandbox.egress import CONTAINER_EGRESS_DIR, RELAY_PORT, SandboxEgress
 from kernel_sandbox.notebook import NotebookRecorder
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.tools import ToolSet
@@ -23,6 +24,14 @@ from kernel_sandbox.tools import ToolSet
 from .conftest import PYTHON_IMAGE
 
 pytestmark = pytest.mark.integration
+
+
+def egress_of(sandbox: AsyncSandbox) -> SandboxEgress:
+    """The sandbox's egress (its Docker host's proxy and directory)."""
+    host = sandbox.host
+    assert isinstance(host, DockerHost) and host.egress is not None
+    return host.egress
+
 
 INTERFACES = "import os; print(sorted(os.listdir('/sys/class/net')))"
 
@@ -56,9 +65,9 @@ async def test_pip_install_in_a_cell_and_in_the_shell_with_only_lo(make_sandbox)
     relay = await sb.run_shell("pip download --no-deps -d /tmp/dl tomli-w", timeout=180)
     assert relay.exit_code == 0, relay.stderr
 
-    decisions = sb._egress.proxy.decisions  # type: ignore[union-attr]
+    decisions = egress_of(sb).proxy.decisions
     assert decisions and all(d.allowed for d in decisions), decisions
-    allowed = {h.name for h in sb._egress.policy.patterns}  # type: ignore[union-attr]
+    allowed = {h.name for h in egress_of(sb).policy.patterns}
     assert {d.host for d in decisions} <= allowed
 
 
@@ -97,7 +106,7 @@ async def test_refusals_come_back_as_403_and_as_notebook_notes(
         line = next(line for line in ex.stdout.splitlines() if line.startswith(url))
         assert "REACHED" not in line
         assert "refused by the sandbox's network policy (packages)" in line, line
-    decisions = list(sb._egress.proxy.decisions)  # type: ignore[union-attr]
+    decisions = list(egress_of(sb).proxy.decisions)
     assert len(decisions) == len(urls) and not any(d.allowed for d in decisions)
     # decided before anything went out: no decision names a resolved address
     assert all("resolves to" not in d.detail for d in decisions)
@@ -119,8 +128,8 @@ async def test_refusals_come_back_as_403_and_as_notebook_notes(
 async def test_a_sandbox_cannot_use_another_sandboxs_proxy(make_sandbox) -> None:  # type: ignore[no-untyped-def]
     first: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE, network="packages")
     second: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE, network=["files.example.org"])
-    other_socket = str(first._egress.proxy.socket_path)  # type: ignore[union-attr]
-    index = first._egress.policy.patterns[0].text  # type: ignore[union-attr]
+    other_socket = str(egress_of(first).proxy.socket_path)
+    index = egress_of(first).policy.patterns[0].text
     probe = f"""
 import json, os, socket
 seen = {{}}
@@ -146,12 +155,12 @@ print(json.dumps(seen))
     assert seen[CONTAINER_EGRESS_DIR + "/proxy.sock"].startswith("HTTP/1.1 403"), seen
     assert "network=['files.example.org']" in seen[CONTAINER_EGRESS_DIR + "/proxy.sock"]
     assert seen["write"] in ("OSError", "PermissionError")  # read-only mount
-    assert not first._egress.proxy.decisions  # type: ignore[union-attr]
+    assert not egress_of(first).proxy.decisions
 
 
 async def test_egress_directory_goes_with_the_sandbox(make_sandbox) -> None:  # type: ignore[no-untyped-def]
     sb: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE, network="packages")
-    directory = sb._egress.host_dir  # type: ignore[union-attr]
+    directory = egress_of(sb).host_dir
     assert (directory / "proxy.sock").exists()
     await sb.close()
     assert not directory.exists()
@@ -181,7 +190,7 @@ print("flood done", len(sockets))
 
 async def test_a_flood_from_inside_holds_a_bounded_number_of_connections(make_sandbox) -> None:  # type: ignore[no-untyped-def]
     sb: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE, network=["files.example.org"])
-    proxy = sb._egress.proxy  # type: ignore[union-attr]
+    proxy = egress_of(sb).proxy
     peak = 0
 
     async def watch() -> None:

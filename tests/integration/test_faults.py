@@ -11,6 +11,7 @@ Time from fault to answer and time to recover are printed (``pytest -s``) as
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import signal
@@ -26,9 +27,9 @@ import docker
 import nbformat
 import pytest
 
-from kernel_sandbox import rundirs
 from kernel_sandbox.agent import Agent, RetryPolicy
-from kernel_sandbox.backends.docker import DockerBackend
+from kernel_sandbox.backends.docker import DockerHost, rundirs
+from kernel_sandbox.backends.docker.rundirs import runtime_root
 from kernel_sandbox.errors import (
     ContainerRemovedError,
     ContainerStoppedError,
@@ -360,7 +361,7 @@ async def test_gc_removes_exactly_the_orphans_of_a_killed_process(
         unlabelled.reload()  # still there (raises NotFound otherwise)
         assert not any(d.exists() for d in orphan_dirs) and not stale.exists()
         assert starting.is_dir() and claimed.is_dir() and a_file.read_text() == "keep"
-        assert live._run_dir is not None and live._run_dir.is_dir()
+        assert (runtime_root() / live.id).is_dir()
         assert (await live.run_python("1 + 1")).ok  # the live sandbox was not touched
     finally:
         rundirs.release(claim)
@@ -452,7 +453,7 @@ def private_engine() -> Iterator[PrivateEngine]:
 async def engine_sandbox(private_engine, private_runtime) -> AsyncIterator[AsyncSandbox]:  # type: ignore[no-untyped-def]
     client = docker.DockerClient(base_url=private_engine.host, timeout=60)
     sandbox = await AsyncSandbox.create(
-        image=IMAGE, labels=TEST_LABEL, backend=DockerBackend(client=client)
+        image=IMAGE, labels=TEST_LABEL, host=functools.partial(DockerHost, client=client)
     )
     yield sandbox
     await sandbox.close()

@@ -403,7 +403,7 @@ async def test_privilege_tools_fail(box: AsyncSandbox, command: str, refusal: st
 
 async def test_a_user_namespace_gives_no_privilege(box: AsyncSandbox) -> None:
     # runc: the engine's seccomp profile refuses user namespaces.  gVisor (without
-    # --oci-seccomp, see backends/runtimes.py) lets one be made in its own kernel: "root"
+    # --oci-seccomp, see backends/docker/runtimes.py) lets one be made in its own kernel: "root"
     # there is the sandbox user, who still cannot write what it could not write before.
     r = await box.run_shell("unshare -r sh -c 'cat /proc/self/uid_map; touch /etc/owned'")
     if not GVISOR:

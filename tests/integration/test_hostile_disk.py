@@ -20,10 +20,15 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from kernel_sandbox.backends.docker.rundirs import runtime_root
 from kernel_sandbox.cli.main import cli
 from kernel_sandbox.config import LABEL_PREFIX
 from kernel_sandbox.errors import FileOperationError, SandboxStartError
-from kernel_sandbox.kernel.connection import PORT_NAMES
+from kernel_sandbox.kernel.connection import (
+    CONTAINER_RUN_DIR,
+    ipc_socket_names,
+    new_connection_info,
+)
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.tools import ToolSet
 from tests.integration.conftest import (
@@ -219,7 +224,7 @@ async def test_kernel_starts_cleanly_and_plots_with_a_read_only_root(make_sandbo
     assert len(ex.images("image/png")) == 1
     assert ex.stderr == ""  # matplotlib warns here when its cache dir is not writable
     assert sandbox.container_id is not None
-    log = await sandbox.backend.logs(sandbox.container_id, tail=200)
+    log = await sandbox.host.logs(tail=200)
     assert not [line for line in log.splitlines() if "warn" in line.lower() or "rror" in line]
 
 
@@ -302,13 +307,12 @@ print(json.dumps(codes))
 
 def host_entries(sandbox: AsyncSandbox) -> set[str]:
     """What the sandbox's run directory on the host holds (only the host's files, sealed)."""
-    assert sandbox._run_dir is not None
-    return set(os.listdir(sandbox._run_dir))
+    return set(os.listdir(runtime_root() / sandbox.id))
 
 
 def expected_entries(sandbox: AsyncSandbox) -> set[str]:
-    assert sandbox._host_info is not None
-    sockets = {f"k-{sandbox._host_info[p]}" for p in PORT_NAMES}  # type: ignore[literal-required]
+    # ipc sockets are named by the fixed "ports" of every ipc connection: k-1 ... k-5
+    sockets = ipc_socket_names(new_connection_info("ipc", f"{CONTAINER_RUN_DIR}/k"))
     return {*sockets, ".owner", "status"}
 
 
@@ -405,11 +409,10 @@ threading.Thread(target=flood, daemon=True).start()
 
 async def test_the_status_channel_stores_nothing_on_the_host(make_sandbox: Any) -> None:
     sandbox: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE)
-    assert sandbox._run_dir is not None
     ex = await sandbox.run_python(STATUS_FLOOD)
     assert ex.status == "ok", ex.text
     stored = int(ex.stdout)
-    status = os.stat(sandbox._run_dir / "status")
+    status = os.stat(runtime_root() / sandbox.id / "status")
     print(f"10 MiB offered to the status channel: {stored} B taken (a pipe buffer)")
     assert stored <= MiB  # a pipe's buffer (64 KiB; at most 1 MiB if enlarged)
     assert stat.S_ISFIFO(status.st_mode) and status.st_size == 0

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
+from kernel_sandbox.backends.docker import docker_client
 from kernel_sandbox.errors import SandboxClosedError
 from kernel_sandbox.pool import SandboxPool
 from kernel_sandbox.sandbox import AsyncSandbox
@@ -40,7 +41,7 @@ MiB = 1024**2
 FLOOD = 400 * MiB
 #: Growth of this process's peak memory allowed per attack.
 MEMORY_BOUND = 100 * MiB
-#: The engine's log of one sandbox: two files of 1 MiB (``backends/docker.ENGINE_LOG``),
+#: The engine's log of one sandbox: two files of 1 MiB (``backends/docker/engine.ENGINE_LOG``),
 #: plus one log line of slack per file.
 LOG_BOUND = 2 * MiB + 64 * 1024
 #: The output cap of the sandboxes here (the default).
@@ -105,7 +106,7 @@ def host_memory(what: str) -> Iterator[dict[str, int]]:
 def log_bytes(sandbox: AsyncSandbox) -> int:
     """Bytes of the sandbox's engine log on the host's disk, rotated files included."""
     assert sandbox.container_id is not None
-    log_path = sandbox.backend.api.inspect_container(sandbox.container_id)["LogPath"]  # type: ignore[attr-defined]
+    log_path = docker_client().api.inspect_container(sandbox.container_id)["LogPath"]
     return sum(os.path.getsize(p) for p in glob.glob(glob.escape(log_path) + "*"))
 
 

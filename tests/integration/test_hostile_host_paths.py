@@ -26,12 +26,13 @@ import pytest_asyncio
 import zmq
 from click.testing import CliRunner
 
+from kernel_sandbox.backends.docker.rundirs import runtime_root
+from kernel_sandbox.backends.docker.statedir import HostRunDir
 from kernel_sandbox.cli.main import cli
 from kernel_sandbox.errors import FileOperationError, KernelError, SandboxFileNotFoundError
 from kernel_sandbox.kernel.client import KernelSession
 from kernel_sandbox.kernel.connection import new_connection_info
 from kernel_sandbox.sandbox import AsyncSandbox
-from kernel_sandbox.statedir import HostRunDir
 from kernel_sandbox.tools import ToolSet
 from tests.conftest import TEST_LABEL
 from tests.integration.conftest import (
@@ -163,12 +164,17 @@ def status_path(sandbox: AsyncSandbox) -> str:
     return "/run/kernel-sandbox/status" if ipc else "/tmp/kernel-sandbox/status"
 
 
+def run_dir_of(sandbox: AsyncSandbox) -> Path | None:
+    """The sandbox's host run directory (ipc), None with tcp."""
+    return runtime_root() / sandbox.id if sandbox.config.transport == "ipc" else None
+
+
 def assert_run_dir_sealed(sandbox: AsyncSandbox) -> None:
     """ipc: the run directory holds only the host's files and the kernel's sockets, and
     nothing in it that can hold bytes is writable by the sandbox user."""
-    run_dir = sandbox._run_dir
-    if run_dir is None:  # tcp: nothing of the host is shared with the container
+    if sandbox.config.transport == "tcp":  # nothing of the host is shared with the container
         return
+    run_dir = run_dir_of(sandbox)
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o755
     assert run_dir.stat().st_uid == os.getuid()
     entries = {e.name: os.lstat(e.path) for e in os.scandir(run_dir)}
@@ -208,7 +214,7 @@ async def test_status_links_and_fifos_cost_the_host_nothing(box: AsyncSandbox) -
         planted = await box.run_python(PLANT_STATUS.format(path=path, make=make))
         assert planted.stdout.split()[0] == expected, planted.stdout
         # a cell silent for 3 s: the host checks the kernel's status several times
-        with Meter(f"{box.config.transport} status {kind}", box._run_dir):
+        with Meter(f"{box.config.transport} status {kind}", run_dir_of(box)):
             ex = await asyncio.wait_for(
                 box.run_python("import time; time.sleep(3); print('done')", timeout=20), 120
             )
@@ -229,7 +235,7 @@ async def test_file_api_refuses_the_run_directory(box: AsyncSandbox) -> None:
     await box.run_python(
         "import os\nos.path.lexists('/tmp/rl') or os.symlink('/run/kernel-sandbox', '/tmp/rl')"
     )
-    with Meter(f"{box.config.transport} writes into the run directory", box._run_dir):
+    with Meter(f"{box.config.transport} writes into the run directory", run_dir_of(box)):
         for path in (
             "/run/kernel-sandbox/status",
             "/run/kernel-sandbox/new",
@@ -284,7 +290,7 @@ async def test_folder_to_link_swap_never_writes_the_host(box: AsyncSandbox, host
     targets = ["/guarded", "/run/kernel-sandbox"]
     await box.run_python(SWAPPER.format(seconds=15, targets=targets))
     landed = refused = 0
-    with Meter(f"{box.config.transport} folder/link swap", box._run_dir, host_dir):
+    with Meter(f"{box.config.transport} folder/link swap", run_dir_of(box), host_dir):
         deadline = time.monotonic() + 12
         n = 0
         while time.monotonic() < deadline:
@@ -430,7 +436,7 @@ async def test_container_restart_opens_nothing_to_the_old_container(
             PLANTER.format(canary=str(canary.path), names=SOCKET_NAMES)
         )
         assert planted.stdout == "stopped\n"
-        with Meter(f"{transport} container restart with a planter", sandbox._run_dir):
+        with Meter(f"{transport} container restart with a planter", run_dir_of(sandbox)):
             await sandbox.restart()  # the supervisor is stopped: in place fails
         assert_run_dir_sealed(sandbox)
         await assert_works(sandbox)
@@ -452,8 +458,8 @@ async def test_tcp_sandboxes_cannot_reach_each_other(docker_engine: object) -> N
     b = await AsyncSandbox.create(image=PYTHON_IMAGE, labels=TEST_LABEL, transport="tcp")
     networks = []
     try:
-        assert b._host_info is not None
-        target = (b._host_info["ip"], b._host_info["iopub_port"])
+        assert b.connection_info is not None
+        target = (b.connection_info["ip"], b.connection_info["iopub_port"])
         probe = await a.run_python(
             "import socket\n"
             "try:\n"
@@ -463,7 +469,7 @@ async def test_tcp_sandboxes_cannot_reach_each_other(docker_engine: object) -> N
         )
         print(f"\n[host-paths] tcp sandbox A to B's iopub: {probe.stdout.strip()}")
         assert probe.stdout.startswith("unreachable"), probe.stdout
-        networks = [n for s in (a, b) if (n := s._network) is not None]
+        networks = [n for s in (a, b) if (n := getattr(s.host, "network", None)) is not None]
         assert len(set(networks)) == 2
         # A host process without the key (any local user) learns nothing from iopub.
         await assert_iopub_needs_the_key(b, target)
@@ -498,9 +504,10 @@ async def test_published_ports_need_the_key(docker_engine: object) -> None:
         image=PYTHON_IMAGE, labels=TEST_LABEL, transport="tcp", network_enabled=True
     )
     try:
-        assert sandbox._host_info is not None
-        assert sandbox._host_info["ip"] == "127.0.0.1"  # published on the host's loopback
-        await assert_iopub_needs_the_key(sandbox, ("127.0.0.1", sandbox._host_info["iopub_port"]))
+        info = sandbox.connection_info
+        assert info is not None
+        assert info["ip"] == "127.0.0.1"  # published on the host's loopback
+        await assert_iopub_needs_the_key(sandbox, ("127.0.0.1", info["iopub_port"]))
     finally:
         await sandbox.close()
 

@@ -19,17 +19,17 @@ import docker.errors
 import pytest
 from click.testing import CliRunner
 
-from kernel_sandbox.cli.main import cli
-from kernel_sandbox.errors import ImageError, ImageNotFoundError
-from kernel_sandbox.images import (
+from kernel_sandbox.backends.docker.images import (
     STANDIN_TAG,
     forget_resolved,
     list_images,
     make_standin_image,
     resolve_kernel_image,
 )
-from kernel_sandbox.images.builder import BASE_TAG, image_exists
-from kernel_sandbox.images.derive import DERIVED_FROM, KERNEL_LABEL, derive_image
+from kernel_sandbox.backends.docker.images.builder import BASE_TAG, image_exists
+from kernel_sandbox.backends.docker.images.derive import DERIVED_FROM, KERNEL_LABEL, derive_image
+from kernel_sandbox.cli.main import cli
+from kernel_sandbox.errors import ImageError, ImageNotFoundError
 from tests.conftest import IN_CI, require
 
 pytestmark = pytest.mark.integration

@@ -7,9 +7,10 @@ import os
 
 import pytest
 
+from kernel_sandbox.backends.docker.rundirs import runtime_root
 from kernel_sandbox.errors import ConfigError
 from kernel_sandbox.results import Execution
-from kernel_sandbox.sandbox import AsyncSandbox, runtime_root
+from kernel_sandbox.sandbox import AsyncSandbox
 from tests.conftest import require
 from tests.integration.conftest import GVISOR
 
@@ -388,7 +389,7 @@ async def test_unclosed_sandbox_is_removed_when_the_program_exits(docker_engine)
         "async def main():\n"
         "    sb = await AsyncSandbox.create(image='kernel-sandbox:python',"
         " labels={'kernel-sandbox.test': '1'})\n"
-        "    print(sb.id, sb._run_dir)\n"
+        "    print(sb.id, sb.labels['kernel-sandbox.run-dir'])\n"
         "asyncio.run(main())\n"
     )
     import subprocess
@@ -416,3 +417,20 @@ async def test_runtime_runsc_runs_the_kernel_under_gvisor(make_sandbox, docker_e
     assert "gVisor" in shell.stdout, shell
     assert (await sb.run_python("x = 6\nx * 7")).text == "42"
     assert docker_engine.api.inspect_container(sb.container_id)["HostConfig"]["Runtime"] == "runsc"
+
+
+async def test_the_host_interrupts_a_running_cell_and_keeps_the_kernel(
+    py_sandbox: AsyncSandbox,
+) -> None:
+    await py_sandbox.run_python("kept = 5")
+    running = asyncio.ensure_future(
+        py_sandbox.run_python("import time\nopen('started', 'w').close()\ntime.sleep(60)")
+    )
+    deadline = asyncio.get_running_loop().time() + 30
+    while not await py_sandbox.files.exists("started"):  # the cell runs: SIGINT reaches it
+        assert asyncio.get_running_loop().time() < deadline, "the cell did not start"
+    await py_sandbox.host.interrupt()
+    interrupted = await asyncio.wait_for(running, 30)
+    assert interrupted.status == "error" and interrupted.error is not None
+    assert interrupted.error.ename == "KeyboardInterrupt"
+    assert (await py_sandbox.run_python("kept")).text == "5"

@@ -175,8 +175,9 @@ async def test_every_call_reaches_the_sandbox_listeners(box: AsyncSandbox, tools
         "write",
         "/sandbox/ev.txt",
         1,
-        "x",
+        b"x",
     )
+    assert written.metadata["tool"] == "file_operation"
 
 
 async def test_a_notebook_recorder_can_redo_file_writes(

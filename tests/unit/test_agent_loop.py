@@ -1,21 +1,18 @@
-"""The agent loop against the local scripted OpenAI server, with a stand-in sandbox.
+"""The agent loop against the local scripted OpenAI server, on a real local sandbox.
 
-The real openai client talks HTTP to ``tests/openai_server.py``; the sandbox is a small
-fake that runs the (scripted, trusted) code on the host, so retries, budgets, malformed
-calls, events and recording are tested without a Docker engine.  The same behaviours
-against real sandboxes are in ``tests/integration/test_agent.py``.
+The real openai client talks HTTP to ``tests/openai_server.py``; the sandbox is the real
+AsyncSandbox on LocalKernelHost (a local ipykernel running the scripted, trusted code),
+so retries, budgets, malformed calls, events and recording are tested without a Docker
+engine.  The same behaviours against Docker sandboxes are in
+``tests/integration/test_agent.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
-import io
 import json
 import socket
-import time
-import traceback
 
 import nbformat
 import pytest
@@ -29,71 +26,35 @@ from kernel_sandbox.agent import (
     ToolCallFinished,
 )
 from kernel_sandbox.config import SandboxConfig
-from kernel_sandbox.events import PythonExecuted, emit
 from kernel_sandbox.notebook import META_KEY
-from kernel_sandbox.results import Execution, ExecutionError
+from kernel_sandbox.sandbox import AsyncSandbox
+from kernel_sandbox.testing import LocalKernelHost
 from tests.openai_server import ScriptedOpenAIServer, call, error, text, tool_calls
+from tests.unit.conftest import NewSandbox
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 3000).decode()
 FAST = RetryPolicy(max_retries=3, initial_delay=0.01, max_delay=0.05)
 
 
-class FakeSandbox:
-    """Enough of AsyncSandbox for python_executor; ``show_png()`` displays an image."""
+#: Defines ``show_png()`` in the kernel: it displays PNG, as a plot would.
+SHOW_PNG = (
+    "from IPython.display import display\n"
+    f"def show_png():\n    display({{'image/png': {PNG!r}}}, raw=True)"
+)
 
-    def __init__(self) -> None:
-        self.config = SandboxConfig(image="fake:latest")
-        self.id = "fake000001"
-        self.image = "fake:latest"
-        self.container_id = "fake"
-        self.listeners: list = []
-        self.closed = False
-        self.namespace: dict = {}
-        self.count = 0
 
-    async def run_python(self, code: str, timeout=None, on_output=None) -> Execution:
-        self.count += 1
-        outputs: list[dict] = []
-        self.namespace["show_png"] = lambda: outputs.append(
-            {"output_type": "display_data", "data": {"image/png": PNG}, "metadata": {}}
-        )
-        buffer = io.StringIO()
-        status, error = "ok", None
-        try:
-            with contextlib.redirect_stdout(buffer):
-                exec(code, self.namespace)
-        except Exception as exc:
-            status = "error"
-            error = {
-                "output_type": "error",
-                "ename": type(exc).__name__,
-                "evalue": str(exc),
-                "traceback": traceback.format_exception_only(exc),
-            }
-        if buffer.getvalue():
-            outputs.insert(
-                0, {"output_type": "stream", "name": "stdout", "text": buffer.getvalue()}
-            )
-        if error:
-            outputs.append(error)
-        summary = ExecutionError(error["ename"], error["evalue"]) if error else None
-        execution = Execution(status, outputs, self.count, summary)  # type: ignore[arg-type]
-        await emit(self.listeners, PythonExecuted(self.id, code, execution, time.time()))
-        return execution
-
-    def resolve_path(self, path: str) -> str:
-        return path if path.startswith("/") else f"/sandbox/{path}"
-
-    async def close(self) -> None:
-        self.closed = True
+@pytest.fixture
+async def sandbox(new_sandbox: NewSandbox) -> AsyncSandbox:
+    return await new_sandbox()
 
 
 def py(code: str, **kw) -> dict:
     return call("python_executor", {"code": code, "timeout": None}, **kw)
 
 
-def make_agent(server: ScriptedOpenAIServer, tmp_path, **kw) -> tuple[Agent, FakeSandbox]:
-    sandbox = kw.pop("sandbox", None) or FakeSandbox()
+def make_agent(
+    server: ScriptedOpenAIServer, tmp_path, sandbox: AsyncSandbox, **kw
+) -> tuple[Agent, AsyncSandbox]:
     kw.setdefault("retry", FAST)
     kw.setdefault("tools_config", {"python_executor": {}})
     agent = Agent(
@@ -112,7 +73,7 @@ def read(path) -> nbformat.NotebookNode:
     return nb
 
 
-async def test_state_and_results_flow_back_to_the_model(tmp_path):
+async def test_state_and_results_flow_back_to_the_model(tmp_path, sandbox):
     with ScriptedOpenAIServer(
         [
             tool_calls(py("x = 6 * 7", id="c1")),
@@ -120,7 +81,7 @@ async def test_state_and_results_flow_back_to_the_model(tmp_path):
             lambda req: text(f"x is {req.tool_results()[-1]['output']}"),
         ]
     ) as server:
-        agent, sandbox = make_agent(server, tmp_path)
+        agent, sandbox = make_agent(server, tmp_path, sandbox)
         result = await agent.arun("compute x")
         assert result.status == "completed" and result.answer == "x is 42"
         assert (result.turns, result.tool_calls) == (3, 2)
@@ -141,10 +102,10 @@ async def test_state_and_results_flow_back_to_the_model(tmp_path):
         assert nb.metadata[META_KEY]["model"] == "scripted"
 
 
-async def test_rate_limit_and_server_errors_are_retried_then_succeed(tmp_path):
+async def test_rate_limit_and_server_errors_are_retried_then_succeed(tmp_path, sandbox):
     retries: list[ModelRetrying] = []
     with ScriptedOpenAIServer([error(429, "slow down"), error(503), text("fine")]) as server:
-        agent, _ = make_agent(server, tmp_path, listeners=[retries.append])
+        agent, _ = make_agent(server, tmp_path, sandbox, listeners=[retries.append])
         result = await agent.arun("hi")
     assert result.status == "completed" and result.answer == "fine"
     assert len(server.chat_requests) == 3
@@ -153,10 +114,10 @@ async def test_rate_limit_and_server_errors_are_retried_then_succeed(tmp_path):
     assert "HTTP 429: slow down" in retries[0].error and "HTTP 503" in retries[1].error
 
 
-async def test_exhausted_retries_are_reported_and_the_session_stays_usable(tmp_path):
+async def test_exhausted_retries_are_reported_and_the_session_stays_usable(tmp_path, sandbox):
     policy = RetryPolicy(max_retries=2, initial_delay=0.01)
     with ScriptedOpenAIServer([error(500, "overloaded")] * 3) as server:
-        agent, _ = make_agent(server, tmp_path, retry=policy)
+        agent, _ = make_agent(server, tmp_path, sandbox, retry=policy)
         async with agent.session() as session:
             failed = await session.send("first")
             assert failed.status == "error" and not failed.ok
@@ -174,21 +135,21 @@ async def test_exhausted_retries_are_reported_and_the_session_stays_usable(tmp_p
         assert users == ["**User**\n\nfirst", "**User**\n\nagain"]
 
 
-async def test_errors_that_retrying_cannot_fix_are_not_retried(tmp_path):
+async def test_errors_that_retrying_cannot_fix_are_not_retried(tmp_path, sandbox):
     with ScriptedOpenAIServer([error(400, "model does not support tools", type="x")]) as server:
-        agent, _ = make_agent(server, tmp_path)
+        agent, _ = make_agent(server, tmp_path, sandbox)
         result = await agent.arun("hi")
     assert result.status == "error" and "after 1 attempt:" in result.reason
     assert "does not support tools" in result.reason and len(server.chat_requests) == 1
 
 
-async def test_an_unreachable_endpoint_is_an_error_result_not_an_exception(tmp_path):
+async def test_an_unreachable_endpoint_is_an_error_result_not_an_exception(tmp_path, sandbox):
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     agent = Agent(
         base_url=f"http://127.0.0.1:{port}/v1",
-        sandbox=FakeSandbox(),
+        sandbox=sandbox,
         retry=RetryPolicy(max_retries=1, initial_delay=0.01),
         notebook_dir=tmp_path,
     )
@@ -197,7 +158,7 @@ async def test_an_unreachable_endpoint_is_an_error_result_not_an_exception(tmp_p
     read(result.notebook_path)
 
 
-async def test_malformed_tool_calls_come_back_as_errors_the_model_can_fix(tmp_path):
+async def test_malformed_tool_calls_come_back_as_errors_the_model_can_fix(tmp_path, sandbox):
     nameless = {"id": None, "type": "function", "function": {"name": None, "arguments": None}}
     with ScriptedOpenAIServer(
         [
@@ -212,7 +173,7 @@ async def test_malformed_tool_calls_come_back_as_errors_the_model_can_fix(tmp_pa
             text("understood"),
         ]
     ) as server:
-        agent, _ = make_agent(server, tmp_path)
+        agent, _ = make_agent(server, tmp_path, sandbox)
         result = await agent.arun("go")
         assert result.status == "completed" and result.tool_calls == 6
         second = server.chat_requests[1]
@@ -234,11 +195,11 @@ async def test_malformed_tool_calls_come_back_as_errors_the_model_can_fix(tmp_pa
     assert failing[0].outputs[-1]["ename"] == "ZeroDivisionError"
 
 
-async def test_turn_budget_ends_a_task_that_never_answers(tmp_path):
+async def test_turn_budget_ends_a_task_that_never_answers(tmp_path, sandbox):
     ended: list = []
     with ScriptedOpenAIServer([lambda req: tool_calls(py("pass"))] * 5) as server:
         agent, _ = make_agent(
-            server, tmp_path, budget=Budget(max_turns=2), listeners=[ended.append]
+            server, tmp_path, sandbox, budget=Budget(max_turns=2), listeners=[ended.append]
         )
         result = await agent.arun("loop forever")
     assert result.status == "budget_exhausted" and result.budget == "turns"
@@ -250,7 +211,7 @@ async def test_turn_budget_ends_a_task_that_never_answers(tmp_path):
     assert "Stopped" in nb.cells[-1].source
 
 
-async def test_token_budget_counts_usage_reported_by_the_endpoint(tmp_path):
+async def test_token_budget_counts_usage_reported_by_the_endpoint(tmp_path, sandbox):
     usage = {"prompt_tokens": 500, "completion_tokens": 100, "total_tokens": 600}
     with ScriptedOpenAIServer(
         [
@@ -259,7 +220,9 @@ async def test_token_budget_counts_usage_reported_by_the_endpoint(tmp_path):
             text("never reached"),
         ]
     ) as server:
-        agent, _ = make_agent(server, tmp_path, budget=Budget(max_turns=None, max_tokens=1000))
+        agent, _ = make_agent(
+            server, tmp_path, sandbox, budget=Budget(max_turns=None, max_tokens=1000)
+        )
         result = await agent.arun("count tokens")
     assert result.status == "budget_exhausted" and result.budget == "tokens"
     assert result.usage.total_tokens == 1200 and len(server.chat_requests) == 2
@@ -267,9 +230,9 @@ async def test_token_budget_counts_usage_reported_by_the_endpoint(tmp_path):
     assert "token budget" in result.answer
 
 
-async def test_time_budget_cuts_a_model_call_short(tmp_path):
+async def test_time_budget_cuts_a_model_call_short(tmp_path, sandbox):
     with ScriptedOpenAIServer([text("too late", delay=5)]) as server:
-        agent, _ = make_agent(server, tmp_path, budget=Budget(max_time=0.5))
+        agent, _ = make_agent(server, tmp_path, sandbox, budget=Budget(max_time=0.5))
         result = await agent.arun("slow")
     assert result.status == "budget_exhausted" and result.budget == "time"
     assert "time budget" in result.answer
@@ -277,11 +240,14 @@ async def test_time_budget_cuts_a_model_call_short(tmp_path):
 
 
 @pytest.mark.parametrize("vision", [False, True])
-async def test_plots_reach_vision_models_as_images_and_others_as_placeholders(tmp_path, vision):
+async def test_plots_reach_vision_models_as_images_and_others_as_placeholders(
+    tmp_path, vision, sandbox
+):
     with ScriptedOpenAIServer(
         [tool_calls(py("show_png()", id="p")), text("a line going up")]
     ) as server:
-        agent, _ = make_agent(server, tmp_path, vision=vision)
+        agent, _ = make_agent(server, tmp_path, sandbox, vision=vision)
+        assert (await sandbox.run_python(SHOW_PNG)).status == "ok"
         await agent.arun("plot")
         messages = server.chat_requests[1].messages
     result = json.loads(messages[3]["content"])
@@ -295,7 +261,7 @@ async def test_plots_reach_vision_models_as_images_and_others_as_placeholders(tm
         assert "placeholders" in messages[0]["content"]
 
 
-async def test_listeners_may_be_sync_async_or_broken(tmp_path):
+async def test_listeners_may_be_sync_async_or_broken(tmp_path, sandbox):
     seen_sync: list[str] = []
     seen_async: list[str] = []
 
@@ -310,6 +276,7 @@ async def test_listeners_may_be_sync_async_or_broken(tmp_path):
         agent, _ = make_agent(
             server,
             tmp_path,
+            sandbox,
             listeners=[lambda e: seen_sync.append(type(e).__name__), async_listener, broken],
         )
         result = await agent.arun("hi")
@@ -322,23 +289,27 @@ async def test_listeners_may_be_sync_async_or_broken(tmp_path):
 
 
 def test_blocking_run_works_inside_and_outside_an_event_loop(tmp_path):
+    config = SandboxConfig(host="local")
+    idle = AsyncSandbox(config, LocalKernelHost("unit", config), "unit")  # never started
     with ScriptedOpenAIServer([text("one"), text("two")]) as server:
-        agent, _ = make_agent(server, tmp_path, record=False)
+        agent, _ = make_agent(server, tmp_path, idle, record=False)
         assert agent.run("plain").answer == "one"
 
         async def inside_a_loop():
             return agent.run("from a coroutine")
 
         result = asyncio.run(inside_a_loop())
+    asyncio.run(idle.close())
     assert result.answer == "two" and result.notebook_path is None
 
 
-async def test_tool_results_carry_the_tool_result_event(tmp_path):
+async def test_tool_results_carry_the_tool_result_event(tmp_path, sandbox):
     finished: list[ToolCallFinished] = []
     with ScriptedOpenAIServer([tool_calls(py("print('hello')", id="h")), text("ok")]) as server:
         agent, _ = make_agent(
             server,
             tmp_path,
+            sandbox,
             listeners=[lambda e: finished.append(e) if isinstance(e, ToolCallFinished) else None],
         )
         await agent.arun("hi")
@@ -346,11 +317,11 @@ async def test_tool_results_carry_the_tool_result_event(tmp_path):
     assert finished[0].result.ok and finished[0].result.output == "hello"
 
 
-async def test_a_model_call_that_times_out_is_retried(tmp_path):
+async def test_a_model_call_that_times_out_is_retried(tmp_path, sandbox):
     policy = RetryPolicy(max_retries=3, initial_delay=0.01, request_timeout=1)
     retries: list = []
     with ScriptedOpenAIServer([text("too slow", delay=5)] + [text("quick")] * 3) as server:
-        agent, _ = make_agent(server, tmp_path, retry=policy, listeners=[retries.append])
+        agent, _ = make_agent(server, tmp_path, sandbox, retry=policy, listeners=[retries.append])
         result = await agent.arun("hi")
     assert result.status == "completed" and result.answer == "quick"
     retried = [e for e in retries if isinstance(e, ModelRetrying)]

@@ -38,8 +38,8 @@ SUBMODULE_ONLY: dict[str, set[str]] = {
         "parse_size",
     },
     "errors": set(),  # every exception is catchable from the root
-    "events": {"Listener", "emit"},
-    "files": {"LIST_LIMIT"},
+    "events": {"Listener", "current_context", "emit"},
+    "files": {"EVENT_DETAIL_CHARS", "LIST_LIMIT"},
     "manager": {"SandboxManagerType", "register_manager"},
     "results": {
         "BINARY_PREFIXES",
@@ -49,7 +49,7 @@ SUBMODULE_ONLY: dict[str, set[str]] = {
         "output_text",
         "strip_ansi",
     },
-    "sandbox": {"runtime_root"},
+    "sandbox": {"PING_TIMEOUT"},
     "server.http_manager": set(),
     "server.remote": {"RemoteFiles", "raise_for"},
     "sync": {"run_sync"},

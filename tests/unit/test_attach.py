@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kernel_sandbox.backends.attach import STDERR, STDOUT, TruncatedStreamError, read_frames
+from kernel_sandbox.backends.docker.attach import STDERR, STDOUT, TruncatedStreamError, read_frames
 
 
 def frame(stream: int, payload: bytes) -> bytes:

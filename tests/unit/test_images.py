@@ -15,14 +15,21 @@ import docker.errors
 import pytest
 from click.testing import CliRunner
 
-from kernel_sandbox.cli.main import cli
-from kernel_sandbox.errors import ImageError, ImageNotFoundError
-from kernel_sandbox.images import _kind, derived_tag, forget_resolved, resolve_kernel_image
-from kernel_sandbox.images import builder as builder_mod
-from kernel_sandbox.images import wheels as wheels_mod
-from kernel_sandbox.images.builder import ImageBuilder, images_dir
-from kernel_sandbox.images.derive import DERIVED_FROM, KERNEL_LABEL, derive_dockerfile
-from kernel_sandbox.images.wheels import (
+from kernel_sandbox.backends.docker.images import (
+    _kind,
+    derived_tag,
+    forget_resolved,
+    resolve_kernel_image,
+)
+from kernel_sandbox.backends.docker.images import builder as builder_mod
+from kernel_sandbox.backends.docker.images import wheels as wheels_mod
+from kernel_sandbox.backends.docker.images.builder import ImageBuilder, images_dir
+from kernel_sandbox.backends.docker.images.derive import (
+    DERIVED_FROM,
+    KERNEL_LABEL,
+    derive_dockerfile,
+)
+from kernel_sandbox.backends.docker.images.wheels import (
     PROBE,
     PythonTarget,
     build_context,
@@ -30,6 +37,8 @@ from kernel_sandbox.images.wheels import (
     download_wheels,
     pip_download_args,
 )
+from kernel_sandbox.cli.main import cli
+from kernel_sandbox.errors import ImageError, ImageNotFoundError
 
 DEBIAN = PythonTarget(version=(3, 11, 2), machine="x86_64", libc="glibc", libc_version="2.36")
 
@@ -233,7 +242,10 @@ def _fake_engine(monkeypatch, images: dict[str, dict[str, Any]]) -> SimpleNamesp
         raise docker.errors.APIError("no registry here")
 
     client = SimpleNamespace(api=_FakeAPI(images), images=SimpleNamespace(pull=pull), pulls=pulls)
-    monkeypatch.setattr("kernel_sandbox.backends.docker.docker_client", lambda: client)
+    for module in ("derive", "builder"):
+        monkeypatch.setattr(
+            f"kernel_sandbox.backends.docker.images.{module}.docker_client", lambda: client
+        )
     forget_resolved()
     return client
 

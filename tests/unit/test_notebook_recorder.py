@@ -115,20 +115,21 @@ def test_every_step_leaves_a_valid_notebook_on_disk(tmp_path: Path) -> None:
     assert "**Assistant**" in answer.source and answer.metadata[META_KEY]["role"] == "assistant"
 
 
-def test_listener_records_sandbox_events_and_agent_metadata_merges(tmp_path: Path) -> None:
+def test_listener_records_sandbox_events_and_call_verdicts_merge(tmp_path: Path) -> None:
     rec = NotebookRecorder(tmp_path / "s.ipynb")
-    execution = canned_plot(3)
-    rec(PythonExecuted("sb1", "plot()", execution, time.time()))
-    # The agent loop records the same result again with its tool-call id: one cell.
-    rec.add_python("plot()", execution, {"tool_call_id": "call_9"})
+    call = {"tool_call_id": "call_9", "tool": "python_executor"}
+    rec(PythonExecuted("sb1", "plot()", canned_plot(3), time.time(), metadata=call))
+    assert rec.finish_call("call_9", {"tool_status": "success"})
+    assert not rec.finish_call("call_0", {"tool_status": "error"})  # never reached a cell
     rec(ShellExecuted("sb1", "ls", CommandResult(0, "a\n", ""), time.time(), cwd="/data"))
     rec(FileOperated("sb1", "read", "/sandbox/a.csv", time.time(), size=12))
     rec(FileOperated("sb1", "write", "/sandbox/b.bin", time.time(), size=9))
-    rec(FileOperated("sb1", "remove", "/sandbox/old", time.time()))
+    rec(FileOperated("sb1", "delete", "/sandbox/old", time.time()))
     rec(FileOperated("sb1", "write", "/ro/x", time.time(), error="permission denied"))
     nb = read(rec.path)
     py, sh, rd, wr, rm, failed = nb.cells
     assert py.metadata[META_KEY]["tool_call_id"] == "call_9"
+    assert py.metadata[META_KEY]["tool_status"] == "success"
     assert py.metadata[META_KEY]["sandbox_id"] == "sb1"
     assert sh.source == "%%sh\ncd /data\nls"
     assert rd.cell_type == "markdown" and "`read`" in rd.source and "/sandbox/a.csv" in rd.source
@@ -247,19 +248,7 @@ def test_hand_made_outputs_missing_optional_fields_are_completed(tmp_path: Path)
     assert cell.outputs[1].execution_count == 5
 
 
-def test_a_file_write_seen_as_event_and_from_the_caller_is_one_cell(tmp_path: Path) -> None:
+def test_notebooks_recorded_with_remove_still_redo_it(tmp_path: Path) -> None:
     rec = NotebookRecorder(tmp_path / "s.ipynb")
-    rec(FileOperated("sb", "write", "/sandbox/a.txt", time.time(), size=2))
-    rec.add_file_operation("write", "/sandbox/a.txt", content="1\n", metadata={"tool_call_id": "t"})
-    rec.add_file_operation("append", "/sandbox/a.txt", content="2\n")
-    rec(FileOperated("sb", "append", "/sandbox/a.txt", time.time(), size=2))
-    rec.add_file_operation("append", "/sandbox/a.txt", content="3\n")  # a real second append
-    cells = read(rec.path).cells
-    assert [c.source for c in cells] == [
-        "%%writefile /sandbox/a.txt\n1\n",
-        "%%writefile -a /sandbox/a.txt\n2\n",
-        "%%writefile -a /sandbox/a.txt\n3\n",
-    ]
-    assert cells[0].metadata[META_KEY]["tool_call_id"] == "t"
-    assert cells[0].metadata[META_KEY]["sandbox_id"] == "sb"
-    assert rec.steps == 3
+    rec.add_file_operation("remove", "/sandbox/old")  # the name used before "delete"
+    assert read(rec.path).cells[0].source == "%%sh\nrm -rf -- /sandbox/old"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,59 @@ from nbformat.v4 import new_code_cell, new_notebook, new_output
 
 from kernel_sandbox.cli.main import cli
 from kernel_sandbox.notebook import META_KEY, areplay, export_notebook, read_notebook
-from kernel_sandbox.results import Execution
-from tests.unit.test_notebook_replay import FakeSandbox, stdout
+from kernel_sandbox.results import CommandResult, Execution
+
+KERNEL_INFO = {
+    "language_info": {"name": "python", "version": "3.11.2", "mimetype": "text/x-python"},
+    "python": "3.11.2",
+    "ipython": "9.0.0",
+    "ipykernel": "7.0.0",
+}
+
+
+class FakeFiles:
+    def __init__(self, calls: list[tuple[str, str]]) -> None:
+        self.calls = calls
+
+    async def write(self, path: str, data: str) -> None:
+        self.calls.append(("write", f"{path}={data}"))
+
+    async def append(self, path: str, data: str) -> None:
+        self.calls.append(("append", f"{path}={data}"))
+
+
+def stdout(text: str) -> dict[str, Any]:
+    return {"output_type": "stream", "name": "stdout", "text": text}
+
+
+class FakeSandbox:
+    """Answers code from a script: {code: outputs}; unknown code prints nothing."""
+
+    def __init__(self, script: dict[str, list[dict[str, Any]]], **options: Any) -> None:
+        self.script, self.options = script, options
+        self.calls: list[tuple[str, str]] = []
+        self.files = FakeFiles(self.calls)
+        self.closed = False
+        self.count = 0
+
+    async def run_python(self, code: str, timeout: float | None = None) -> Execution:
+        self.calls.append(("python", code))
+        self.count += 1
+        answer = self.script.get(code, [])
+        if isinstance(answer, Execution):
+            return answer
+        status = "error" if any(o["output_type"] == "error" for o in answer) else "ok"
+        return Execution(status, answer, self.count)  # type: ignore[arg-type]
+
+    async def run_shell(self, command: str, timeout: float | None = None) -> CommandResult:
+        if "IPythonKernel.language_info" in command:  # replay asks for the kernel's versions
+            return CommandResult(0, json.dumps(KERNEL_INFO) + "\n", "")
+        self.calls.append(("shell", command))
+        return CommandResult(0, f"ran {command}\n", "")
+
+    async def close(self) -> None:
+        self.closed = True
+
 
 TRACEBACK = [
     "\x1b[0;31m---------------------------------------------------------------------------\x1b[0m",

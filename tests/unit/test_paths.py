@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from kernel_sandbox.backends.docker import DockerHost
 from kernel_sandbox.config import SandboxConfig
 from kernel_sandbox.errors import FileOperationError
 from kernel_sandbox.sandbox import AsyncSandbox
 
 
 def make() -> AsyncSandbox:
-    return AsyncSandbox(SandboxConfig(), backend=None, sandbox_id="unit")  # type: ignore[arg-type]
+    """A Docker sandbox that is never started (no engine call is made)."""
+    config = SandboxConfig()
+    return AsyncSandbox(config, DockerHost("unit", config), "unit")
 
 
 def test_relative_and_dotted_paths_resolve_inside_the_working_dir() -> None:

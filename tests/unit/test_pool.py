@@ -1,107 +1,91 @@
-"""SandboxPool logic without an engine: members are fakes that start when told to."""
+"""SandboxPool without an engine: its members are real sandboxes on LocalKernelHost.
+
+The host below is LocalKernelHost with a gate in front of its launch, so a test can
+hold creations back or make them fail; everything else (sandboxes, pings, health
+checks, close) is the real code.  Waits are for conditions, with deadlines.
+"""
 
 from __future__ import annotations
 
 import asyncio
-import itertools
+import functools
+import time
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
 
-from kernel_sandbox import pool as pool_module
 from kernel_sandbox.config import SandboxConfig
 from kernel_sandbox.errors import ConfigError, SandboxClosedError, SandboxError
+from kernel_sandbox.kernel.connection import ConnectionInfo
 from kernel_sandbox.pool import POOL_LABEL, SandboxPool
-
-_ids = itertools.count()
-
-
-class FakeSession:
-    def __init__(self, member: FakeSandbox) -> None:
-        self.member = member
-
-    async def ping(self, timeout: float) -> bool:
-        return self.member.alive
-
-    async def warm_up(self) -> None:
-        self.member.warmed = True
+from kernel_sandbox.sandbox import AsyncSandbox
+from kernel_sandbox.testing import LocalKernelHost
 
 
-class FakeSandbox:
-    """Just what the pool touches: id, config, container_id, liveness, close."""
+class Gate:
+    """What the test controls about member creation, and the hosts made so far."""
 
-    def __init__(self, config: SandboxConfig) -> None:
-        self.id = f"fake{next(_ids)}"
-        self.config = config
-        self.container_id = f"c-{self.id}"
-        self.alive = True
-        self.warmed = False
-        self.closed = False
-        self.retired = ""
-        self._session: FakeSession | None = FakeSession(self)
-
-    async def _check_alive(self) -> str | None:
-        return None if self.alive else "killed"
-
-    async def close(self) -> None:
-        self.closed = True
-
-    def _retire(self, why: str) -> None:
-        self.retired = why
-
-
-class FakeBackend:
     def __init__(self) -> None:
-        self.members: list[FakeSandbox] = []
-
-    async def list(self, labels: dict[str, str]) -> list[dict[str, object]]:
-        return [
-            {"id": m.container_id, "state": "running" if m.alive else "exited"}
-            for m in self.members
-            if not m.closed
-        ]
-
-
-class Factory:
-    """Replaces AsyncSandbox.create; ``gate`` holds creations until the test opens it."""
-
-    def __init__(self, backend: FakeBackend) -> None:
-        self.backend = backend
-        self.gate = asyncio.Event()
-        self.gate.set()
+        self.open = asyncio.Event()
+        self.open.set()
         self.fail_with: Exception | None = None
         self.started = 0
+        self.hosts: list[GatedHost] = []
 
-    async def create(self, config: SandboxConfig, **_: Any) -> FakeSandbox:
-        self.started += 1
-        await self.gate.wait()
-        if self.fail_with is not None:
-            raise self.fail_with
-        member = FakeSandbox(config)
-        self.backend.members.append(member)
-        return member
+    def live(self) -> list[GatedHost]:
+        """Hosts whose kernel was launched and not cleaned up."""
+        return [h for h in self.hosts if h.launched and not h.cleaned]
+
+
+class GatedHost(LocalKernelHost):
+    """LocalKernelHost whose launch waits for the test's gate (and fails when told)."""
+
+    def __init__(self, sandbox_id: str, config: SandboxConfig, *, gate: Gate) -> None:
+        super().__init__(sandbox_id, config)
+        self.gate = gate
+        self.launched = self.cleaned = False
+        gate.hosts.append(self)
+
+    async def launch(self) -> ConnectionInfo:
+        self.gate.started += 1
+        await self.gate.open.wait()
+        if self.gate.fail_with is not None:
+            raise self.gate.fail_with
+        info = await super().launch()
+        self.launched = True
+        return info
+
+    async def cleanup(self, restart: bool = False) -> None:
+        await super().cleanup(restart)
+        self.cleaned = self.cleaned or not restart
 
 
 @pytest.fixture
-def factory(monkeypatch: pytest.MonkeyPatch) -> Factory:
-    backend = FakeBackend()
-    made = Factory(backend)
-    monkeypatch.setattr(pool_module.AsyncSandbox, "create", made.create)
-    return made
+def gate() -> Gate:
+    return Gate()
 
 
-def make_pool(factory: Factory, **kwargs: Any) -> SandboxPool:
-    kwargs.setdefault("health_interval", 3600)
-    return SandboxPool(backend=factory.backend, **kwargs)  # type: ignore[arg-type]
+@pytest.fixture
+async def pools(gate: Gate) -> AsyncIterator[Callable[..., SandboxPool]]:
+    made: list[SandboxPool] = []
+
+    def make(**kwargs: Any) -> SandboxPool:
+        kwargs.setdefault("health_interval", 3600)
+        pool = SandboxPool(host=functools.partial(GatedHost, gate=gate), **kwargs)
+        made.append(pool)
+        return pool
+
+    yield make
+    for pool in made:
+        await pool.close()
 
 
-async def settle() -> None:
-    for _ in range(20):
-        await asyncio.sleep(0)
-
-
-def live(factory: Factory) -> list[FakeSandbox]:
-    return [m for m in factory.backend.members if not m.closed]
+async def until(condition: Callable[[], bool], what: str, limit: float = 60) -> None:
+    deadline = time.monotonic() + limit
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize(
@@ -110,176 +94,189 @@ def live(factory: Factory) -> list[FakeSandbox]:
 )
 def test_bad_settings_are_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ConfigError):
-        SandboxPool(backend=FakeBackend(), **kwargs)  # type: ignore[arg-type]
+        SandboxPool(host="local", **kwargs)
 
 
 def test_members_carry_the_pool_label_and_the_overrides() -> None:
-    pool = SandboxPool(backend=FakeBackend(), image="x:y", labels={"a": "b"})  # type: ignore[arg-type]
+    pool = SandboxPool(host="local", image="x:y", labels={"a": "b"})
     assert pool.config.image == "x:y"
     assert pool.config.labels == {"a": "b", POOL_LABEL: pool.id}
     assert "KERNEL_SANDBOX_PREIMPORT" not in pool.config.env_vars
 
 
 def test_preimport_reaches_the_members_environment() -> None:
-    pool = SandboxPool(
-        backend=FakeBackend(),  # type: ignore[arg-type]
-        env_vars={"A": "1"},
-        preimport=("numpy", "pandas"),
-    )
+    pool = SandboxPool(host="local", env_vars={"A": "1"}, preimport=("numpy", "pandas"))
     assert pool.config.env_vars == {"A": "1", "KERNEL_SANDBOX_PREIMPORT": "numpy,pandas"}
 
 
-async def test_start_fills_to_size_and_acquire_hands_out_a_ready_member(factory: Factory) -> None:
-    async with make_pool(factory, size=3) as pool:
-        assert pool.stats().idle == 3
+async def test_start_fills_to_size_and_acquire_hands_out_a_ready_member(
+    pools: Callable[..., SandboxPool], gate: Gate
+) -> None:
+    async with pools(size=2) as pool:
+        assert pool.stats().idle == 2
         sandbox = await pool.acquire()
-        assert sandbox in factory.backend.members and not sandbox.closed and sandbox.warmed
-        await settle()
-        assert pool.stats().in_use == 1 and pool.stats().idle == 3  # refilled
+        assert sandbox.host in gate.live() and not sandbox.closed
+        assert (await sandbox.run_python("print(6 * 7)")).text == "42"
+        await until(lambda: pool.stats().idle == 2, "the refill")
+        assert pool.stats().in_use == 1
 
 
-async def test_release_destroys_the_member_and_never_hands_it_out_again(factory: Factory) -> None:
-    async with make_pool(factory, size=1) as pool:
+async def test_release_destroys_the_member_and_never_hands_it_out_again(
+    pools: Callable[..., SandboxPool],
+) -> None:
+    async with pools(size=1) as pool:
         seen = set()
-        for _ in range(5):
+        for _ in range(3):
             async with pool.acquire() as sandbox:
                 assert sandbox.id not in seen
                 seen.add(sandbox.id)
-            await settle()
+            await until(lambda s=sandbox: s.host.cleaned, "the used member to go")
             assert sandbox.closed
-        assert pool.stats().destroyed_after_use == 5
+        assert pool.stats().destroyed_after_use == 3
 
 
-async def test_release_twice_is_fine_but_a_foreign_sandbox_is_refused(factory: Factory) -> None:
-    async with make_pool(factory, size=1) as pool:
+async def test_release_twice_is_fine_but_a_foreign_sandbox_is_refused(
+    pools: Callable[..., SandboxPool], idle_sandbox: AsyncSandbox
+) -> None:
+    async with pools(size=1) as pool:
         sandbox = await pool.acquire()
         await pool.release(sandbox)
         # refused at once, before the pool's background close reaches it
-        assert "released to its pool" in sandbox.retired  # type: ignore[attr-defined]
+        with pytest.raises(SandboxClosedError, match="released to its pool"):
+            await sandbox.run_python("1")
         await pool.release(sandbox)
         with pytest.raises(SandboxError, match="does not belong"):
-            await pool.release(FakeSandbox(SandboxConfig()))  # type: ignore[arg-type]
+            await pool.release(idle_sandbox)
 
 
-async def test_empty_pool_creates_for_the_caller(factory: Factory) -> None:
-    async with make_pool(factory, size=0, on_empty="create") as pool:
+async def test_empty_pool_creates_for_the_caller(pools: Callable[..., SandboxPool]) -> None:
+    async with pools(size=0, on_empty="create") as pool:
         assert pool.stats().idle == 0
         sandbox = await pool.acquire()
         assert not sandbox.closed and pool.stats().in_use == 1
 
 
-async def test_wait_mode_at_the_cap_waits_for_a_release(factory: Factory) -> None:
-    async with make_pool(factory, size=1, max_size=1, on_empty="wait") as pool:
+async def test_wait_mode_at_the_cap_waits_for_a_release(
+    pools: Callable[..., SandboxPool], gate: Gate
+) -> None:
+    async with pools(size=1, max_size=1, on_empty="wait") as pool:
         first = await pool.acquire()
         second = asyncio.ensure_future(pool.acquire())
-        await settle()
-        assert not second.done() and pool.stats().total == 1  # the cap holds
+        await until(lambda: pool.stats().waiting == 1, "the second caller to wait")
+        assert not second.done() and pool.stats().total == 1 and gate.started == 1
         await pool.release(first)
-        got = await asyncio.wait_for(second, 5)
+        got = await asyncio.wait_for(second, 60)
         assert got.id != first.id and first.closed
 
 
-async def test_acquire_timeout_raises_timeout_error(factory: Factory) -> None:
-    async with make_pool(factory, size=1, max_size=1) as pool:
+async def test_acquire_timeout_raises_timeout_error(pools: Callable[..., SandboxPool]) -> None:
+    async with pools(size=1, max_size=1) as pool:
         await pool.acquire()
         with pytest.raises(TimeoutError):
             await pool.acquire(timeout=0.05)
         assert pool.stats().total == 1
 
 
-async def test_a_dead_idle_member_is_skipped_and_replaced(factory: Factory) -> None:
-    async with make_pool(factory, size=2) as pool:
-        dead = [m for m in factory.backend.members]
-        for m in dead:
-            m.alive = False
+async def test_a_dead_idle_member_is_skipped_and_replaced(
+    pools: Callable[..., SandboxPool], gate: Gate
+) -> None:
+    async with pools(size=2) as pool:
+        dead = list(gate.live())
+        for host in dead:
+            await host.kill()
         sandbox = await pool.acquire()
-        assert sandbox not in dead and sandbox.alive
-        await settle()
-        assert all(m.closed for m in dead)
+        assert sandbox.host not in dead
+        assert (await sandbox.run_python("1 + 1")).status == "ok"
+        await until(lambda: all(h.cleaned for h in dead), "the dead members to go")
         assert pool.stats().replaced_dead == 2
 
 
-async def test_the_health_check_replaces_dead_idle_members(factory: Factory) -> None:
-    async with make_pool(factory, size=2, health_interval=0.01) as pool:
-        victim = factory.backend.members[0]
-        victim.alive = False
-        for _ in range(200):
-            await asyncio.sleep(0.01)
-            if victim.closed and pool.stats().idle == 2:
-                break
-        assert victim.closed and pool.stats().replaced_dead == 1
-        assert len(live(factory)) == 2
+async def test_the_health_check_replaces_dead_idle_members(
+    pools: Callable[..., SandboxPool], gate: Gate
+) -> None:
+    async with pools(size=2, health_interval=0.05) as pool:
+        victim = gate.live()[0]
+        await victim.kill()
+        await until(lambda: victim.cleaned and pool.stats().idle == 2, "the replacement")
+        assert pool.stats().replaced_dead == 1
+        assert len(gate.live()) == 2
 
 
-async def test_the_cap_bounds_members_in_total(factory: Factory) -> None:
-    async with make_pool(factory, size=1, max_size=3) as pool:
-        factory.gate.clear()
-        waiting = [asyncio.ensure_future(pool.acquire()) for _ in range(6)]
-        await settle()
+async def test_the_cap_bounds_members_in_total(
+    pools: Callable[..., SandboxPool], gate: Gate
+) -> None:
+    async with pools(size=1, max_size=3) as pool:
+        gate.open.clear()
+        waiting = [asyncio.ensure_future(pool.acquire()) for _ in range(5)]
+        await until(lambda: gate.started == 3, "creations up to the cap")
         assert pool.stats().total == 3
-        factory.gate.set()
-        await settle()
-        assert sum(w.done() for w in waiting) == 3
+        gate.open.set()
+        await until(lambda: sum(w.done() for w in waiting) == 3, "three members handed out")
         for w in waiting:
             if w.done():
                 await pool.release(w.result())
-        await asyncio.wait_for(asyncio.gather(*waiting), 5)
-        assert pool.stats().total <= 3
+        await asyncio.wait_for(asyncio.gather(*waiting), 120)
+        assert pool.stats().total <= 3 and gate.started <= 3 + 5
 
 
-async def test_extras_after_a_burst_are_reaped_back_to_size(factory: Factory) -> None:
-    async with make_pool(factory, size=1, idle_timeout=0.5, health_interval=0.01) as pool:
+async def test_extras_after_a_burst_are_reaped_back_to_size(
+    pools: Callable[..., SandboxPool], gate: Gate
+) -> None:
+    async with pools(size=1, idle_timeout=0.5, health_interval=0.05) as pool:
         burst = [await pool.acquire() for _ in range(3)]
         for sandbox in burst:
             await pool.release(sandbox)
-        await settle()
-        assert pool.stats().idle == 3  # warm for the next burst of the same size
-        for _ in range(300):
-            await asyncio.sleep(0.01)
-            if pool.stats().idle == 1:
-                break
-        assert pool.stats().idle == 1 and pool.stats().reaped == 2
-        await settle()
-        assert len(live(factory)) == 1
+        await until(lambda: pool.stats().reaped == 2, "the extras to be reaped", limit=120)
+        await until(lambda: pool.stats().idle == 1 and len(gate.live()) == 1, "size 1 again")
 
 
-async def test_a_failing_start_reaches_the_waiting_caller(factory: Factory) -> None:
-    async with make_pool(factory, size=0) as pool:
-        factory.fail_with = SandboxError("no such image")
+async def test_a_failing_start_reaches_the_waiting_caller(
+    pools: Callable[..., SandboxPool], gate: Gate
+) -> None:
+    async with pools(size=0) as pool:
+        gate.fail_with = SandboxError("no such image")
         with pytest.raises(SandboxError, match="no such image"):
             await pool.acquire()
 
 
-async def test_start_raises_when_no_member_can_start(factory: Factory) -> None:
-    factory.fail_with = SandboxError("engine down")
-    pool = make_pool(factory, size=2)
+async def test_start_raises_when_no_member_can_start(
+    pools: Callable[..., SandboxPool], gate: Gate
+) -> None:
+    gate.fail_with = SandboxError("engine down")
+    pool = pools(size=2)
     with pytest.raises(SandboxError, match="engine down"):
         await pool.start()
     assert pool.closed
 
 
-async def test_a_cancelled_waiter_gives_its_member_back(factory: Factory) -> None:
-    async with make_pool(factory, size=0) as pool:
-        factory.gate.clear()
+async def test_a_cancelled_waiter_gives_its_member_back(
+    pools: Callable[..., SandboxPool], gate: Gate
+) -> None:
+    async with pools(size=0) as pool:
+        gate.open.clear()
         waiter = asyncio.ensure_future(pool.acquire())
-        await settle()
+        await until(lambda: gate.started == 1, "the creation to start")
         waiter.cancel()
-        factory.gate.set()
-        await settle()
+        gate.open.set()
+        await until(lambda: pool.stats().idle == 1, "the member to be kept")
         assert waiter.cancelled()
-        assert pool.stats().in_use == 0 and pool.stats().idle == 1  # fresh, so kept
+        assert pool.stats().in_use == 0  # fresh, so kept
 
 
-async def test_close_removes_every_member_and_wakes_waiters(factory: Factory) -> None:
-    pool = await make_pool(factory, size=2, max_size=3).start()
+async def test_close_removes_every_member_and_wakes_waiters(
+    pools: Callable[..., SandboxPool], gate: Gate
+) -> None:
+    pool = await pools(size=2, max_size=3).start()
     held = await pool.acquire()
-    factory.gate.clear()
+    gate.open.clear()
     await pool.acquire()  # uses the last idle one
     waiter = asyncio.ensure_future(pool.acquire())
-    await settle()
+    await until(lambda: gate.started >= 3, "a creation to wait at the gate")
     await pool.close()
     with pytest.raises(SandboxClosedError):
         await waiter
-    assert held.closed and not live(factory)
+    gate.open.set()
+    await until(lambda: not gate.live(), "every member to be removed")
+    assert held.closed
     with pytest.raises(SandboxClosedError):
         await pool.acquire()

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from kernel_sandbox.backends.base import ContainerSpec
-from kernel_sandbox.backends.runtimes import (
+from kernel_sandbox.backends.docker.engine import ContainerSpec
+from kernel_sandbox.backends.docker.runtimes import (
     GVISOR_ARGS,
     daemon_json,
     describe,

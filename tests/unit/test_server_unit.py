@@ -18,7 +18,8 @@ from kernel_sandbox.server.settings import ServerSettings
 
 KEYS = ("key-a", "key-b")
 #: Engine-side attributes a remote handle cannot have (the container is on the server).
-LOCAL_ONLY = {"backend", "labels"}
+#: Plumbing of sandboxes in this process (pools, attach) that a remote one has no use for.
+LOCAL_ONLY = {"host", "labels", "connection_info", "retire", "warm_up"}
 #: What only a remote sandbox can do.
 REMOTE_ONLY = {"connect", "interrupt", "notebook", "url"}
 

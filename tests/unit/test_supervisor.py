@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -39,7 +40,19 @@ def alive(pid: int) -> bool:
 
 
 @pytest.fixture
-def supervisor(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def sleep_log(tmp_path: Path) -> Path:
+    """Where the supervisor's ``sleep`` calls are logged (a ``sleep`` first on its PATH)."""
+    return tmp_path / "sleeps"
+
+
+@pytest.fixture
+def supervisor(tmp_path: Path, sleep_log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "sleep").write_text(
+        f'#!/bin/sh\necho "$*" >> {sleep_log}\nexec {shutil.which("sleep")} "$@"\n'
+    )
+    (shim / "sleep").chmod(0o755)
     proc = subprocess.Popen(
         [
             "sh",
@@ -52,7 +65,8 @@ def supervisor(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
             KERNEL,
             "k",
             str(tmp_path),
-        ]
+        ],
+        env={**os.environ, "PATH": f"{shim}:{os.environ['PATH']}"},
     )
     yield proc
     proc.kill()
@@ -74,8 +88,9 @@ def test_kill_signal_ends_the_process_group_and_reports_it(
     kernel, child = kernel_pids(tmp_path)
     supervisor.send_signal(signal.SIGUSR1)
     end = wait_for_end(tmp_path, 1)
-    assert end == KernelEnd(128 + signal.SIGKILL, False)
-    assert not alive(kernel) and not alive(child)
+    assert end == KernelEnd(128 + signal.SIGKILL, False)  # not 138: the trap's own wait
+    # SIGKILL was sent to the whole group before the report; its delivery takes a moment
+    wait_for(lambda: not alive(kernel) and not alive(child), "the kernel's group to die")
 
 
 def wait_for_end(tmp_path: Path, kernel: int) -> KernelEnd:
@@ -86,8 +101,13 @@ def wait_for_end(tmp_path: Path, kernel: int) -> KernelEnd:
     return end
 
 
+def polls(sleep_log: Path) -> int:
+    """How often the supervisor has looked for its go-ahead (one short sleep each)."""
+    return sleep_log.read_text().split().count("0.05") if sleep_log.exists() else 0
+
+
 def test_a_new_kernel_starts_only_after_the_go_file_of_the_last(
-    supervisor: subprocess.Popen[bytes], tmp_path: Path
+    supervisor: subprocess.Popen[bytes], tmp_path: Path, sleep_log: Path
 ) -> None:
     first = kernel_pids(tmp_path)
     os.kill(first[0], signal.SIGSEGV)  # a crash: the rest of its group goes too
@@ -95,7 +115,9 @@ def test_a_new_kernel_starts_only_after_the_go_file_of_the_last(
     wait_for(lambda: not alive(first[1]), "the crashed kernel's child to be killed")
     (tmp_path / "pids").unlink()
     (tmp_path / f"{GO_PREFIX}2").touch()  # not the go-ahead for kernel 1
-    time.sleep(0.3)  # a blind respawn would have started a kernel by now
+    seen = polls(sleep_log)
+    # the supervisor looked again (twice, so at least once after go-2 existed) and waits
+    wait_for(lambda: polls(sleep_log) >= seen + 2, "the supervisor to look for go-1")
     assert not (tmp_path / "pids").exists()
     (tmp_path / f"{GO_PREFIX}1").touch()
     second = kernel_pids(tmp_path)
@@ -128,14 +150,14 @@ def test_reports_go_into_a_fifo_without_blocking_a_reader(tmp_path: Path) -> Non
         os.close(reader)
 
 
-def test_termination_signals_are_ignored(
+def test_termination_signals_never_end_the_supervisor(
     supervisor: subprocess.Popen[bytes], tmp_path: Path
 ) -> None:
     kernel, _ = kernel_pids(tmp_path)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         supervisor.send_signal(sig)
     supervisor.send_signal(signal.SIGUSR1)  # handled after the three above
-    wait_for_end(tmp_path, 1)
+    assert wait_for_end(tmp_path, 1) == KernelEnd(128 + signal.SIGKILL, False)
     assert supervisor.poll() is None and not alive(kernel)
 
 

@@ -1,112 +1,51 @@
-"""Tools without a daemon: schemas, argument errors, status mapping, events.
+"""Tools on a real sandbox without a daemon: schemas, argument errors, results, events.
 
-A small in-memory stand-in for AsyncSandbox plays the sandbox; the real one is
-exercised in tests/integration/test_tools.py.
+The sandbox is the real AsyncSandbox on LocalKernelHost (see conftest.py); the same
+tools against Docker are in tests/integration/test_tools.py.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-import posixpath
 from typing import Any
 
 import pytest
 
-from kernel_sandbox.backends.base import ContainerState
-from kernel_sandbox.config import SandboxConfig
-from kernel_sandbox.errors import ConfigError, SandboxClosedError, SandboxFileNotFoundError
-from kernel_sandbox.events import Event, FileOperated
+from kernel_sandbox.errors import ConfigError
+from kernel_sandbox.events import Event, FileOperated, PythonExecuted, ShellExecuted
 from kernel_sandbox.manager import DockerSandboxConfig
-from kernel_sandbox.results import CommandResult, Execution, FileInfo
+from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.tools import ToolSet, make_tools
 from tests.openai_server import strict_schema_problems
+from tests.unit.conftest import NewSandbox
 
-
-class FakeFiles:
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-
-    async def read(self, path: str) -> bytes:
-        if path not in self.data:
-            raise SandboxFileNotFoundError(f"no such file in the sandbox: {path}")
-        return self.data[path]
-
-    async def write(self, path: str, data: bytes) -> None:
-        self.data[path] = data
-
-    async def append(self, path: str, data: bytes) -> None:
-        self.data[path] = self.data.get(path, b"") + data
-
-    async def list(self, path: str) -> list[FileInfo]:
-        return [
-            FileInfo(posixpath.basename(p), "file", len(d))
-            for p, d in sorted(self.data.items())
-            if posixpath.dirname(p) == path
-        ]
-
-    async def exists(self, path: str) -> bool:
-        return path in self.data
-
-    async def remove(self, path: str) -> None:
-        if self.data.pop(path, None) is None:
-            raise SandboxFileNotFoundError(path)
-
-    async def mkdir(self, path: str) -> None:
-        pass
-
-
-class FakeBackend:
-    def __init__(self) -> None:
-        self.running = True
-
-    async def state(self, container_id: str) -> ContainerState:
-        return ContainerState(running=self.running, error="the container was removed")
-
-
-class FakeSandbox:
-    """Just enough of AsyncSandbox for the tools."""
-
-    def __init__(self, config: SandboxConfig | None = None) -> None:
-        self.config = config or SandboxConfig()
-        self.id = "fake"
-        self.container_id = "c0ffee"
-        self.closed = False
-        self.listeners: list[Any] = []
-        self.files = FakeFiles()
-        self.backend = FakeBackend()
-        self.execution = Execution(
-            "ok", [{"output_type": "stream", "name": "stdout", "text": "hi\n"}], 1
-        )
-        self.command = CommandResult(0, "out\n", "")
-        self.calls: list[tuple[str, Any]] = []
-
-    def resolve_path(self, path: str) -> str:
-        return posixpath.normpath(posixpath.join(self.config.working_dir, path))
-
-    async def run_python(self, code: str, timeout: float | None = None) -> Execution:
-        if self.closed:
-            raise SandboxClosedError("sandbox fake is closed; create a new one")
-        self.calls.append(("python", (code, timeout)))
-        return self.execution
-
-    async def run_shell(
-        self, command: str, timeout: float | None = None, cwd: str | None = None
-    ) -> CommandResult:
-        self.calls.append(("shell", (command, timeout, cwd)))
-        return self.command
+SETTINGS: dict[str, Any] = {
+    "volumes": {"/host/out": {"bind": "/sandbox/data", "mode": "ro"}},
+    "timeout": 20,
+}
 
 
 @pytest.fixture
-def sandbox() -> FakeSandbox:
-    return FakeSandbox(
-        SandboxConfig(volumes={"/host/out": {"bind": "/sandbox/data", "mode": "ro"}}, timeout=20)
-    )
+def sandbox(idle_sandbox: AsyncSandbox) -> AsyncSandbox:
+    """A real sandbox whose kernel never started: whatever reaches it would fail."""
+    return idle_sandbox
 
 
 @pytest.fixture
-def tools(sandbox: FakeSandbox) -> ToolSet:
-    return ToolSet(sandbox)  # type: ignore[arg-type]
+def tools(sandbox: AsyncSandbox) -> ToolSet:
+    return ToolSet(sandbox)
+
+
+@pytest.fixture
+async def live(new_sandbox: NewSandbox) -> AsyncSandbox:
+    return await new_sandbox(**SETTINGS)
+
+
+def recorded(sandbox: AsyncSandbox) -> list[Event]:
+    events: list[Event] = []
+    sandbox.listeners.append(events.append)
+    return events
 
 
 # -- schemas -------------------------------------------------------------------------
@@ -155,10 +94,14 @@ def test_non_strict_schemas_keep_optional_arguments_optional(tools: ToolSet) -> 
     assert "strict" not in tools.schema_map(strict=False)["shell_executor"]["function"]
 
 
+def sandbox_dir(tools: ToolSet) -> str:
+    return tools.sandbox.working_dir
+
+
 def test_descriptions_tell_the_model_about_state_files_and_limits(tools: ToolSet) -> None:
     python = tools.schema_map()["python_executor"]["function"]["description"]
     assert "persist" in python
-    assert "/sandbox" in python
+    assert sandbox_dir(tools) in python
     assert "/sandbox/data (read-only)" in python
     assert "no network" in python
     assert "20 s" in python  # the sandbox's timeout is the default
@@ -166,9 +109,9 @@ def test_descriptions_tell_the_model_about_state_files_and_limits(tools: ToolSet
     assert "killed" in shell
 
 
-def test_options_change_defaults_and_descriptions(sandbox: FakeSandbox) -> None:
+def test_options_change_defaults_and_descriptions(sandbox: AsyncSandbox) -> None:
     tools = ToolSet(
-        sandbox,  # type: ignore[arg-type]
+        sandbox,
         {
             "python_executor": {"timeout": 90, "max_output_chars": 500},
             "file_operation": {"operations": ["read", "list"], "description": "Read files."},
@@ -182,8 +125,8 @@ def test_options_change_defaults_and_descriptions(sandbox: FakeSandbox) -> None:
     assert files["parameters"]["properties"]["operation"]["enum"] == ["read", "list"]
 
 
-def test_a_disabled_tool_is_not_offered(sandbox: FakeSandbox) -> None:
-    tools = ToolSet(sandbox, {"python_executor": {}, "shell_executor": {"enabled": False}})  # type: ignore[arg-type]
+def test_a_disabled_tool_is_not_offered(sandbox: AsyncSandbox) -> None:
+    tools = ToolSet(sandbox, {"python_executor": {}, "shell_executor": {"enabled": False}})
     assert tools.names == ["python_executor"]
 
 
@@ -226,12 +169,13 @@ async def test_unknown_tool_lists_the_available_ones(tools: ToolSet) -> None:
     )
 
 
-async def test_arguments_that_are_not_json(tools: ToolSet, sandbox: FakeSandbox) -> None:
+async def test_arguments_that_are_not_json(tools: ToolSet, sandbox: AsyncSandbox) -> None:
+    events = recorded(sandbox)
     result = await tools.execute("python_executor", '{"code": "print(1)"')
     assert result.status == "error"
     assert "not valid JSON" in (result.error or "")
     assert "Expected arguments: code, timeout (optional)" in (result.error or "")
-    assert sandbox.calls == []
+    assert events == []  # nothing reached the sandbox
 
 
 async def test_arguments_that_are_json_but_not_an_object(tools: ToolSet) -> None:
@@ -252,10 +196,11 @@ async def test_mistyped_argument_is_named(tools: ToolSet) -> None:
     assert "argument 'code' must be a string; got int 42" in (result.error or "")
 
 
-async def test_extra_argument_is_named(tools: ToolSet, sandbox: FakeSandbox) -> None:
+async def test_extra_argument_is_named(tools: ToolSet, sandbox: AsyncSandbox) -> None:
+    events = recorded(sandbox)
     result = await tools.execute("python_executor", {"code": "1", "language": "python"})
     assert "unexpected argument 'language'" in (result.error or "")
-    assert sandbox.calls == []
+    assert events == []
 
 
 async def test_out_of_range_argument(tools: ToolSet) -> None:
@@ -270,12 +215,15 @@ async def test_unknown_enum_value_lists_the_choices(tools: ToolSet) -> None:
     assert "got 'copy'" in (result.error or "")
 
 
-async def test_strict_mode_nulls_mean_defaults(tools: ToolSet, sandbox: FakeSandbox) -> None:
-    result = await tools.execute(
-        "shell_executor", json.dumps({"command": "ls", "timeout": None, "cwd": None})
+async def test_strict_mode_nulls_mean_defaults(live: AsyncSandbox) -> None:
+    events = recorded(live)
+    result = await ToolSet(live).execute(
+        "shell_executor", json.dumps({"command": "pwd", "timeout": None, "cwd": None})
     )
-    assert result.ok
-    assert sandbox.calls == [("shell", ("ls", 20.0, None))]
+    assert result.ok and result.output == live.working_dir
+    (event,) = events
+    assert isinstance(event, ShellExecuted)
+    assert (event.command, event.cwd, event.metadata["tool"]) == ("pwd", None, "shell_executor")
 
 
 async def test_empty_arguments_string_means_no_arguments(tools: ToolSet) -> None:
@@ -286,41 +234,39 @@ async def test_empty_arguments_string_means_no_arguments(tools: ToolSet) -> None
 # -- execution results ---------------------------------------------------------------
 
 
-async def test_python_statuses_map_to_tool_statuses(tools: ToolSet, sandbox: FakeSandbox) -> None:
+async def test_python_statuses_map_to_tool_statuses(live: AsyncSandbox) -> None:
+    tools = ToolSet(live)
+    events = recorded(live)
     ok = await tools.execute("python_executor", {"code": "print('hi')"})
     assert (ok.status, ok.output, ok.metadata["execution_count"]) == ("success", "hi", 1)
 
-    sandbox.execution = Execution(
-        "timeout", [], 2, message="execution timed out after 1s and was interrupted"
+    timed_out = await tools.execute(
+        "python_executor", {"code": "import time\nwhile True: time.sleep(0.05)", "timeout": 1}
     )
-    timed_out = await tools.execute("python_executor", {"code": "while True: pass", "timeout": 1})
     assert timed_out.status == "timeout"
     assert "interrupted" in (timed_out.error or "")
-    assert sandbox.calls[-1] == ("python", ("while True: pass", 1.0))
+    assert isinstance(events[-1], PythonExecuted) and events[-1].execution.status == "timeout"
 
-    sandbox.execution = Execution(
-        "kernel_died", [], None, state_lost=True, message="the kernel ran out of memory"
-    )
-    died = await tools.execute("python_executor", {"code": "x = ' ' * 10**12"})
+    died = await tools.execute("python_executor", {"code": "import os; os._exit(9)"})
     assert died.status == "error"
     assert died.metadata["state_lost"] is True
-    assert "out of memory" in (died.error or "") and "out of memory" in died.output
+    assert "exited with code 9" in (died.error or "") and "exited with code 9" in died.output
+    again = await tools.execute("python_executor", {"code": "print('back')"})
+    assert again.output == "back"
 
 
-async def test_timeouts_are_capped_by_max_timeout(sandbox: FakeSandbox) -> None:
-    tools = ToolSet(sandbox, {"python_executor": {"max_timeout": 60}})  # type: ignore[arg-type]
+async def test_timeouts_are_capped_by_max_timeout(live: AsyncSandbox) -> None:
+    tools = ToolSet(live, {"python_executor": {"max_timeout": 60}})
     result = await tools.execute("python_executor", {"code": "1", "timeout": 3600})
-    assert sandbox.calls[-1] == ("python", ("1", 60.0))
+    assert result.ok
     assert result.metadata["timeout_capped_at"] == 60.0
 
 
-async def test_long_output_is_truncated_but_kept_for_python(sandbox: FakeSandbox) -> None:
-    tools = ToolSet(sandbox, {"python_executor": {"max_output_chars": 1000}})  # type: ignore[arg-type]
+async def test_long_output_is_truncated_but_kept_for_python(live: AsyncSandbox) -> None:
+    tools = ToolSet(live, {"python_executor": {"max_output_chars": 1000}})
+    code = "print(''.join(f'row {i}\\n' for i in range(5000)), end='')"
+    result = await tools.execute("python_executor", {"code": code})
     big = "".join(f"row {i}\n" for i in range(5000))
-    sandbox.execution = Execution(
-        "ok", [{"output_type": "stream", "name": "stdout", "text": big}], 3
-    )
-    result = await tools.execute("python_executor", {"code": "..."})
     assert len(result.model_dump_json()) < 1500
     assert "characters" in result.output and "omitted" in result.output
     assert result.output.startswith("row 0\n") and result.output.endswith("row 4999")
@@ -328,43 +274,37 @@ async def test_long_output_is_truncated_but_kept_for_python(sandbox: FakeSandbox
     assert result.full_output == big.rstrip("\n")
 
 
-async def test_plot_png_is_a_placeholder_for_the_model(sandbox: FakeSandbox) -> None:
+async def test_plot_png_is_a_placeholder_for_the_model(live: AsyncSandbox) -> None:
     png = b"\x89PNG" + b"\0" * 30_000
-    sandbox.execution = Execution(
-        "ok",
-        [
-            {
-                "output_type": "display_data",
-                "data": {"image/png": base64.b64encode(png).decode(), "text/plain": "<Figure>"},
-                "metadata": {},
-            }
-        ],
-        4,
+    code = (
+        "from IPython.display import display\n"
+        f"display({{'image/png': {base64.b64encode(png).decode()!r}, "
+        "'text/plain': '<Figure>'}, raw=True)"
     )
-    result = await ToolSet(sandbox).execute("python_executor", {"code": "plt.plot()"})  # type: ignore[arg-type]
+    result = await ToolSet(live).execute("python_executor", {"code": code})
     assert result.output == "[image/png #1, 29.3 KB] <Figure>"
     assert len(result.model_dump_json()) < 1000
     assert result.images() == [png]
 
 
-async def test_shell_exit_status_and_stderr(tools: ToolSet, sandbox: FakeSandbox) -> None:
-    sandbox.command = CommandResult(2, "partial\n", "ls: cannot access 'x'\n")
-    result = await tools.execute("shell_executor", {"command": "ls x"})
+async def test_shell_exit_status_and_stderr(live: AsyncSandbox) -> None:
+    result = await ToolSet(live).execute(
+        "shell_executor", {"command": "echo partial; ls x-is-not-here"}
+    )
     assert result.status == "error"
     assert result.error == "the command exited with status 2"
-    assert result.output == "partial\n[stderr]\nls: cannot access 'x'"
+    assert result.output.startswith("partial\n[stderr]\nls: cannot access 'x-is-not-here'")
     assert result.metadata["exit_code"] == 2
 
 
-async def test_shell_timeout(tools: ToolSet, sandbox: FakeSandbox) -> None:
-    sandbox.command = CommandResult(124, "", "", timed_out=True)
-    result = await tools.execute("shell_executor", {"command": "sleep 99", "timeout": 2})
+async def test_shell_timeout(live: AsyncSandbox) -> None:
+    result = await ToolSet(live).execute("shell_executor", {"command": "sleep 99", "timeout": 2})
     assert result.status == "timeout"
     assert "timed out after 2 s" in (result.error or "")
 
 
-async def test_a_closed_sandbox_is_an_error_result(tools: ToolSet, sandbox: FakeSandbox) -> None:
-    sandbox.closed = True
+async def test_a_closed_sandbox_is_an_error_result(tools: ToolSet, sandbox: AsyncSandbox) -> None:
+    await sandbox.close()
     result = await tools.execute("python_executor", {"code": "1"})
     assert result.status == "error"
     assert "no longer running" in (result.error or "")
@@ -373,18 +313,20 @@ async def test_a_closed_sandbox_is_an_error_result(tools: ToolSet, sandbox: Fake
 # -- file operations and their events ------------------------------------------------
 
 
-async def test_file_operations_emit_events(tools: ToolSet, sandbox: FakeSandbox) -> None:
-    events: list[Event] = []
-    sandbox.listeners.append(events.append)
+async def test_file_operations_emit_events(live: AsyncSandbox) -> None:
+    tools, events = ToolSet(live), recorded(live)
+    notes = f"{live.working_dir}/notes.txt"
     write = await tools.execute(
         "file_operation", {"operation": "write", "file_path": "notes.txt", "content": "héllo"}
     )
-    assert write.ok and write.output == "wrote 6 B to /sandbox/notes.txt"
+    assert write.ok and write.output == f"wrote 6 B to {notes}"
     read = await tools.execute("file_operation", {"operation": "read", "file_path": "notes.txt"})
     assert read.output == "héllo"
     missing = await tools.execute("file_operation", {"operation": "read", "file_path": "nope"})
     assert missing.status == "error"
-    assert "no such file or directory in the sandbox: /sandbox/nope" in (missing.error or "")
+    assert f"no such file or directory in the sandbox: {live.working_dir}/nope" in (
+        missing.error or ""
+    )
     assert [type(e) for e in events] == [FileOperated] * 3
     first, second, third = events
     assert isinstance(first, FileOperated) and isinstance(third, FileOperated)
@@ -393,13 +335,22 @@ async def test_file_operations_emit_events(tools: ToolSet, sandbox: FakeSandbox)
     assert second.content is None
     assert (first.operation, first.path, first.size, first.content) == (
         "write",
-        "/sandbox/notes.txt",
+        notes,
         6,
-        "héllo",
+        "héllo".encode(),
     )
-    assert first.detail == "wrote 6 B to /sandbox/notes.txt"
     assert first.metadata["tool"] == "file_operation"
     assert third.error.startswith("no such file")
+
+
+async def test_direct_file_calls_are_events_too(live: AsyncSandbox) -> None:
+    events = recorded(live)
+    await live.files.write("direct.txt", b"x")
+    await live.files.remove("direct.txt")
+    assert [(e.operation, e.metadata) for e in events if isinstance(e, FileOperated)] == [
+        ("write", {}),
+        ("delete", {}),
+    ]
 
 
 async def test_write_without_content_says_content_is_needed(tools: ToolSet) -> None:
@@ -416,25 +367,26 @@ async def test_unknown_encoding(tools: ToolSet) -> None:
     assert result.error == "unknown encoding 'klingon'; use e.g. 'utf-8'"
 
 
-async def test_binary_file_read_points_to_python(tools: ToolSet, sandbox: FakeSandbox) -> None:
-    sandbox.files.data["/sandbox/img.png"] = b"\x89PNG\xff\xfe"
-    result = await tools.execute("file_operation", {"operation": "read", "file_path": "img.png"})
+async def test_binary_file_read_points_to_python(live: AsyncSandbox) -> None:
+    await live.files.write("img.png", b"\x89PNG\xff\xfe")
+    result = await ToolSet(live).execute(
+        "file_operation", {"operation": "read", "file_path": "img.png"}
+    )
     assert result.status == "error"
     assert "not utf-8 text" in (result.error or "") and "python_executor" in (result.error or "")
 
 
-async def test_a_disabled_operation_is_refused(sandbox: FakeSandbox) -> None:
-    tools = ToolSet(sandbox, {"file_operation": {"operations": ["read"]}})  # type: ignore[arg-type]
+async def test_a_disabled_operation_is_refused(sandbox: AsyncSandbox) -> None:
+    tools = ToolSet(sandbox, {"file_operation": {"operations": ["read"]}})
     result = await tools.execute(
         "file_operation", {"operation": "delete", "file_path": "x", "content": None}
     )
     assert result.error == "operation 'delete' is not enabled here; use one of: read"
 
 
-async def test_a_dead_container_is_reported_as_such(tools: ToolSet, sandbox: FakeSandbox) -> None:
-    sandbox.backend.running = False
-    result = await tools.execute("file_operation", {"operation": "read", "file_path": "a"})
-    assert result.error == (
-        "the sandbox is not running: the kernel process exited with code None "
-        "(the container was removed)"
+async def test_a_dead_kernel_host_is_reported_as_such(live: AsyncSandbox) -> None:
+    await live.host.kill()  # what runs the sandbox is gone, not only a cell
+    result = await ToolSet(live).execute(
+        "file_operation", {"operation": "read", "file_path": "nope"}
     )
+    assert result.error == "the sandbox is not running: the kernel process was killed by SIGKILL"

@@ -14,12 +14,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from kernel_sandbox.config import SandboxConfig
+from kernel_sandbox.sandbox import AsyncSandbox
+from kernel_sandbox.testing import LocalKernelHost
 from kernel_sandbox.tools import ToolSet
 from kernel_sandbox.tools.base import argument_problems, called_name, parse_arguments
 from kernel_sandbox.tools.files import FileParams
 from kernel_sandbox.tools.python import PythonParams
 from kernel_sandbox.tools.shell import ShellParams
-from tests.unit.test_tools import FakeSandbox
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
@@ -89,8 +91,12 @@ def test_called_name_is_short_and_serialisable(name: Any) -> None:
     arguments=json_values | nasty_text,
 )
 def test_toolset_execute_never_raises_and_stays_small(name: Any, arguments: Any) -> None:
-    tools = ToolSet(FakeSandbox())  # type: ignore[arg-type]
-    result = asyncio.run(tools.execute(name, arguments))
+    # A real sandbox, closed: random arguments that happen to be valid must not run
+    # random code on this machine (a local host is no sandbox); they get an error result.
+    config = SandboxConfig(host="local")
+    sandbox = AsyncSandbox(config, LocalKernelHost("unit", config), "unit")
+    asyncio.run(sandbox.close())
+    result = asyncio.run(ToolSet(sandbox).execute(name, arguments))
     assert result.status in {"success", "error", "timeout"}
     assert len(result.model_dump_json()) < 20_000
     if result.status == "error":

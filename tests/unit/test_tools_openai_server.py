@@ -13,7 +13,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from kernel_sandbox.config import SandboxConfig
+from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.tools import ToolSet
 from tests.openai_server import (
     RecordedRequest,
@@ -34,12 +34,6 @@ def server() -> Iterator[ScriptedOpenAIServer]:
 
 def client_for(server: ScriptedOpenAIServer, **kwargs: object) -> OpenAI:
     return OpenAI(base_url=server.base_url, api_key="test-key", **kwargs)  # type: ignore[arg-type]
-
-
-class _Sandbox:
-    config = SandboxConfig()
-    id = "unit"
-    listeners: list[object] = []
 
 
 def test_parallel_tool_calls_reach_the_client_parsed(server: ScriptedOpenAIServer) -> None:
@@ -121,8 +115,10 @@ def test_streaming_delivers_content_and_tool_call_arguments(server: ScriptedOpen
     assert finish == "tool_calls"
 
 
-def test_our_tool_schemas_pass_the_strict_mode_check(server: ScriptedOpenAIServer) -> None:
-    tools = ToolSet(_Sandbox()).schemas()  # type: ignore[arg-type]
+def test_our_tool_schemas_pass_the_strict_mode_check(
+    server: ScriptedOpenAIServer, idle_sandbox: AsyncSandbox
+) -> None:
+    tools = ToolSet(idle_sandbox).schemas()
     server.add(text("fine"))
     completion = client_for(server).chat.completions.create(
         model="m",

@@ -1,4 +1,7 @@
-"""The Docker engine backend, on the docker SDK's low-level API.
+"""The Docker engine, on the docker SDK's low-level API: containers, volumes, listings.
+
+:class:`DockerEngine` is the only place (with ``exec.py``, ``transfer.py`` and
+``images/``) that calls the SDK; :class:`~.host.DockerHost` drives it for one sandbox.
 
 The low-level API is used on purpose: ``containers.run`` inspects the container again
 after starting it, which costs a round trip on every sandbox start.  Every blocking
@@ -12,11 +15,9 @@ import contextlib
 import functools
 import io
 import os
-import socket
-import sys
 import tarfile
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import docker
@@ -24,24 +25,25 @@ import docker.errors
 import requests.exceptions
 from docker.types import LogConfig, Ulimit
 
-from ..config import LABEL_PREFIX
-from ..errors import (
+from ...config import LABEL_PREFIX
+from ...errors import (
     ContainerRemovedError,
     ContainerStoppedError,
     EngineUnavailableError,
-    FileOperationError,
     ImageNotFoundError,
     KernelError,
-    SandboxFileNotFoundError,
     SandboxStartError,
 )
-from ..limits import HeadTail
-from ..results import format_size
-from .attach import STDERR, TruncatedStreamError, attach_body, read_frames
-from .base import REMOVED_REASON, Backend, ContainerSpec, ContainerState, ExecResult, ImageUser
+from ..base import REMOVED_REASON, HostState, SandboxRecord
 from .runtimes import Runtime, engine_runtimes, gvisor_host_pids, validate
 
-__all__ = ["DockerBackend", "docker_client"]
+__all__ = [
+    "ContainerSpec",
+    "DockerEngine",
+    "ImageUser",
+    "docker_client",
+    "run_in_thread",
+]
 
 T = TypeVar("T")
 #: The engine's log of a sandbox: what the kernel writes to its original fd 1/2 (or to
@@ -51,16 +53,51 @@ T = TypeVar("T")
 ENGINE_LOG = LogConfig(type="json-file", config={"max-size": "1m", "max-file": "2"})
 #: Bytes of the engine's log read back for a start error (lines can be 16 KiB each).
 _LOG_TAIL_BYTES = 64 * 1024
-#: Seconds between checks that a container still runs while a process in it is read.
-_EXEC_WATCH = 2.0
-#: Room for tar headers and padding on top of ``get_archive``'s ``max_bytes``.
-_TAR_OVERHEAD = 64 * 1024
 
 ENGINE_HELP = (
     "Cannot reach the Docker engine{where}: {error}. Start it (`sudo systemctl start docker`, "
     "or run `dockerd &` as root), or point DOCKER_HOST at a running engine; a non-root user "
     "also needs to be in the `docker` group."
 )
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything needed to create one sandbox container."""
+
+    image: str
+    command: list[str]
+    user: str
+    working_dir: str
+    environment: dict[str, str]
+    volumes: dict[str, dict[str, str]]
+    labels: dict[str, str]
+    memory_limit: str
+    cpu_limit: float
+    pids_limit: int
+    network_enabled: bool
+    name: str | None = None
+    #: container port -> host port on 127.0.0.1 (tcp transport with a network)
+    published_ports: dict[int, int] = field(default_factory=dict)
+    #: a network made for this container alone (tcp transport: no other sandbox can
+    #: reach its kernel); internal unless ``network_enabled``, removed by
+    #: :meth:`DockerEngine.remove_network`, labelled like the container for ``gc``
+    own_network: str | None = None
+    #: mount the image's root filesystem read-only (writes go to ``volumes`` only)
+    read_only: bool = False
+    #: bytes of /dev/shm (None: the engine's default)
+    shm_size: int | None = None
+    #: the engine's OCI runtime, e.g. ``"runsc"`` (None: the engine's default)
+    runtime: str | None = None
+
+
+@dataclass(frozen=True)
+class ImageUser:
+    """Who a container of an image runs as: numeric ids and home directory."""
+
+    uid: int
+    gid: int
+    home: str
 
 
 @functools.lru_cache(maxsize=1)
@@ -79,7 +116,7 @@ def docker_client() -> docker.DockerClient:
     return client
 
 
-async def _run(fn: Any, *args: Any, **kwargs: Any) -> Any:
+async def run_in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
     """Call the SDK in a worker thread; faults outside our control become SandboxErrors.
 
     The engine going away mid-session (stopped, restarted, socket gone) is
@@ -120,41 +157,8 @@ def _lookup(database: str, key: str) -> list[str] | None:
     return None
 
 
-def _socket_of(body: io.BufferedReader) -> socket.socket:
-    """The socket under an exec stream's reader (to write stdin and bound the waits)."""
-    raw: Any = body.raw
-    sock = getattr(raw, "_sock", raw)
-    if not isinstance(sock, socket.socket):
-        raise FileOperationError(
-            f"this engine connection ({type(sock).__name__}) cannot carry a process's input"
-        )
-    return sock
-
-
-def _too_large(path: str, size: int | None, max_bytes: int) -> FileOperationError:
-    what = f"{path} is {format_size(size)}" if size is not None else f"{path} holds more than that"
-    return FileOperationError(
-        f"{what}; files are read whole into memory and the limit is {format_size(max_bytes)} "
-        "(SandboxConfig.max_file_bytes): read a part with the shell (head -c, tail -c, "
-        "split) or raise max_file_bytes"
-    )
-
-
-def _sandbox_reason(exc: docker.errors.APIError) -> str:
-    """The engine's explanation, without the host paths it names for a link loop.
-
-    A loop of links in the sandbox (``ln -s a b; ln -s b a``) makes the engine answer
-    "too many links in /var/lib/docker/overlay2/<layer>/merged/...": the host's storage
-    layout, which is none of the sandbox's (or the model's) business.
-    """
-    explanation = str(exc.explanation or exc)
-    if "too many links" in explanation:
-        return "too many levels of symbolic links (a link loop?)"
-    return explanation
-
-
-class DockerBackend(Backend):
-    """Runs sandbox containers on a local or remote Docker engine."""
+class DockerEngine:
+    """Sandbox containers and volumes on a local or remote Docker engine (async calls)."""
 
     def __init__(self, client: docker.DockerClient | None = None) -> None:
         self._client = client
@@ -171,11 +175,11 @@ class DockerBackend(Backend):
         return self.client.api
 
     async def start(self, spec: ContainerSpec) -> str:
-        return str(await _run(self._start_sync, spec))
+        return str(await run_in_thread(self._start_sync, spec))
 
     async def runtimes(self) -> dict[str, Runtime]:
         """The OCI runtimes the engine offers (``docker info``), asked afresh."""
-        return await _run(self._runtimes_sync, True)  # type: ignore[no-any-return]
+        return await run_in_thread(self._runtimes_sync, True)  # type: ignore[no-any-return]
 
     def _runtimes_sync(self, refresh: bool = False) -> dict[str, Runtime]:
         # Asked once per backend, and again when a sandbox names one not seen yet (the
@@ -265,7 +269,7 @@ class DockerBackend(Backend):
             ) from exc
 
     async def remove_network(self, name: str) -> None:
-        await _run(self.remove_network_blocking, name)
+        await run_in_thread(self.remove_network_blocking, name)
 
     def remove_network_blocking(self, name: str) -> None:
         """Remove a sandbox's own network; a missing one is not an error."""
@@ -275,13 +279,15 @@ class DockerBackend(Backend):
     async def list_networks(self, labels: dict[str, str]) -> list[dict[str, object]]:
         """Networks carrying all these labels: name, labels."""
         filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
-        found = await _run(self.api.networks, filters=filters)
+        found = await run_in_thread(self.api.networks, filters=filters)
         return [{"name": n["Name"], "labels": n.get("Labels") or {}} for n in found or []]
 
     async def image_user(self, image: str, user: str) -> ImageUser:
         hit = _image_users.get((image, user))
         if hit is None:
-            hit = _image_users[(image, user)] = await _run(self._image_user_sync, image, user)
+            hit = _image_users[(image, user)] = await run_in_thread(
+                self._image_user_sync, image, user
+            )
         return hit
 
     def _image_user_sync(self, image: str, user: str) -> ImageUser:
@@ -336,7 +342,7 @@ class DockerBackend(Backend):
         # archive API (and so sandbox.files) reach it on a read-only root filesystem.
         options = f"size={size},uid={uid},gid={gid},mode={mode:o}"
         try:
-            await _run(
+            await run_in_thread(
                 self.api.create_volume,
                 name,
                 driver="local",
@@ -347,7 +353,7 @@ class DockerBackend(Backend):
             raise SandboxStartError(f"the engine could not create volume {name}: {exc}") from exc
 
     async def remove_volumes(self, names: list[str]) -> None:
-        await _run(self.remove_volumes_blocking, names)
+        await run_in_thread(self.remove_volumes_blocking, names)
 
     def remove_volumes_blocking(self, names: list[str]) -> None:
         for name in names:
@@ -356,19 +362,19 @@ class DockerBackend(Backend):
 
     async def list_volumes(self, labels: dict[str, str]) -> list[dict[str, object]]:
         filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
-        found = await _run(self.api.volumes, filters=filters)
+        found = await run_in_thread(self.api.volumes, filters=filters)
         return [
             {"name": v["Name"], "labels": v.get("Labels") or {}}
             for v in (found or {}).get("Volumes") or []
         ]
 
-    async def state(self, container_id: str) -> ContainerState:
+    async def state(self, container_id: str) -> HostState:
         try:
-            info = await _run(self.api.inspect_container, container_id)
+            info = await run_in_thread(self.api.inspect_container, container_id)
         except ContainerRemovedError:
-            return ContainerState(running=False, removed=True)
+            return HostState(running=False, removed=True)
         st = info["State"]
-        return ContainerState(
+        return HostState(
             running=bool(st["Running"]),
             exit_code=None if st["Running"] else int(st["ExitCode"]),
             oom_killed=bool(st.get("OOMKilled")),
@@ -386,18 +392,27 @@ class DockerBackend(Backend):
                 before_start()
             self.api.start(container_id)
 
-        await _run(_restart)
+        await run_in_thread(_restart)
+
+    async def kill(self, container_id: str) -> None:
+        """Kill the container's main process; a stopped container is not an error."""
+
+        def _kill() -> None:
+            with contextlib.suppress(docker.errors.APIError):  # already stopped
+                self.api.kill(container_id)
+
+        await run_in_thread(_kill)
 
     async def signal(self, container_id: str, signal: str) -> None:
         try:
-            await _run(self.api.kill, container_id, signal=signal)
+            await run_in_thread(self.api.kill, container_id, signal=signal)
         except ContainerStoppedError as exc:  # stopped or removed: _run says which
             raise KernelError(str(exc)) from exc
         except docker.errors.APIError as exc:
             raise KernelError(f"could not signal the container: {exc.explanation}") from exc
 
     async def remove(self, container_id: str) -> None:
-        await _run(self.remove_blocking, container_id)
+        await run_in_thread(self.remove_blocking, container_id)
 
     def remove_blocking(self, container_id: str) -> None:
         try:
@@ -408,174 +423,30 @@ class DockerBackend(Backend):
             if "already in progress" not in str(exc):
                 raise
 
-    async def exec(
-        self,
-        container_id: str,
-        argv: list[str],
-        *,
-        user: str,
-        workdir: str | None = None,
-        environment: dict[str, str] | None = None,
-        max_output_bytes: int | None = None,
-        stdin: bytes | None = None,
-        deadline: float | None = None,
-    ) -> ExecResult:
-        streams: list[Any] = []  # the socket being read, for the watch below
-
-        def _exec() -> ExecResult:
-            exec_id = self.api.exec_create(
-                container_id,
-                argv,
-                user=user,
-                workdir=workdir,
-                environment=environment,
-                stdin=stdin is not None,
-            )["Id"]
-            limit = max_output_bytes or sys.maxsize
-            out, err = HeadTail(limit), HeadTail(limit)
-            ends = None if deadline is None else time.monotonic() + deadline
-            # docker-py only opens the stream here; its own frame reader would skip
-            # what came in with the response headers (see attach.py), so read it here.
-            with self.api.exec_start(exec_id, stream=True)._response as response:
-                body = attach_body(response)
-                sock = _socket_of(body) if stdin is not None or ends is not None else None
-                streams.append(sock if sock is not None else getattr(body.raw, "_sock", None))
-                if sock is None or ends is None:
-                    # the process may be silent for longer than the client's timeout;
-                    # run_shell's own deadline (``timeout`` in the container) ends it
-                    self.api._disable_socket_timeout(body.raw)
-                else:
-                    sock.settimeout(deadline)
-                if sock is not None and stdin is not None:
-                    # A process that ends without reading all of it (it refused the
-                    # work) closes the pipe: its output and status tell why.
-                    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                        sock.sendall(stdin)
-                        sock.shutdown(socket.SHUT_WR)  # the process reads its end of input
-                for stream, piece in read_frames(body):
-                    (err if stream == STDERR else out).add(piece)
-                    if sock is not None and ends is not None:  # a trickle must not stretch it
-                        left = ends - time.monotonic()
-                        if left <= 0:
-                            raise TimeoutError
-                        sock.settimeout(left)
-            code = self.api.exec_inspect(exec_id)["ExitCode"]
-            return ExecResult(
-                int(code if code is not None else -1),
-                out.value(),
-                err.value(),
-                out.dropped + err.dropped,
-            )
-
-        try:
-            return await self._watched(container_id, _run(_exec), streams)
-        except TimeoutError as exc:  # socket.timeout too
-            raise FileOperationError(
-                f"the process in the sandbox did not finish within {deadline:g}s (stopped or "
-                "blocked by sandbox code?); the host stopped waiting for it"
-            ) from exc
-        except docker.errors.APIError as exc:
-            raise FileOperationError(f"could not run a process in the sandbox: {exc}") from exc
-        except TruncatedStreamError as exc:
-            raise FileOperationError(
-                f"the process's output was cut off: {exc}; its side effects may have happened, "
-                "so check before running it again"
-            ) from exc
-
-    async def _watched(
-        self, container_id: str, running: Awaitable[ExecResult], streams: list[Any]
-    ) -> ExecResult:
-        """``running``'s result, or, if the container stops first, exit 137 saying why.
-
-        Under gVisor the engine keeps an exec's stream open for a minute or more after
-        the sandbox died (an out-of-memory sandbox loses its whole container there), so
-        the container is watched and the stream shut down when it is gone.
-        """
-        task = asyncio.ensure_future(running)
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=_EXEC_WATCH)
-            if done:
-                return task.result()
-            state = await self.state(container_id)
-            if not state.running:
-                break
-        for sock in streams:
-            with contextlib.suppress(Exception):
-                sock.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(Exception):
-            result = await task
-            note = f"\n[the sandbox's container stopped: {state.death_reason()}]"
-            return ExecResult(
-                137, result.stdout, result.stderr + note.encode(), result.truncated_bytes
-            )
-        return ExecResult(
-            137, b"", f"the sandbox's container stopped: {state.death_reason()}".encode()
-        )
-
-    async def put_archive(self, container_id: str, directory: str, tar_bytes: bytes) -> None:
-        try:
-            ok = await _run(self.api.put_archive, container_id, directory, tar_bytes)
-        except docker.errors.NotFound as exc:
-            raise SandboxFileNotFoundError(
-                f"no such directory in the sandbox: {directory}"
-            ) from exc
-        except docker.errors.APIError as exc:
-            raise FileOperationError(
-                f"could not write into {directory}: {exc.explanation}"
-            ) from exc
-        if not ok:
-            raise FileOperationError(f"the engine refused to write into {directory}")
-
-    async def get_archive(
-        self, container_id: str, path: str, max_bytes: int | None = None
-    ) -> bytes:
-        def _get() -> bytes:
-            stream, stat = self.api.get_archive(container_id, path)
-            # The engine's stat header gives a file's size before any byte is read; the
-            # count below also bounds what it does not cover (a directory's content).
-            limit = sys.maxsize if max_bytes is None else max_bytes + _TAR_OVERHEAD
-            archive = bytearray()
-            try:
-                if max_bytes is not None and int(stat.get("size") or 0) > max_bytes:
-                    raise _too_large(path, int(stat["size"]), max_bytes)
-                for chunk in stream:
-                    archive += chunk
-                    if len(archive) > limit:
-                        raise _too_large(path, None, max_bytes or 0)
-            finally:
-                stream.close()  # drop the rest: the engine stops sending
-            return bytes(archive)
-
-        try:
-            return await _run(_get)  # type: ignore[no-any-return]
-        except docker.errors.NotFound as exc:
-            raise SandboxFileNotFoundError(f"no such file in the sandbox: {path}") from exc
-        except docker.errors.APIError as exc:
-            raise FileOperationError(f"could not read {path}: {_sandbox_reason(exc)}") from exc
-
     async def logs(self, container_id: str, tail: int) -> str:
-        raw = await _run(self.api.logs, container_id, tail=tail)
+        raw = await run_in_thread(self.api.logs, container_id, tail=tail)
         return bytes(raw)[-_LOG_TAIL_BYTES:].decode(errors="replace")
 
     async def address(self, container_id: str) -> str:
-        info = await _run(self.api.inspect_container, container_id)
+        info = await run_in_thread(self.api.inspect_container, container_id)
         for net in info["NetworkSettings"]["Networks"].values():
             if net.get("IPAddress"):
                 return str(net["IPAddress"])
         raise SandboxStartError("the container has no IP address; the tcp transport needs one")
 
-    async def list(self, labels: dict[str, str]) -> list[dict[str, object]]:
+    async def list(self, labels: dict[str, str]) -> list[SandboxRecord]:
+        """Containers carrying all these labels, running or not."""
         filters = {"label": [f"{k}={v}" for k, v in labels.items()]}
-        rows = await _run(self.api.containers, all=True, filters=filters)
+        rows = await run_in_thread(self.api.containers, all=True, filters=filters)
         return [
-            {
-                "id": r["Id"],
-                "name": (r.get("Names") or ["?"])[0].lstrip("/"),
-                "image": r.get("Image"),
-                "status": r.get("Status"),
-                "state": r.get("State"),
-                "labels": r.get("Labels") or {},
-                "created": r.get("Created"),
-            }
+            SandboxRecord(
+                host="docker",
+                resource_id=str(r["Id"]),
+                name=(r.get("Names") or ["?"])[0].lstrip("/"),
+                image=str(r.get("Image") or ""),
+                state=str(r.get("State") or ""),
+                labels=r.get("Labels") or {},
+                created=float(r["Created"]) if r.get("Created") is not None else None,
+            )
             for r in rows
         ]

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..engine import docker_client
 from .builder import (
     BASE_TAG,
     IMAGE_NAMES,
@@ -127,7 +128,6 @@ def _kind(tag: str, labels: dict[str, str]) -> str:
 
 async def list_images() -> ImageList:
     """Our images, derived and custom kernel-ready ones, the base, and what is missing."""
-    from ..backends.docker import docker_client
 
     def _list() -> ImageList:
         api = docker_client().api

@@ -38,10 +38,12 @@ from __future__ import annotations
 import json
 import posixpath
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
-from .base import ContainerSpec
+from ...errors import ConfigError
+
+if TYPE_CHECKING:
+    from .engine import ContainerSpec
 
 __all__ = [
     "GVISOR_ARGS",
@@ -129,7 +131,7 @@ def validate(runtimes: dict[str, Runtime], spec: ContainerSpec) -> Runtime | Non
         raise ConfigError(
             f"runtime={spec.runtime!r} is gVisor, registered without {' '.join(missing)} "
             f"(it has: {' '.join(runtime.args) or 'no runtimeArgs'}), which sandboxes need "
-            f"(see kernel_sandbox/backends/runtimes.py); {_enable_help(spec.runtime)}"
+            f"(see kernel_sandbox/backends/docker/runtimes.py); {_enable_help(spec.runtime)}"
         )
     # a network of its own means the tcp transport, which reaches the kernel over it
     if spec.network_enabled or spec.published_ports or spec.own_network:

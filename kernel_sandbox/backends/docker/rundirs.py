@@ -1,6 +1,6 @@
 """Ownership of sandbox run directories, so ``kernel-sandbox gc`` never takes a live one.
 
-A sandbox's host run directory (under :func:`~kernel_sandbox.sandbox.runtime_root`)
+A sandbox's host run directory (under :func:`runtime_root`)
 holds its kernel's sockets.  Its owner process keeps an advisory lock on a marker file
 inside it for as long as the sandbox is open; the kernel releases such locks when the
 process ends, however it ends (even ``kill -9``).  So "unlocked" means "no live process
@@ -11,12 +11,24 @@ from __future__ import annotations
 
 import fcntl
 import os
+import tempfile
 from pathlib import Path
 
-__all__ = ["OWNER_FILE", "claim", "is_claimed", "release"]
+__all__ = ["OWNER_FILE", "claim", "is_claimed", "release", "runtime_root"]
 
 #: Marker file inside a run directory; readable by its owner only (not by sandbox code).
 OWNER_FILE = ".owner"
+
+
+def runtime_root() -> Path:
+    """The host directory that holds every sandbox's run directory, private to this user."""
+    base = os.environ.get("KERNEL_SANDBOX_RUNTIME_DIR") or os.path.join(
+        tempfile.gettempdir(), f"kernel-sandbox-{os.getuid()}"
+    )
+    root = Path(base)
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(root, 0o700)
+    return root
 
 
 def claim(run_dir: Path) -> int:

@@ -24,9 +24,10 @@ from typing import IO, Any, Literal
 import docker
 import docker.errors
 
-from ..config import LABEL_PREFIX
-from ..errors import ImageError
-from ..results import strip_ansi
+from ....config import LABEL_PREFIX
+from ....errors import ImageError
+from ....results import strip_ansi
+from ..engine import docker_client
 from .wheels import Progress, build_context, complete_wheels, probe_python, wheel_cache_dir
 
 __all__ = [
@@ -70,7 +71,7 @@ class BuildReport:
 
 def images_dir() -> Path:
     """The ``images/`` directory with the Dockerfiles (``$KERNEL_SANDBOX_IMAGES``)."""
-    path = Path(os.environ.get("KERNEL_SANDBOX_IMAGES") or Path(__file__).parents[2] / "images")
+    path = Path(os.environ.get("KERNEL_SANDBOX_IMAGES") or Path(__file__).parents[4] / "images")
     if not (path / "python" / "Dockerfile").is_file():
         raise ImageError(
             f"no Dockerfiles under {path}: run from a clone of kernel-sandbox "
@@ -89,8 +90,6 @@ def image_exists(client: docker.DockerClient, ref: str) -> dict[str, Any] | None
 
 def build_client() -> docker.DockerClient:
     """A client without a read timeout: a quiet build step may take minutes."""
-    from ..backends.docker import docker_client
-
     docker_client()  # raises EngineUnavailableError with advice when there is no engine
     return docker.from_env(timeout=3600)
 
@@ -133,8 +132,6 @@ def run_build(
     finally:
         context.close()
         client.close()
-    from ..backends.docker import docker_client
-
     info = image_exists(docker_client(), tag)
     if info is None:
         raise ImageError(f"the build of {tag} ended without an image; log:\n" + "\n".join(tail))
@@ -168,8 +165,6 @@ class ImageBuilder:
     def client(self) -> docker.DockerClient:
         """The shared engine client (made on first use, so planning needs no engine)."""
         if self._client is None:
-            from ..backends.docker import docker_client
-
             self._client = docker_client()
         return self._client
 

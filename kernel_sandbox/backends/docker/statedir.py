@@ -31,10 +31,12 @@ import stat
 from abc import ABC, abstractmethod
 from pathlib import Path
 
+import docker
+
+from ...errors import SandboxError
+from ...kernel.supervisor import GO_PREFIX, STATUS_FILE, TCP_STATE_DIR, KernelEnd, parse_status
 from . import rundirs
-from .backends.base import Backend
-from .errors import SandboxError
-from .kernel.supervisor import GO_PREFIX, STATUS_FILE, TCP_STATE_DIR, KernelEnd, parse_status
+from .exec import exec_process
 
 __all__ = ["ContainerStateDir", "HostRunDir", "StateDir"]
 
@@ -223,15 +225,16 @@ class HostRunDir(StateDir):
 class ContainerStateDir(StateDir):
     """The ``tcp`` state directory in the container's ``/tmp``, read through the engine."""
 
-    def __init__(self, backend: Backend, container_id: str, user: str) -> None:
+    def __init__(self, api: docker.APIClient, container_id: str, user: str) -> None:
         super().__init__()
-        self._backend = backend
+        self._api = api
         self._container_id = container_id
         self._user = user
 
     async def _read_end(self) -> KernelEnd | None:
         try:
-            result = await self._backend.exec(
+            result = await exec_process(
+                self._api,
                 self._container_id,
                 ["sh", "-c", _TCP_READ, "sh", f"{TCP_STATE_DIR}/{STATUS_FILE}", f"{_TCP_WAIT:g}"],
                 user=self._user,
@@ -244,6 +247,6 @@ class ContainerStateDir(StateDir):
         return parse_status(text, self.kernel)
 
     async def _go(self, name: str) -> None:
-        await self._backend.exec(
-            self._container_id, ["touch", f"{TCP_STATE_DIR}/{name}"], user=self._user
+        await exec_process(
+            self._api, self._container_id, ["touch", f"{TCP_STATE_DIR}/{name}"], user=self._user
         )

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import posixpath
 
-from .backends.base import Backend
-from .config import SandboxConfig
+from ...config import SandboxConfig
+from .engine import DockerEngine
 
 __all__ = ["create_writable_area"]
 
 
 async def create_writable_area(
-    backend: Backend,
+    engine: DockerEngine,
     config: SandboxConfig,
     image: str,
     *,
@@ -36,7 +36,7 @@ async def create_writable_area(
     budget = config.disk_budget()
     if not budget:
         return {}
-    who = await backend.image_user(image, config.user)
+    who = await engine.image_user(image, config.user)
     home = config.env_vars.get("HOME", who.home)
     places: dict[str, tuple[int, int]] = {}  # path -> size, permission bits
     for path, size, mode in (
@@ -56,7 +56,7 @@ async def create_writable_area(
             continue
         name = f"{prefix}-{index}"
         created.append(name)
-        await backend.create_volume(
+        await engine.create_volume(
             name, size=size, uid=who.uid, gid=who.gid, mode=mode, labels=labels
         )
         binds[name] = {"bind": path, "mode": "rw"}

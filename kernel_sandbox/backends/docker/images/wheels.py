@@ -26,7 +26,8 @@ from typing import IO, Any
 import docker
 import docker.errors
 
-from ..errors import ImageError
+from ....errors import ImageError
+from ....kernel.programs import program
 
 __all__ = [
     "PROBE",
@@ -45,22 +46,8 @@ log = logging.getLogger("kernel_sandbox.images")
 #: Receives one line of build progress at a time.
 Progress = Callable[[str], None]
 
-# Runs inside the image with whatever Python it has: no f-strings, works on 2.7 too.
-PROBE = """\
-import sys, platform, glob, json
-try:
-    import venv
-    has_venv = True
-except Exception:
-    has_venv = False
-libc, libc_version = platform.libc_ver()
-if not libc and glob.glob("/lib/ld-musl-*"):
-    libc = "musl"
-print(json.dumps({"version": list(sys.version_info[:3]), "implementation":
-    getattr(getattr(sys, "implementation", None), "name", "cpython"),
-    "machine": platform.machine(), "libc": libc, "libc_version": libc_version,
-    "executable": sys.executable, "has_venv": has_venv}))
-"""
+#: Describes an image's Python as JSON (``programs/probe.py``; runs on Python 2.7 too).
+PROBE = program("probe.py")
 PYTHON_CANDIDATES = ("python3", "python")
 MIN_PYTHON = (3, 8)
 
@@ -260,7 +247,7 @@ def probe_python(client: docker.DockerClient, image: str, name: str | None = Non
             tried.append(f"`{candidate}` printed no description: {out.strip()[-200:]}")
             continue
         return PythonTarget(
-            version=tuple(info["version"]),  # type: ignore[arg-type]
+            version=tuple(info["version"]),
             machine=str(info["machine"]),
             libc="glibc" if info["libc"] == "glibc" else str(info["libc"] or ""),
             libc_version=str(info["libc_version"] or ""),

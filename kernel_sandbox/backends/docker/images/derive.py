@@ -20,8 +20,9 @@ import docker
 import docker.errors
 from docker.utils import parse_repository_tag
 
-from ..config import KERNEL_PYTHON, LABEL_PREFIX
-from ..errors import ImageError, ImageNotFoundError
+from ....config import KERNEL_PYTHON, LABEL_PREFIX
+from ....errors import ImageError, ImageNotFoundError
+from ..engine import docker_client
 from .builder import DEFAULT_PATH, REPOSITORY, image_exists, run_build
 from .wheels import Progress, build_context, complete_wheels, probe_python, wheel_cache_dir
 
@@ -52,12 +53,17 @@ _locks_guard = threading.Lock()
 
 
 async def resolve_kernel_image(
-    image: str, *, derive: bool, progress: Progress | None = None
+    image: str,
+    *,
+    derive: bool,
+    progress: Progress | None = None,
+    client: docker.DockerClient | None = None,
 ) -> str:
     """The image to start for ``image``: itself if kernel-ready, else a derived one.
 
     Called on every sandbox start, so the answer is remembered for the process: after
-    the first call for an image, no engine call is made.  With ``derive=False`` an
+    the first call for an image, no engine call is made.  ``client`` is the engine to
+    ask (default: the process-wide one).  With ``derive=False`` an
     image without the label is returned unchanged (its kernel must be at
     /opt/venv/bin/python).  Raises ImageNotFoundError when the image is neither local
     nor pullable, ImageError when it has no usable Python.
@@ -65,7 +71,7 @@ async def resolve_kernel_image(
     hit = _resolved.get((image, derive))
     if hit is not None:
         return hit
-    return await asyncio.to_thread(_resolve, image, derive, progress or log.info)
+    return await asyncio.to_thread(_resolve, image, derive, progress or log.info, client)
 
 
 def forget_resolved() -> None:
@@ -73,22 +79,22 @@ def forget_resolved() -> None:
     _resolved.clear()
 
 
-def _resolve(image: str, derive: bool, progress: Progress) -> str:
+def _resolve(
+    image: str, derive: bool, progress: Progress, client: docker.DockerClient | None
+) -> str:
     with _locks_guard:
         lock = _locks.setdefault(image, threading.Lock())
     with lock:  # concurrent sandboxes on a new image derive it once
         hit = _resolved.get((image, derive))
         if hit is not None:
             return hit
-        from ..backends.docker import docker_client
-
-        client = docker_client()
+        client = client or docker_client()
         attrs = _inspect_or_pull(client, image, progress)
         labels = (attrs.get("Config") or {}).get("Labels") or {}
         if KERNEL_LABEL in labels:
             result = image
         elif derive:
-            result = derive_image(image, attrs=attrs, progress=progress)
+            result = derive_image(image, attrs=attrs, progress=progress, client=client)
         else:
             log.warning("image %s has no %s label; starting it as it is", image, KERNEL_LABEL)
             result = image
@@ -151,12 +157,19 @@ def derive_dockerfile(source: str, python: str, env: list[str], labels: dict[str
     )
 
 
-def derive_image(image: str, *, attrs: Any = None, progress: Progress | None = None) -> str:
-    """Build (once) and return the kernel-ready image derived from ``image``."""
-    from ..backends.docker import docker_client
+def derive_image(
+    image: str,
+    *,
+    attrs: Any = None,
+    progress: Progress | None = None,
+    client: docker.DockerClient | None = None,
+) -> str:
+    """Build (once) and return the kernel-ready image derived from ``image``.
 
+    ``client`` is the engine to build on (default: the process-wide one).
+    """
     progress = progress or log.info
-    client = docker_client()
+    client = client or docker_client()
     attrs = attrs or _inspect_or_pull(client, image, progress)
     source_id = str(attrs["Id"])
     tag = derived_tag(source_id)

@@ -1,0 +1,127 @@
+"""What ``kernel-sandbox gc`` removes on Docker: orphaned containers, volumes, networks,
+and host run directories.
+
+Only what kernel_sandbox made is touched: containers and volumes with its label whose
+owner process ran on this host and is gone (everything with ``remove_all``), and
+unclaimed directories in the runtime root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import docker.errors
+
+from ...config import LABEL_PREFIX
+from ...errors import SandboxError
+from ..base import Leftover, SandboxRecord, owner_alive
+from . import rundirs
+from .engine import DockerEngine
+
+__all__ = ["STALE_AFTER", "find_leftovers"]
+
+#: Seconds before an unclaimed run directory counts as stale (its sandbox may be starting).
+STALE_AFTER = 60
+
+
+async def find_leftovers(engine: DockerEngine, *, remove_all: bool = False) -> list[Leftover]:
+    """Containers first, then their volumes (in use until they go), then run directories."""
+    rows = await engine.list({LABEL_PREFIX: "true"})
+    return (
+        _orphan_containers(engine, rows, remove_all)
+        + await _orphan_volumes(engine, remove_all)
+        + await _orphan_networks(engine, remove_all)
+        + _stale_run_dirs(rows)
+    )
+
+
+def _orphan_containers(
+    engine: DockerEngine, rows: list[SandboxRecord], remove_all: bool
+) -> list[Leftover]:
+    found = []
+    for row in rows:
+        if not remove_all and owner_alive(row.labels) is not False:
+            continue
+        run_dir = row.labels.get(f"{LABEL_PREFIX}.run-dir")
+
+        async def remove(
+            container_id: str = row.resource_id, run_dir: str | None = run_dir
+        ) -> None:
+            await engine.remove(container_id)
+            if run_dir and Path(run_dir).parent == rundirs.runtime_root():
+                shutil.rmtree(run_dir, ignore_errors=True)
+
+        name = row.labels.get(f"{LABEL_PREFIX}.id", row.resource_id[:12])
+        found.append(Leftover(f"sandbox {name}", remove))
+    return found
+
+
+def _orphan_resources(
+    kind: str,
+    listed: list[dict[str, object]],
+    remove_one: Callable[[str], Awaitable[None]],
+    remove_all: bool,
+) -> list[Leftover]:
+    """Labelled volumes or networks (a sandbox's writable area, a tcp sandbox's own
+    network) whose owner process is gone.
+
+    Removed after the containers: the engine refuses to remove what a container still
+    uses, which is reported, not fatal.
+    """
+    found = []
+    for resource in listed:
+        labels: dict[str, str] = resource["labels"]  # type: ignore[assignment]
+        if not remove_all and owner_alive(labels) is not False:
+            continue
+        name = str(resource["name"])
+
+        async def remove(name: str = name) -> None:
+            try:
+                await remove_one(name)
+            except docker.errors.APIError as exc:
+                raise SandboxError(f"the engine keeps it: {exc.explanation or exc}") from exc
+
+        found.append(Leftover(f"{kind} {name}", remove))
+    return found
+
+
+async def _orphan_volumes(engine: DockerEngine, remove_all: bool) -> list[Leftover]:
+    async def remove(name: str) -> None:
+        await engine.remove_volumes([name])
+
+    volumes = await engine.list_volumes({LABEL_PREFIX: "true"})
+    return _orphan_resources("volume", volumes, remove, remove_all)
+
+
+async def _orphan_networks(engine: DockerEngine, remove_all: bool) -> list[Leftover]:
+    networks = await engine.list_networks({LABEL_PREFIX: "true"})
+    return _orphan_resources("network", networks, engine.remove_network, remove_all)
+
+
+def _stale_run_dirs(rows: list[SandboxRecord]) -> list[Leftover]:
+    """Run directories no container of this engine refers to and no live process holds.
+
+    A sandbox being created makes its directory before its container, and sandboxes on
+    another engine share the runtime root: both hold a claim (see ``rundirs``), and a
+    directory younger than ``STALE_AFTER`` is left alone in any case.
+    """
+    in_use = {row.labels.get(f"{LABEL_PREFIX}.run-dir") for row in rows}
+    found = []
+    for directory in sorted(rundirs.runtime_root().iterdir()):
+        if (
+            directory.is_dir()
+            and not directory.is_symlink()
+            and str(directory) not in in_use
+            and time.time() - directory.stat().st_mtime > STALE_AFTER
+            and not rundirs.is_claimed(directory)
+        ):
+
+            async def remove(directory: Path = directory) -> None:
+                await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
+
+            found.append(Leftover(f"host directory {directory}", remove))
+    return found

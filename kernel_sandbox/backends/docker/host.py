@@ -1,0 +1,372 @@
+"""DockerHost: one sandbox as one container whose main process supervises the kernel.
+
+The kernel runs under a tiny supervisor (``programs/supervisor.sh``, behind Docker's
+init), which restarts it in place so that files survive a kernel restart.  With the
+``ipc`` transport it is reached over unix sockets in a per-sandbox host directory that
+is bind-mounted into the container, so the default sandbox has no network at all; the
+sandbox cannot write to that directory while its kernel is connected (``statedir``).
+Processes and files beside the kernel are processes the engine runs (exec) as the
+sandbox user.  The
+root filesystem is read-only: everything the sandbox writes lands in per-sandbox
+in-memory volumes bounded by ``disk_limit`` (``writable``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import docker
+
+from ...config import KERNEL_PYTHON, LABEL_PREFIX
+from ...egress import Decision, SandboxEgress
+from ...errors import KernelError, SandboxError
+from ...kernel.connection import (
+    CONTAINER_RUN_DIR,
+    ConnectionInfo,
+    free_tcp_ports,
+    ipc_socket_names,
+    launch_command,
+    new_connection_info,
+)
+from ...kernel.supervisor import KILL_ALL_SIGNAL, KILL_SIGNAL, TCP_STATE_DIR
+from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
+from .engine import ContainerSpec, DockerEngine
+from .exec import exec_process
+from .gc import find_leftovers
+from .images import resolve_kernel_image
+from .rundirs import runtime_root
+from .statedir import ContainerStateDir, HostRunDir, StateDir
+from .writable import create_writable_area
+
+if TYPE_CHECKING:
+    from ...config import SandboxConfig
+
+__all__ = ["DockerHost"]
+
+log = logging.getLogger(__name__)
+
+#: Seconds between engine checks of the container while the kernel's status is unknown
+#: (the supervisor's status reports a dead kernel; the engine a dead container).
+_ENGINE_POLL = 2.0
+#: Seconds the supervisor gets to report the end of a kernel it was told to kill.
+_KILL_LIMIT = 5.0
+
+# $1 is the signal number.  Fields after "comm)" in /proc/<pid>/stat: state ppid pgrp
+# session; the kernel leads its own session (the supervisor starts it with setsid).
+_SIGNAL_KERNEL = (
+    "sup=$(cut -d' ' -f1 /proc/1/task/1/children); "
+    'for k in $(cat "/proc/$sup/task/$sup/children"); do '
+    's=$(cat "/proc/$k/stat" 2>/dev/null) || continue; set -- "$1" ${s##*) }; '
+    '[ "$5" = "$k" ] && { kill -"$1" "$k"; exit; }; '
+    "done; exit 3"
+)
+
+# Hosts not cleaned up yet: removed at interpreter exit if their sandbox was never closed.
+_unclosed: dict[str, DockerHost] = {}
+
+
+@atexit.register
+def _remove_unclosed() -> None:
+    # No event loop or thread pool can be relied on at exit: remove synchronously.
+    for host in list(_unclosed.values()):
+        try:
+            host.remove_blocking()
+        except Exception:  # exit must go on; `kernel-sandbox gc` finds what is left
+            log.warning("could not remove sandbox %s at exit", host.sandbox_id, exc_info=True)
+
+
+class DockerHost(KernelHost):
+    """Runs a sandbox's kernel in a container on a local or remote Docker engine.
+
+    ``client`` is the docker SDK client to use (default: one per process, checked with
+    a ping); pass ``functools.partial(DockerHost, client=...)`` as ``host=``.
+    """
+
+    name = "docker"
+
+    def __init__(
+        self, sandbox_id: str, config: SandboxConfig, *, client: docker.DockerClient | None = None
+    ) -> None:
+        super().__init__(sandbox_id, config)
+        self.engine = DockerEngine(client)
+        self._run_dir: Path | None = None
+        #: The supervisor's state directory: its reports of kernel ends, its go-aheads.
+        self._state: StateDir | None = None
+        #: Names of the volumes that hold the writable area (removed by cleanup).
+        self._volumes: list[str] = []
+        self._info: ConnectionInfo | None = None
+        self._engine_checked = 0.0
+        #: The host-side proxy and its directory, under network='packages' or a list.
+        self.egress: SandboxEgress | None = None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """The owner labels plus the run directory, which gc removes with the container."""
+        return {**super().labels, f"{LABEL_PREFIX}.run-dir": str(self._run_dir or "")}
+
+    @property
+    def protected_paths(self) -> tuple[str, ...]:
+        """The run directory: the kernel's connection (on the host with ``ipc``)."""
+        return (CONTAINER_RUN_DIR,)
+
+    @property
+    def network(self) -> str | None:
+        """The tcp sandbox's own network (no other sandbox on it); None with ipc."""
+        return f"kernel-sandbox-{self.sandbox_id}" if self.config.transport == "tcp" else None
+
+    @property
+    def container_id(self) -> str | None:
+        """The container's id once it was created (the same as ``resource_id``)."""
+        return self.resource_id
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    async def launch(self) -> ConnectionInfo:
+        if self._info is not None:
+            raise KernelError(f"sandbox {self.sandbox_id} was launched already")
+        cfg = self.config
+        self.image = await resolve_kernel_image(
+            cfg.image, derive=cfg.derive_image, client=self.engine.client
+        )
+        volumes = dict(cfg.volumes)
+        published: dict[int, int] = {}
+        if cfg.transport == "ipc":
+            self._run_dir = runtime_root() / self.sandbox_id
+            container_info = new_connection_info("ipc", f"{CONTAINER_RUN_DIR}/k")
+            self._state = HostRunDir(self._run_dir, ipc_socket_names(container_info))
+            volumes[str(self._run_dir)] = {"bind": CONTAINER_RUN_DIR, "mode": "rw"}
+            host_info = dict(container_info, ip=str(self._run_dir / "k"))
+        else:
+            ports = free_tcp_ports()
+            container_info = new_connection_info("tcp", "0.0.0.0", ports)
+            host_info = dict(container_info, ip="127.0.0.1")
+            if cfg.network_enabled:
+                published = {p: p for p in ports}
+        _unclosed[self.sandbox_id] = self  # from here on there may be something to remove
+        volumes.update(  # after the run dir is known: the volumes get the container's labels
+            await create_writable_area(
+                self.engine,
+                cfg,
+                self.image,
+                prefix=f"kernel-sandbox-{self.sandbox_id}",
+                labels=self.labels,
+                created=self._volumes,
+            )
+        )
+        state_dir = CONTAINER_RUN_DIR if cfg.transport == "ipc" else TCP_STATE_DIR
+        command, env = launch_command(KERNEL_PYTHON, container_info, state_dir)
+        if cfg.egress:
+            self.egress = SandboxEgress(
+                cfg.network,
+                runtime_root() / f"{self.sandbox_id}.egress",
+                cfg.ca_bundle,
+                name=self.sandbox_id,
+            )
+            await self.egress.start()
+            volumes.update(self.egress.mount())
+            env.update(self.egress.environment())
+            command = self.egress.wrap_command(command, KERNEL_PYTHON)
+        spec = ContainerSpec(
+            image=self.image,
+            command=command,
+            user=cfg.user,
+            working_dir=cfg.working_dir,
+            environment={**cfg.env_vars, **env},
+            volumes=volumes,
+            labels=self.labels,
+            memory_limit=cfg.memory_limit,
+            cpu_limit=cfg.cpu_limit,
+            pids_limit=cfg.pids_limit,
+            network_enabled=cfg.network_enabled,
+            name=f"kernel-sandbox-{self.sandbox_id}",
+            published_ports=published,
+            own_network=self.network,
+            read_only=cfg.disk_limit is not None,
+            shm_size=cfg.disk_budget().get("shm"),
+            runtime=cfg.runtime,
+        )
+        # The engine call goes on in its thread even if we are cancelled: wait for it, so
+        # that cleanup() knows the container and removes it instead of leaking it.
+        starting = asyncio.ensure_future(self.engine.start(spec))
+        try:
+            self.resource_id = await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                self.resource_id = await starting
+            raise
+        if cfg.transport == "tcp":
+            self._state = ContainerStateDir(self.engine.api, self.resource_id, cfg.user)
+            if not cfg.network_enabled:
+                host_info["ip"] = await self.engine.address(self.resource_id)
+        await self._start_relay()
+        self._info = host_info  # type: ignore[assignment]
+        return self._info  # type: ignore[return-value]
+
+    async def post_launch(self) -> None:
+        """The connect attempt is over: seal the run directory again (also after a
+        kernel that never came: it must not leave the directory open)."""
+        if self._state is not None:
+            self._state.seal()
+
+    async def poll(self) -> str | None:
+        """The supervisor's status tells of a dead kernel (a local read with ``ipc``);
+        the engine, asked at most every ``_ENGINE_POLL`` seconds, of a dead container."""
+        if self.resource_id is None or self._state is None:
+            return "the container was not created"
+        end = await self._state.kernel_end()
+        if end is not None:
+            return HostState(False, end.exit_code, end.oom_killed).death_reason()
+        if time.monotonic() - self._engine_checked < _ENGINE_POLL:
+            return None
+        self._engine_checked = time.monotonic()
+        state = await self.engine.state(self.resource_id)
+        return None if state.running else state.death_reason()
+
+    async def state(self) -> HostState:
+        if self.resource_id is None:
+            return HostState(False, error="the container was not created")
+        return await self.engine.state(self.resource_id)
+
+    async def send_signal(self, signum: int) -> None:
+        """Signal the kernel process, as the sandbox user (``kill`` run beside it).
+
+        The kernel is the supervisor's child that leads its own session; the
+        supervisor is the only child of the container's init.
+        """
+        result = await self.exec(
+            ["sh", "-c", _SIGNAL_KERNEL, "sh", str(int(signum))], max_output_bytes=4096
+        )
+        if result.exit_code != 0:
+            raise KernelError(
+                f"could not signal the kernel: "
+                f"{result.stderr.decode(errors='replace').strip() or 'no kernel is running'}"
+            )
+
+    async def restart_kernel(self, *, kill_all: bool = False) -> ConnectionInfo:
+        """Have the supervisor kill the kernel (its group, or everything with ``kill_all``),
+        wait for the report of its end, then let it start the next one.
+
+        Signalling a stopped container fails: the caller restarts the container then.
+        """
+        container, state = self._container(), self._state
+        assert state is not None and self._info is not None
+        await self.engine.signal(container, KILL_ALL_SIGNAL if kill_all else KILL_SIGNAL)
+        deadline = time.monotonic() + _KILL_LIMIT
+        while await state.kernel_end() is None:
+            if time.monotonic() > deadline:
+                raise KernelError(
+                    f"the supervisor did not report the kernel's end within {_KILL_LIMIT:g}s"
+                )
+            await asyncio.sleep(0.02)
+        await state.start_next()
+        await self._start_relay()  # everything ended with kill_all: the relay too
+        return self._info
+
+    async def restart_whole(self) -> ConnectionInfo:
+        """Restart the same container (its volumes, and so its files, are kept)."""
+        container, state = self._container(), self._state
+        assert state is not None and self._info is not None
+        # opened only once the old container is dead: nothing of it can plant there
+        await self.engine.restart(container, before_start=state.open_for_kernel)
+        state.container_restarted()
+        await self._start_relay()
+        return self._info
+
+    async def _start_relay(self) -> None:
+        if self.egress is not None:
+            await self.egress.start_relay(self, KERNEL_PYTHON, self.config.startup_timeout)
+
+    def egress_refusals(self) -> list[Decision]:
+        return self.egress.take_refusals() if self.egress is not None else []
+
+    async def kill(self, restart: bool = False) -> None:
+        if self.resource_id is not None:
+            await self.engine.kill(self.resource_id)
+
+    async def cleanup(self, restart: bool = False) -> None:
+        """Remove the container, its volumes and the host-side run directory.
+
+        ``restart=True`` keeps all of them: :meth:`restart_whole` reuses the container.
+        """
+        if restart:
+            return
+        _unclosed.pop(self.sandbox_id, None)
+        try:
+            if self.resource_id is not None:
+                await self.engine.remove(self.resource_id)
+            await self.engine.remove_volumes(self._volumes)  # in use until the container goes
+            if self.network is not None:
+                await self.engine.remove_network(self.network)
+        finally:
+            if self._state is not None:
+                self._state.close()
+            if self.egress is not None:
+                await self.egress.close()
+
+    def remove_blocking(self) -> None:
+        """:meth:`cleanup` without an event loop (at interpreter exit)."""
+        _unclosed.pop(self.sandbox_id, None)
+        try:
+            if self.resource_id is not None:
+                self.engine.remove_blocking(self.resource_id)
+            self.engine.remove_volumes_blocking(self._volumes)
+            if self.network is not None:
+                self.engine.remove_network_blocking(self.network)
+        finally:
+            if self._state is not None:
+                self._state.close()
+            if self.egress is not None:  # the proxy ends with this process
+                shutil.rmtree(self.egress.host_dir, ignore_errors=True)
+
+    async def logs(self, tail: int) -> str:
+        if self.resource_id is None:
+            return ""
+        return await self.engine.logs(self.resource_id, tail=tail)
+
+    # -- beside the kernel -------------------------------------------------------------
+
+    async def exec(
+        self,
+        argv: list[str],
+        *,
+        workdir: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: bytes | None = None,
+        max_output_bytes: int | None = None,
+        deadline: float | None = None,
+    ) -> ExecResult:
+        container = self._container()
+        return await exec_process(
+            self.engine.api,
+            container,
+            argv,
+            user=self.config.user,
+            workdir=workdir,
+            environment=env,
+            stdin=stdin,
+            max_output_bytes=max_output_bytes,
+            deadline=deadline,
+            container_state=lambda: self.engine.state(container),
+        )
+
+    def _container(self) -> str:
+        if self.resource_id is None:
+            raise SandboxError(f"sandbox {self.sandbox_id} has no container (not launched)")
+        return self.resource_id
+
+    # -- the engine as a whole -----------------------------------------------------------
+
+    @classmethod
+    async def list_sandboxes(cls, labels: dict[str, str]) -> list[SandboxRecord]:
+        return await DockerEngine().list(labels)
+
+    @classmethod
+    async def gc(cls, *, remove_all: bool = False) -> list[Leftover]:
+        return await find_leftovers(DockerEngine(), remove_all=remove_all)

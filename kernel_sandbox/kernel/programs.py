@@ -1,0 +1,26 @@
+"""Programs that run inside a sandbox, kept as files so the linters see them.
+
+They live in ``kernel_sandbox/programs/`` (package data, not a Python package: nothing
+there may be imported on the host): ``supervisor.sh`` (the container's main process),
+``binder.py`` and ``launcher.py`` (the kernel's sockets and the kernel itself),
+``shell_runner.sh`` (one shell command with its timeout) and ``probe.py`` (what Python
+an image has).  ruff checks the Python ones and shellcheck the shell ones (``make lint``).
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+__all__ = ["NAMES", "program"]
+
+#: Every program shipped in ``kernel_sandbox/programs/``.
+NAMES = ("binder.py", "launcher.py", "probe.py", "shell_runner.sh", "supervisor.sh")
+
+
+@functools.cache
+def program(name: str) -> str:
+    """The source of the program ``name`` (one of :data:`NAMES`), read once per process."""
+    if name not in NAMES:
+        raise ValueError(f"no sandbox program is named {name!r}; the programs are {NAMES}")
+    return resources.files("kernel_sandbox").joinpath("programs", name).read_text("utf-8")

@@ -1,0 +1,29 @@
+"""With ipc, the container's main process until it execs the supervisor.
+
+It binds the kernel's five unix sockets once, while the host keeps the run directory
+open, and hands the listening descriptors down.  The supervisor holds them across
+kernel restarts and every kernel listens on them (ZMQ_USE_FD), so no restart needs
+write access to the run directory: the host seals it for the container's life.  The
+sockets must be connectable by whichever host user drives the sandbox, so they are
+bound with an open umask (the run directory's parent on the host is private to that
+user).  Runs with the image's kernel Python; argv[1:] is the supervisor's command.
+"""
+
+import json
+import os
+import socket
+import sys
+
+info = json.loads(os.environ["KERNEL_SANDBOX_CONNECTION"])
+os.umask(0)
+bound = []
+for name in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"):
+    path = f"{info['ip']}-{info[name]}"
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(path)
+    s.listen(128)
+    s.set_inheritable(True)
+    bound.append(f"ipc://{path}={s.detach()}")
+os.umask(0o022)
+os.environ["KERNEL_SANDBOX_FDS"] = ",".join(bound)
+os.execvp("sh", ["sh", *sys.argv[1:]])

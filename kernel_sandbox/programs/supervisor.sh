@@ -1,0 +1,66 @@
+#!/bin/sh
+# The sandbox's main process: runs the kernel and restarts it in place.
+# The protocol is described in kernel_sandbox/kernel/supervisor.py; the file names
+# "status" and "go-<n>" are STATUS_FILE and GO_PREFIX there.
+#
+# Usage: supervisor.sh STATE_DIR KERNEL_COMMAND...
+#
+# A status file and go files left by an earlier container run (the state directory may
+# outlive it) are not this run's; a FIFO is the host's, which drains it when the
+# container restarts.  `wait` returns early (128 + the signal) when a trapped signal
+# arrives; then it is repeated, and returns the kernel's own status (the shell keeps it
+# even when it reaped the kernel during the interrupted wait).
+# Termination signals are caught (a caught signal, unlike an ignored one, is reset for
+# the kernel) and do nothing: sandbox code signalling PID 1 cannot end the container.
+trap 'sig=1' HUP
+trap 'sig=2' INT
+trap 'sig=15' TERM
+trap 'sig=10; kill -KILL -"$kernel" 2>/dev/null' USR1
+trap 'sig=12; kill -KILL -1 2>/dev/null' USR2
+dir=$1
+shift
+mkdir -p "$dir"
+[ -p "$dir/status" ] || rm -f "$dir/status" "$dir"/go-*
+# Sets $kills, without a command substitution: the supervisor must not fork to report,
+# since a fork bomb's dying group may still hold the process limit (gVisor).
+oom_kills() {
+    kills=0
+    for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
+        if [ -r "$f" ]; then
+            while read -r key value; do
+                if [ "$key" = oom_kill ]; then
+                    kills=$value
+                    return
+                fi
+            done <"$f"
+        fi
+    done
+}
+n=0
+kernel=
+while :; do
+    n=$((n + 1))
+    oom_kills
+    before=$kills
+    setsid "$@" &
+    kernel=$!
+    while :; do
+        sig=0
+        wait "$kernel"
+        code=$?
+        if [ "$sig" != 0 ] && [ "$code" -eq $((128 + sig)) ]; then
+            continue
+        fi
+        break
+    done
+    # until the group is gone (reaped), at most ~3 s: its processes hold the process
+    # limit until then, and gVisor reaps a large group slowly
+    i=0
+    while kill -KILL -"$kernel" 2>/dev/null && [ "$i" -lt 60 ]; do
+        sleep 0.05
+        i=$((i + 1))
+    done
+    oom_kills
+    printf '\n%s %s %s %s\n' "$n" "$code" "$before" "$kills" >"$dir/status"
+    until [ -e "$dir/go-$n" ]; do sleep 0.05; done
+done

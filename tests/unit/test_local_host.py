@@ -1,0 +1,65 @@
+"""LocalKernelHost as a KernelHost: what any host must do, shown on the local one."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+
+from kernel_sandbox.backends.factory import available_hosts, host_class
+from kernel_sandbox.errors import ConfigError
+from kernel_sandbox.testing import LocalKernelHost
+from tests.unit.conftest import NewSandbox
+
+
+def test_hosts_are_found_by_name() -> None:
+    assert {"docker", "local"} <= set(available_hosts())
+    assert host_class("local") is LocalKernelHost
+    assert host_class("docker").name == "docker"
+    with pytest.raises(ConfigError, match="no kernel host is named 'k9s'"):
+        host_class("k9s")
+
+
+async def test_an_interrupt_stops_the_cell_and_keeps_the_variables(
+    new_sandbox: NewSandbox,
+) -> None:
+    sandbox = await new_sandbox()
+    await sandbox.run_python("kept = 5")
+    marker = f"{sandbox.working_dir}/started"
+    running = asyncio.ensure_future(
+        sandbox.run_python(f"import time\nopen({marker!r}, 'w').close()\ntime.sleep(60)")
+    )
+    while not await sandbox.files.exists(marker):
+        await asyncio.sleep(0.02)
+    await sandbox.host.interrupt()
+    interrupted = await asyncio.wait_for(running, 30)
+    assert interrupted.error is not None and interrupted.error.ename == "KeyboardInterrupt"
+    assert (await sandbox.run_python("kept")).text == "5"
+
+
+async def test_exec_feeds_stdin_and_bounds_the_output(new_sandbox: NewSandbox) -> None:
+    sandbox = await new_sandbox()
+    fed = await sandbox.host.exec(["sh", "-c", "tr a-z A-Z"], stdin=b"quiet")
+    assert (fed.exit_code, fed.stdout) == (0, b"QUIET")
+    flood = await sandbox.host.exec(["sh", "-c", "yes | head -c 1000000"], max_output_bytes=1000)
+    assert len(flood.stdout) < 1200 and flood.truncated_bytes > 990_000
+
+
+async def test_a_killed_kernel_is_replaced_by_a_new_process(new_sandbox: NewSandbox) -> None:
+    sandbox = await new_sandbox()
+    await sandbox.run_python("x = 1")
+    before = sandbox.host.resource_id
+    await sandbox.host.send_signal(signal.SIGKILL)
+    died = await sandbox.run_python("x")
+    assert died.status == "kernel_died" and died.state_lost
+    assert sandbox.host.resource_id != before
+    assert (await sandbox.run_python("1 + 1")).text == "2"
+
+
+async def test_list_sandboxes_finds_live_ones_by_label(new_sandbox: NewSandbox) -> None:
+    sandbox = await new_sandbox(labels={"suite": "local-host"})
+    found = await LocalKernelHost.list_sandboxes({"suite": "local-host"})
+    assert [(r.sandbox_id, r.running) for r in found] == [(sandbox.id, True)]
+    await sandbox.close()
+    assert await LocalKernelHost.list_sandboxes({"suite": "local-host"}) == []
