@@ -24,6 +24,7 @@ from .errors import (
     SandboxStartError,
 )
 from .events import (
+    EgressRefused,
     Event,
     FileOperated,
     KernelRestarted,
@@ -97,6 +98,7 @@ __all__ = [
     "ContainerRemovedError",
     "ContainerStoppedError",
     "DockerSandboxConfig",
+    "EgressRefused",
     "EngineUnavailableError",
     "Event",
     "Execution",

@@ -10,7 +10,15 @@ import os
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from .errors import ConfigError
 from .limits import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_OUTPUT_BYTES
@@ -103,7 +111,24 @@ class SandboxConfig(BaseModel):
             raise ConfigError(describe_invalid(exc, type(self).__name__)) from exc
 
     image: str = DEFAULT_IMAGE
-    network_enabled: bool = False
+    network: Literal["none", "packages", "full"] | list[str] = Field(
+        default="none",
+        description=(
+            "What the sandbox may reach: 'none' (only lo), 'packages' (the host pip's "
+            "index, through the host's egress proxy), a list of host patterns such as "
+            "['files.example.org', '*.example.com:443', 'packages'], or 'full' (a bridge)."
+        ),
+    )
+    network_enabled: bool = Field(
+        default=False, description="Alias: True is network='full'; kept for ms-enclave's API."
+    )
+    ca_bundle: str | None = Field(
+        default=None,
+        description=(
+            "CA bundle (a host path) the sandbox trusts for egress under 'packages' or a "
+            "list; default: pip's `cert` setting, if any."
+        ),
+    )
     memory_limit: str = "1g"
     disk_limit: str | None = "512m"
     cpu_limit: float = Field(default=1.0, gt=0)
@@ -153,6 +178,44 @@ class SandboxConfig(BaseModel):
         ),
     )
 
+    @model_validator(mode="before")
+    @classmethod
+    def _network_alias(cls, data: Any) -> Any:
+        """``network_enabled`` and ``network`` say the same thing; keep them in step."""
+        if not isinstance(data, dict):
+            return data
+        enabled, network = data.get("network_enabled"), data.get("network")
+        if network is None:
+            return {**data, "network": "full" if enabled else "none"}
+        if enabled and network != "full":
+            raise ValueError(
+                f"network={network!r} and network_enabled=True disagree; "
+                "give only network= (network_enabled=True means network='full')"
+            )
+        return {**data, "network_enabled": network == "full"}
+
+    @field_validator("network")
+    @classmethod
+    def _check_network(cls, value: str | list[str]) -> str | list[str]:
+        if isinstance(value, str):
+            return value
+        from .egress.policy import parse_pattern  # the policy module knows the patterns
+
+        if not value:
+            raise ValueError("network=[] allows nothing; use network='none'")
+        for entry in value:
+            if entry != "packages":
+                try:
+                    parse_pattern(entry)
+                except ValueError as exc:
+                    raise ValueError(f"network={exc}") from None
+        return list(value)
+
+    @property
+    def egress(self) -> bool:
+        """True when the host's egress proxy serves this sandbox ('packages' or a list)."""
+        return self.network not in ("none", "full")
+
     @field_validator("memory_limit", "disk_limit")
     @classmethod
     def _check_size(cls, value: str | None, info: ValidationInfo) -> str | None:
@@ -194,7 +257,13 @@ class SandboxConfig(BaseModel):
         """Return a validated copy with some fields changed."""
         if not overrides:
             return self
-        return type(self)(**{**self.model_dump(), **overrides})
+        base = self.model_dump()
+        # the alias: overriding one of the pair replaces the other too
+        if "network_enabled" in overrides and "network" not in overrides:
+            base.pop("network")
+        if "network" in overrides and "network_enabled" not in overrides:
+            base.pop("network_enabled")
+        return type(self)(**{**base, **overrides})
 
 
 def describe_invalid(exc: ValidationError, what: str) -> str:

@@ -23,6 +23,7 @@ from typing import Any
 from .results import CommandResult, Execution
 
 __all__ = [
+    "EgressRefused",
     "Event",
     "FileOperated",
     "KernelRestarted",
@@ -118,6 +119,26 @@ class KernelRestarted(Event):
     #: ``Execution.message`` says so too).
     requested: bool = True
     metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EgressRefused(Event):
+    """The sandbox's egress proxy refused connections during the last call.
+
+    ``refusals`` are :class:`~kernel_sandbox.egress.Decision` records (host, port,
+    why); ``policy`` is the sandbox's ``network`` setting.
+    """
+
+    refusals: tuple[Any, ...]
+    policy: str
+
+    def sentence(self) -> str:
+        """One line per refused destination, for a notebook note or a log."""
+        lines = [f"- {d.host}:{d.port} ({d.method}): {d.detail}" for d in self.refusals]
+        return (
+            f"**network policy** ({self.policy}) refused {len(self.refusals)} "
+            "connection(s):\n" + "\n".join(lines)
+        )
 
 
 Listener = Callable[[Event], Any]

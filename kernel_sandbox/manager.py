@@ -120,7 +120,7 @@ class DockerSandboxConfig(SandboxConfig):
         if value:
             raise ValueError(
                 "privileged containers are not supported: a sandbox must not own its host; "
-                "use network_enabled or volumes for what the code needs"
+                "use network (e.g. 'packages') or volumes for what the code needs"
             )
         return value
 

@@ -32,6 +32,7 @@ from .errors import (
     SandboxStartError,
 )
 from .events import (
+    EgressRefused,
     Event,
     KernelRestarted,
     Listener,
@@ -316,6 +317,13 @@ class AsyncSandbox:
             context = current_context()
             await self._emit(dataclasses.replace(event, requested=requested, metadata=context))
 
+    async def _emit_refusals(self) -> None:
+        """Tell listeners (the notebook) what the host's egress proxy refused in the call."""
+        refused = self.host.egress_refusals()
+        if refused:
+            policy = str(self.config.network)
+            await self._emit(EgressRefused(self.id, tuple(refused), policy))
+
     # -- python ------------------------------------------------------------------
 
     async def run_python(
@@ -369,6 +377,7 @@ class AsyncSandbox:
                     )
         await self._emit(PythonExecuted(self.id, code, execution, wall, current_context()))
         await self._emit_restarts(requested=False)
+        await self._emit_refusals()
         return execution
 
     async def _judge(self, raw: RawExecution, timeout: float, started: float) -> Execution:
@@ -501,6 +510,7 @@ class AsyncSandbox:
             max_output_bytes=self.config.max_output_bytes,
         )
         await self._emit(ShellExecuted(self.id, command, outcome, wall, cwd, current_context()))
+        await self._emit_refusals()
         return outcome
 
     def resolve_path(self, path: str) -> str:

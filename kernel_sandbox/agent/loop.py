@@ -146,7 +146,7 @@ class AgentSession:
             self._tools = self.toolset.schemas("chat")
             prompt = agent.system_prompt or system_prompt(
                 working_dir=sandbox.working_dir,
-                network=sandbox.config.network_enabled,
+                network=sandbox.config.network,
                 vision=agent.vision,
                 tools=self.toolset.names,
             )

@@ -32,7 +32,7 @@ Message = dict[str, Any]
 def system_prompt(
     *,
     working_dir: str = "/sandbox",
-    network: bool = False,
+    network: bool | str | list[str] = False,
     vision: bool = False,
     tools: list[str] | None = None,
 ) -> str:
@@ -50,12 +50,19 @@ def system_prompt(
         f"- Files live in {working_dir} (the working directory) and persist for the whole "
         "session; every tool sees the same files.",
     ]
-    if network:
+    if network is True or network == "full":
         lines.append("- The sandbox has network access, but prefer the installed libraries.")
-    else:
+    elif network is False or network == "none":
         lines.append(
             "- There is no network: you cannot pip install or download anything. Use the "
             "installed libraries (check with `import` if unsure)."
+        )
+    else:
+        from ..egress import describe_network
+
+        lines.append(
+            f"- {describe_network(network)} Prefer the installed libraries; install only "
+            "what is missing."
         )
     if vision:
         lines.append(

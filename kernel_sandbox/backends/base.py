@@ -35,6 +35,7 @@ Interface history (hosts outside this package are written against it):
   :meth:`KernelHost.post_launch` is called after every connect attempt, failed ones too.
 * 2.1 — added :meth:`KernelHost.attach` (additive; the default says the host cannot):
   reconnect to a sandbox another process launched, without restarting its kernel.
+* 2.2 — added :meth:`KernelHost.egress_refusals` (additive, with a default).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from ..kernel.connection import ConnectionInfo
 
 if TYPE_CHECKING:
     from ..config import SandboxConfig
+    from ..egress import Decision
 
 __all__ = [
     "HOSTS_GROUP",
@@ -320,6 +322,12 @@ class KernelHost(abc.ABC):
     async def logs(self, tail: int) -> str:
         """The last ``tail`` lines the sandbox's main process wrote (for start errors)."""
         return ""
+
+    def egress_refusals(self) -> list[Decision]:
+        """Connections the host's egress proxy refused since the last call (``network=``
+        "packages" or a list; see :mod:`kernel_sandbox.egress`): its ``Decision`` records.
+        A host without an egress proxy has none."""
+        return []
 
     # -- beside the kernel ------------------------------------------------------------
 

@@ -174,7 +174,7 @@ def agent(
     api_key: str | None,
     image: str,
     timeout: float,
-    network: bool,
+    network: str | list[str],
     max_turns: int,
     max_tokens: int | None,
     max_time: float | None,
@@ -201,9 +201,7 @@ def agent(
         raise click.BadParameter("the prompt is empty", param_hint="PROMPT")
     if resume is not None:
         image = _resume_image(resume, image)
-    config = SandboxConfig(
-        image=image, timeout=timeout, network_enabled=network, labels=_labels(labels)
-    )
+    config = SandboxConfig(image=image, timeout=timeout, network=network, labels=_labels(labels))
     runner = Agent(
         model=model,
         base_url=base_url,

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..config import DEFAULT_IMAGE
+from .run import network_option
 
 __all__ = ["mcp"]
 
@@ -15,14 +16,27 @@ __all__ = ["mcp"]
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True)
 @click.option("--timeout", default=30.0, show_default=True, type=float, help="Default per call.")
 @click.option("--memory-limit", default="1g", show_default=True)
-@click.option("--allow-network", is_flag=True, help="Give the sandbox a network.")
+@click.option("--allow-network", is_flag=True, help="Same as --network full.")
+@click.option(
+    "--network",
+    default="none",
+    show_default=True,
+    callback=network_option,
+    help="none, packages (the host pip's index through the egress proxy), full, or host "
+    "patterns separated by commas.",
+)
 @click.option(
     "--record",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Notebook of the session (default: ~/.local/share/kernel-sandbox/mcp-sessions/).",
 )
 def mcp(
-    image: str, timeout: float, memory_limit: str, allow_network: bool, record: Path | None
+    image: str,
+    timeout: float,
+    memory_limit: str,
+    allow_network: bool,
+    network: str | list[str],
+    record: Path | None,
 ) -> None:
     """Serve one sandbox over MCP stdio; it starts on the first call, ends with the process."""
     import anyio
@@ -30,9 +44,9 @@ def mcp(
     from ..config import SandboxConfig
     from ..mcp import StdioSandbox, build_mcp_server
 
-    config = SandboxConfig(
-        image=image, timeout=timeout, memory_limit=memory_limit, network_enabled=allow_network
-    )
+    if allow_network and network == "none":
+        network = "full"
+    config = SandboxConfig(image=image, timeout=timeout, memory_limit=memory_limit, network=network)
     source = StdioSandbox(config, record)
     server = build_mcp_server(source)
 

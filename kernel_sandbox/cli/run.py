@@ -48,12 +48,40 @@ def sandbox_options(fn: Any) -> Any:
         help="Seconds before the code is interrupted.",
     )(fn)
     fn = click.option(
-        "--network/--no-network",
-        default=False,
+        "--network",
+        is_flag=False,
+        flag_value="full",
+        default="none",
         show_default=True,
-        help="Give the sandbox network access.",
+        callback=network_option,
+        help=(
+            "What the sandbox may reach: none, packages (the host pip's index, through the "
+            "host's egress proxy), full (alone: --network), or host patterns separated by "
+            "commas (e.g. 'packages,files.example.org')."
+        ),
     )(fn)
     return fn
+
+
+def parse_network(value: str) -> str | list[str]:
+    """A network policy from the command line (a list: comma-separated host patterns);
+    a bad one is a usage error."""
+    from ..config import SandboxConfig
+    from ..errors import ConfigError
+
+    network: str | list[str] = value
+    if value not in ("none", "packages", "full"):
+        network = [part.strip() for part in value.split(",") if part.strip()]
+    try:
+        SandboxConfig(network=network)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc).removeprefix("invalid SandboxConfig: ")) from None
+    return network
+
+
+def network_option(ctx: click.Context, param: click.Parameter, value: str) -> str | list[str]:
+    """Click callback: ``--network`` as ``SandboxConfig.network`` wants it."""
+    return parse_network(value)
 
 
 def _save_image(output: dict[str, Any], directory: Path, index: int) -> Path | None:
@@ -90,7 +118,7 @@ def run(
     save_images: Path,
     image: str,
     timeout: float,
-    network: bool,
+    network: str | list[str],
 ) -> None:
     """Run a Python FILE (or -c CODE) in a fresh sandbox; print outputs, save images.
 
@@ -113,7 +141,7 @@ def run(
         elif text and path is None:
             click.echo(text)
 
-    with Sandbox.create(image=image, network_enabled=network, timeout=timeout) as sb:
+    with Sandbox.create(image=image, network=network, timeout=timeout) as sb:
         execution = sb.run_python(source, on_output=show)
     if execution.message:
         click.echo(f"[{terminal_safe(execution.message)}]", err=True)
@@ -125,9 +153,11 @@ def run(
 @click.argument("command")
 @click.option("--cwd", help="Working directory inside the sandbox (default /sandbox).")
 @sandbox_options
-def shell(command: str, cwd: str | None, image: str, timeout: float, network: bool) -> None:
+def shell(
+    command: str, cwd: str | None, image: str, timeout: float, network: str | list[str]
+) -> None:
     """Run a shell COMMAND in a fresh sandbox; exit with the command's status."""
-    with Sandbox.create(image=image, network_enabled=network, timeout=timeout) as sb:
+    with Sandbox.create(image=image, network=network, timeout=timeout) as sb:
         result = sb.run_shell(command, cwd=cwd)
     click.echo(terminal_safe(result.stdout), nl=False)
     click.echo(terminal_safe(result.stderr), nl=False, err=True)

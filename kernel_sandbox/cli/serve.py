@@ -8,8 +8,23 @@ from pathlib import Path
 import click
 
 from ..config import DEFAULT_IMAGE
+from .run import parse_network
 
 __all__ = ["serve"]
+
+
+def _key_networks(items: tuple[str, ...], keys: tuple[str, ...]) -> dict[str, str | list[str]]:
+    """``KEY=POLICY`` options by key id (the key itself is never stored in settings)."""
+    from ..server.auth import key_id
+
+    ids = {key: key_id(key) for key in keys}
+    found: dict[str, str | list[str]] = {}
+    for item in items:
+        key, sep, policy = item.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"{item!r} is not KEY=POLICY", param_hint="--key-network")
+        found[ids.get(key, key)] = parse_network(policy)
+    return found
 
 
 def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ...]:
@@ -37,7 +52,22 @@ def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ..
 @click.option(
     "--name", default="default", show_default=True, help="Label of this server's sandboxes."
 )
-@click.option("--allow-network", is_flag=True, help="Let clients enable a sandbox's network.")
+@click.option(
+    "--allow-network", is_flag=True, help="Same as --max-network full (a bridge network)."
+)
+@click.option(
+    "--max-network",
+    default=None,
+    help="The most network any key's sandboxes get: none (default), packages (the host "
+    "pip's index through the egress proxy), full, or host patterns separated by commas.",
+)
+@click.option(
+    "--key-network",
+    "key_networks",
+    multiple=True,
+    metavar="KEY=POLICY",
+    help="One key's own maximum (KEY is the key or its id; repeatable).",
+)
 @click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Default image.")
 @click.option(
     "--allow-image",
@@ -90,6 +120,8 @@ def serve(
     api_key_file: Path | None,
     name: str,
     allow_network: bool,
+    max_network: str | None,
+    key_networks: tuple[str, ...],
     image: str,
     allowed_images: tuple[str, ...],
     max_sandboxes: int,
@@ -112,12 +144,16 @@ def serve(
     from ..server.app import build_app
     from ..server.settings import ServerSettings
 
+    keys = read_keys(api_keys, api_key_file)
+    networks = {"max_network": parse_network(max_network)} if max_network is not None else {}
     settings = ServerSettings(
         host=host,
         port=port,
-        api_keys=read_keys(api_keys, api_key_file),
+        api_keys=keys,
         name=name,
         allow_network=allow_network,
+        key_networks=_key_networks(key_networks, keys),
+        **networks,  # type: ignore[arg-type]
         default_image=image,
         allowed_images=allowed_images or ("*",),
         max_sandboxes=max_sandboxes,

@@ -29,7 +29,14 @@ import nbformat
 from nbformat import NotebookNode
 from nbformat.v4 import new_markdown_cell, new_notebook
 
-from ..events import Event, FileOperated, KernelRestarted, PythonExecuted, ShellExecuted
+from ..events import (
+    EgressRefused,
+    Event,
+    FileOperated,
+    KernelRestarted,
+    PythonExecuted,
+    ShellExecuted,
+)
 from ..results import CommandResult, Execution
 from . import shared
 from .cells import (
@@ -64,7 +71,15 @@ LANGUAGE_INFO = {
 }
 # Settings worth knowing when reading or replaying a session; never env vars or
 # volumes (they may hold secrets or host paths).
-_RECORDED_SETTINGS = ("image", "working_dir", "user", "network_enabled", "memory_limit", "timeout")
+_RECORDED_SETTINGS = (
+    "image",
+    "working_dir",
+    "user",
+    "network_enabled",
+    "network",
+    "memory_limit",
+    "timeout",
+)
 
 
 def new_session_path(
@@ -176,6 +191,8 @@ class NotebookRecorder:
             self.add_shell(
                 event.command, event.result, meta, cwd=event.cwd, started_at=event.started_at
             )
+        elif isinstance(event, EgressRefused):
+            self.add_note(event.sentence(), {**meta, "egress_refused": len(event.refusals)})
         elif isinstance(event, FileOperated):
             self.add_file_operation(
                 event.operation,

@@ -124,7 +124,7 @@ async def create_sandbox(
 ) -> dict[str, str]:
     """Start a sandbox from a client's config, under the server's policy."""
     kind = _kind(sandbox_type)
-    cfg, notes = client_config(config, opts)
+    cfg, notes = client_config(config, opts, key)
     lease = await ten.create(key, cfg, kind, notes)
     return {"sandbox_id": lease.id}
 
@@ -257,7 +257,7 @@ async def initialize_pool(
 ) -> dict[str, Any]:
     """Start the caller's pool: ``pool_size`` sandboxes used by ``/pool/execute``."""
     kind = _kind(sandbox_type or "docker")
-    cfg, notes = client_config(config, opts)
+    cfg, notes = client_config(config, opts, key)
     ids = await ten.init_pool(key, pool_size or 1, cfg, kind, notes)
     return {"message": "Pool initialized successfully", "pool_size": len(ids), "sandbox_ids": ids}
 

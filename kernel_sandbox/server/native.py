@@ -16,7 +16,7 @@ import json
 import tempfile
 import time
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response, StreamingResponse
@@ -50,6 +50,9 @@ class CreateRequest(BaseModel):
     cpu_limit: float | None = Field(default=None, gt=0)
     disk_limit: str | None = None
     network_enabled: bool = False
+    network: Literal["none", "packages", "full"] | list[str] | None = Field(
+        default=None, description="The network policy wanted; lowered to the key's maximum."
+    )
     env_vars: dict[str, str] = Field(default_factory=dict)
     tools: list[str] | None = None
     pool: bool = Field(default=False, description="Take a warm sandbox of the server's pool.")
@@ -123,7 +126,7 @@ async def create(
     else:
         raw = body.model_dump(exclude={"pool", "tools"}, exclude_none=True)
     raw["tools_config"] = body.tools
-    cfg, notes = client_config(raw, opts)
+    cfg, notes = client_config(raw, opts, key)
     return _view(await ten.create(key, cfg, "docker", notes))
 
 

@@ -3,9 +3,11 @@
 ms-enclave's client sends every default of its own ``DockerSandboxConfig``
 (``image: python:3.11-slim``, ``memory_limit: 4g``, ``network_enabled: true``,
 ``privileged: false``, ``ports``, ``entrypoint``, ...).  What has a meaning here is
-mapped; the rest is ignored.  The server's settings win: the network opens only when
-the server allows it, limits are clamped to its maxima, host directories are never
-mounted, images must match the allowed patterns.
+mapped; the rest is ignored.  The server's settings win: the network is lowered to the
+key's maximum (``ServerSettings.network_ceiling``: "none" unless the operator says;
+ms-enclave's ``network: bridge`` names a Docker network and means nothing here), limits
+are clamped to its maxima, host directories are never mounted, images must match the
+allowed patterns.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..config import parse_size
+from ..egress.ceiling import cap_network, requested_network
 from ..errors import ConfigError
 from ..manager import DockerSandboxConfig
+from .auth import ANONYMOUS
 from .settings import ServerSettings
 
 __all__ = ["TOOL_ALIASES", "client_config"]
@@ -51,7 +55,9 @@ def _clamp_size(value: Any, maximum: str, field: str) -> str:
     return str(value) if wanted <= parse_size(maximum) else maximum
 
 
-def client_config(raw: Any, settings: ServerSettings) -> tuple[DockerSandboxConfig, list[str]]:
+def client_config(
+    raw: Any, settings: ServerSettings, key: str = ANONYMOUS
+) -> tuple[DockerSandboxConfig, list[str]]:
     """The sandbox a client may have, and notes on what the policy changed.
 
     Raises ``ConfigError`` (a 400) for what cannot be honoured at all: host volumes,
@@ -78,9 +84,9 @@ def client_config(raw: Any, settings: ServerSettings) -> tuple[DockerSandboxConf
             f"image {image!r} is not allowed on this server (allowed: "
             f"{', '.join(settings.allowed_images)})"
         )
-    if raw.get("network_enabled") and not settings.allow_network:
-        notes.append("network_enabled ignored: this server keeps sandboxes offline")
-    data["network_enabled"] = bool(raw.get("network_enabled")) and settings.allow_network
+    network, lowered = cap_network(requested_network(raw), settings.network_ceiling(key))
+    notes += lowered
+    data["network"] = network
     if "memory_limit" in data:
         data["memory_limit"] = _clamp_size(
             data["memory_limit"], settings.max_memory, "memory_limit"

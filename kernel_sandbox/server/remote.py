@@ -379,5 +379,6 @@ _CREATE_FIELDS = {
     "cpu_limit",
     "disk_limit",
     "network_enabled",
+    "network",
     "env_vars",
 }

@@ -178,7 +178,7 @@ async def _restore(tenancy: Tenancy, item: Restorable) -> None:
     old = await asyncio.to_thread(read_notebook, item.notebook)
     saved: dict[str, Any] = dict(old.metadata.get(META_KEY, {}).get("server_sandbox") or {})
     raw = {**saved.get("config", {}), "tools_config": saved.get("tools_config")}
-    config, notes = client_config(raw, tenancy.settings)
+    config, notes = client_config(raw, tenancy.settings, item.owner)
     kept = item.notebook.with_name(f"{item.sandbox_id}.before-restart-{int(time.time())}.ipynb")
     await asyncio.to_thread(item.notebook.replace, kept)
     lease = await tenancy.create(

@@ -11,9 +11,9 @@ import ipaddress
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..config import DEFAULT_IMAGE
+from ..config import DEFAULT_IMAGE, SandboxConfig
 from ..errors import ConfigError
 
 __all__ = ["MiB", "ServerSettings", "is_loopback"]
@@ -47,8 +47,16 @@ class ServerSettings(BaseModel):
         description="Label value that marks this server's sandboxes, found again on restart.",
     )
     allow_network: bool = Field(
-        default=False,
-        description="Let clients open a sandbox's network (network_enabled).",
+        default=False, description="Alias: True makes max_network 'full' (when it is unset)."
+    )
+    max_network: str | list[str] = Field(
+        default="none",
+        description="The most network a key's sandboxes get: 'none', 'packages' (the host "
+        "pip's index through the egress proxy), a list of host patterns, or 'full'.",
+    )
+    key_networks: dict[str, str | list[str]] = Field(
+        default_factory=dict,
+        description="Per key id (see auth.key_id): its own maximum instead of max_network.",
     )
     default_image: str = DEFAULT_IMAGE
     allowed_images: tuple[str, ...] = Field(
@@ -94,6 +102,27 @@ class ServerSettings(BaseModel):
         "(steps in between coalesce into one write; 0 writes on every step, on the "
         "request path). A killed server loses at most this much of each notebook.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _allow_network_alias(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("allow_network") and "max_network" not in data:
+            return {**data, "max_network": "full"}
+        return data
+
+    @field_validator("max_network", "key_networks")
+    @classmethod
+    def _check_networks(cls, value: object) -> object:
+        for network in value.values() if isinstance(value, dict) else [value]:
+            try:
+                SandboxConfig(network=network)
+            except ConfigError as exc:
+                raise ValueError(str(exc).removeprefix("invalid SandboxConfig: ")) from None
+        return value
+
+    def network_ceiling(self, key: str) -> str | list[str]:
+        """The most network the sandboxes of key id ``key`` may have."""
+        return self.key_networks.get(key, self.max_network)
 
     def check_bind(self) -> None:
         """Refuse to listen beyond this machine without a key: anyone could run code."""

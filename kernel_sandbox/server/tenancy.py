@@ -300,6 +300,7 @@ class Tenancy:
                         "memory_limit",
                         "cpu_limit",
                         "network_enabled",
+                        "network",
                     }
                 ),
             },

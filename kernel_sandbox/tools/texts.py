@@ -33,11 +33,9 @@ def where_text(sandbox: AsyncSandbox) -> str:
 def limits_text(sandbox: AsyncSandbox, timeout: float, max_timeout: float) -> str:
     """Network, memory and timeout, in one or two sentences."""
     cfg = sandbox.config
-    network = (
-        "Network access is enabled."
-        if cfg.network_enabled
-        else "There is no network access: pip install and downloads will fail."
-    )
+    from ..egress import describe_network  # what the sandbox's network= policy allows
+
+    network = describe_network(cfg.network)
     return (
         f"{network} Memory is limited to {cfg.memory_limit}. A call is stopped after "
         f"{timeout:g} s unless you pass a larger timeout (at most {max_timeout:g} s)."

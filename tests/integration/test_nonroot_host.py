@@ -1,4 +1,4 @@
-"""A non-root host user (in the docker group) can drive a sandbox.
+"""A non-root host user (in the docker group) can drive a sandbox, egress included.
 
 The kernel runs as uid 1000 in the container and creates the unix sockets; the host
 user must still be able to connect to them.  Tests usually run as root, which would
@@ -31,7 +31,14 @@ with Sandbox.create(image="kernel-sandbox:python", labels={"kernel-sandbox.test"
     sb.run_python("x = 6")
     out = sb.run_python("x * 7").text
     shell = sb.run_shell("id -un").stdout.strip()
-print(json.dumps({"result": out, "shell": shell}))
+# the egress proxy's socket, made by this user, must be reachable by the sandbox user
+with Sandbox.create(
+    image="kernel-sandbox:python", labels={"kernel-sandbox.test": "1"},
+    network=["files.example.org"],
+) as sb:
+    code = "import urllib.request as u\\ntry:\\n    u.urlopen('https://outside.example.net/')\\n"
+    egress = sb.run_python(code + "except Exception as e:\\n    print(e)").stdout
+print(json.dumps({"result": out, "shell": shell, "egress": egress}))
 """
 
 
@@ -124,4 +131,6 @@ def test_non_root_host_user_can_use_a_sandbox(docker_engine) -> None:  # type: i
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert json.loads(run.stdout.strip().splitlines()[-1]) == {"result": "42", "shell": "sandbox"}
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    assert {k: got[k] for k in ("result", "shell")} == {"result": "42", "shell": "sandbox"}
+    assert "403 refused by the sandbox's network policy" in got["egress"], got["egress"]

@@ -18,6 +18,7 @@ import atexit
 import contextlib
 import json
 import logging
+import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING
 import docker
 
 from ...config import KERNEL_PYTHON, LABEL_PREFIX
+from ...egress import Decision, SandboxEgress
 from ...errors import KernelError, SandboxError
 from ...kernel.connection import (
     CONTAINER_RUN_DIR,
@@ -104,6 +106,8 @@ class DockerHost(KernelHost):
         self._engine_checked = 0.0
         #: False for a guest (``attach(own=False)``): nothing is removed or restarted.
         self._own = True
+        #: The host-side proxy and its directory, under network='packages' or a list.
+        self.egress: SandboxEgress | None = None
 
     @property
     def labels(self) -> dict[str, str]:
@@ -161,6 +165,17 @@ class DockerHost(KernelHost):
         )
         state_dir = CONTAINER_RUN_DIR if cfg.transport == "ipc" else TCP_STATE_DIR
         command, env = launch_command(KERNEL_PYTHON, container_info, state_dir)
+        if cfg.egress:
+            self.egress = SandboxEgress(
+                cfg.network,
+                runtime_root() / f"{self.sandbox_id}.egress",
+                cfg.ca_bundle,
+                name=self.sandbox_id,
+            )
+            await self.egress.start()
+            volumes.update(self.egress.mount())
+            env.update(self.egress.environment())
+            command = self.egress.wrap_command(command, KERNEL_PYTHON)
         spec = ContainerSpec(
             image=self.image,
             command=command,
@@ -193,6 +208,7 @@ class DockerHost(KernelHost):
             self._state = ContainerStateDir(self.engine.api, self.resource_id, cfg.user)
             if not cfg.network_enabled:
                 host_info["ip"] = await self.engine.address(self.resource_id)
+        await self._start_relay()
         self._info = host_info  # type: ignore[assignment]
         return self._info  # type: ignore[return-value]
 
@@ -320,6 +336,7 @@ class DockerHost(KernelHost):
                 )
             await asyncio.sleep(0.02)
         await state.start_next()
+        await self._start_relay()  # everything ended with kill_all: the relay too
         return self._info
 
     async def restart_whole(self) -> ConnectionInfo:
@@ -330,7 +347,15 @@ class DockerHost(KernelHost):
         # opened only once the old container is dead: nothing of it can plant there
         await self.engine.restart(container, before_start=state.open_for_kernel)
         state.container_restarted()
+        await self._start_relay()
         return self._info
+
+    async def _start_relay(self) -> None:
+        if self.egress is not None:
+            await self.egress.start_relay(self, KERNEL_PYTHON, self.config.startup_timeout)
+
+    def egress_refusals(self) -> list[Decision]:
+        return self.egress.take_refusals() if self.egress is not None else []
 
     async def kill(self, restart: bool = False) -> None:
         self._check_own("kill it")
@@ -356,6 +381,8 @@ class DockerHost(KernelHost):
         finally:
             if self._state is not None:
                 self._state.close()
+            if self.egress is not None:
+                await self.egress.close()
 
     async def detach(self) -> None:
         """Release the run directory's claim and the status channel; remove nothing."""
@@ -377,6 +404,8 @@ class DockerHost(KernelHost):
         finally:
             if self._state is not None:
                 self._state.close()
+            if self.egress is not None:  # the proxy ends with this process
+                shutil.rmtree(self.egress.host_dir, ignore_errors=True)
 
     async def logs(self, tail: int) -> str:
         if self.resource_id is None:
