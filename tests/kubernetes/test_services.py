@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from kernel_sandbox import DockerSandboxConfig, SandboxManagerFactory, SandboxType
 from kernel_sandbox.agent import Agent, RetryPolicy
 from kernel_sandbox.cli.main import cli
-from kernel_sandbox.notebook import META_KEY, read_notebook, replay_notebook
+from kernel_sandbox.notebook import META_KEY, areplay, read_notebook
 from kernel_sandbox.pool import POOL_LABEL, SandboxPool
 from tests.conftest import TEST_LABEL
 from tests.kubernetes.conftest import DATASCIENCE_IMAGE, PYTHON_IMAGE, ROOT, wait_until
@@ -146,7 +146,7 @@ async def test_agent_session_recorded_on_the_cluster_replays(namespace, tmp_path
     nb = read_notebook(result.notebook_path)
     code = [c for c in nb.cells if c.cell_type == "code"]
     assert any("image/png" in o.get("data", {}) for o in code[-1].outputs)
-    report = await replay_notebook(
+    report = await areplay(
         result.notebook_path,
         output=tmp_path / "replayed.ipynb",
         sandbox_options={"host": "kubernetes", "labels": TEST_LABEL},
