@@ -36,6 +36,19 @@ async def _killed_mid_call(server: Server) -> tuple[str, str]:
     return sid, other
 
 
+async def _written(tmp_path, sid: str, last: str) -> tuple[nbformat.NotebookNode, list[str]]:  # type: ignore[no-untyped-def]
+    """The sandbox's notebook once its last code cell is ``last`` (or after 30 s): the
+    server writes behind (--record-flush-delay, 0.25 s)."""
+    deadline = time.monotonic() + 30
+    while True:
+        now = nbformat.read(next(tmp_path.rglob(f"{sid}.ipynb")), as_version=4)
+        nbformat.validate(now)
+        sources = [cell.source for cell in now.cells if cell.cell_type == "code"]
+        if (sources and sources[-1] == last) or time.monotonic() > deadline:
+            return now, sources
+        await asyncio.sleep(0.05)
+
+
 async def test_sigkill_then_restart_removes_leftovers_and_notebooks_stay_valid(
     docker_engine,
     tmp_path,  # type: ignore[no-untyped-def]
@@ -93,15 +106,7 @@ async def test_on_restart_restore_gives_each_key_its_sandbox_back(docker_engine,
         earlier = list(tmp_path.rglob(f"{sid}.before-restart-*.ipynb"))
         assert len(earlier) == 1
         nbformat.validate(nbformat.read(earlier[0], as_version=4))
-        # the notebook is written behind (--record-flush-delay, 0.25 s): wait for it
-        deadline = time.monotonic() + 30
-        while True:
-            now = nbformat.read(next(tmp_path.rglob(f"{sid}.ipynb")), as_version=4)
-            nbformat.validate(now)
-            sources = [cell.source for cell in now.cells if cell.cell_type == "code"]
-            if (sources and sources[-1] == "x + 1") or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.05)
+        _, sources = await _written(tmp_path, sid, "x + 1")
         assert "x = 1\nprint('before')" in sources  # replayed, recorded again
         assert sources[-1] == "x + 1"
     finally:
@@ -142,9 +147,7 @@ async def test_sigkill_then_restart_adopts_the_running_sandboxes(
         assert before <= now_ids  # the same containers (plus a new idle pool member)
         labels = [row.labels for row in await leftovers(server.name)]
         assert all(KEY_A not in str(lab) for lab in labels)
-        now = nbformat.read(next(tmp_path.rglob(f"{sid}.ipynb")), as_version=4)
-        nbformat.validate(now)
-        sources = [cell.source for cell in now.cells if cell.cell_type == "code"]
+        now, sources = await _written(tmp_path, sid, "x + 1")
         assert sources[0] == "x = 1\nprint('before')"  # the old cells, then the new ones
         assert sources[-1] == "x + 1"
         assert any("adopted after a server restart" in cell.source for cell in now.cells)
