@@ -19,7 +19,7 @@ from kernel_sandbox.limits import DEFAULT_MAX_OUTPUT_BYTES
 from kernel_sandbox.notebook.cells import python_cell, shell_cell
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.tools import ToolSet
-from tests.integration.conftest import GVISOR, PYTHON_IMAGE
+from tests.integration.conftest import PYTHON_IMAGE
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
@@ -53,12 +53,13 @@ class PeakRss:
 async def py_sandbox(make_sandbox) -> AsyncSandbox:  # type: ignore[no-untyped-def]
     """A sandbox on the small python image, with room for a gigabyte flood's queue.
 
-    The kernel queues what it prints faster than the host reads (~1 GB peak for the
-    flood below under runc); gVisor's kernel adds ~300 MB of its own on top, which with
-    the default 1g ends the whole container as out of memory (contained, but not the
-    cap this module tests), so under gVisor the flood gets 2g.
+    The kernel queues what it prints faster than the host reads: ZMQ's default send
+    queue of 1000 messages of 1 MiB, ~1 GB, is the sandbox's own memory (the host's
+    sockets queue at most 4 messages), so with the default 1g the kernel can be killed
+    as out of memory before the cap this module tests is reached; gVisor's kernel adds
+    ~300 MB on top.  The flood gets 2g.
     """
-    extra = {"memory_limit": "2g"} if GVISOR else {}
+    extra = {"memory_limit": "2g"}
     return await make_sandbox(image=PYTHON_IMAGE, **extra)  # type: ignore[no-any-return]
 
 
