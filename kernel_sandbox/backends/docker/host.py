@@ -60,12 +60,15 @@ _ENGINE_POLL = 2.0
 _KILL_LIMIT = 5.0
 
 # $1 is the signal number.  Fields after "comm)" in /proc/<pid>/stat: state ppid pgrp
-# session; the kernel leads its own session (the supervisor starts it with setsid).
+# session.  The kernel leads its own session (the supervisor starts it with setsid) and
+# its parent, the supervisor, is the child of PID 1 (Docker's init).  Found by a scan of
+# /proc, since gVisor has no /proc/<pid>/task/<pid>/children.
 _SIGNAL_KERNEL = (
-    "sup=$(cut -d' ' -f1 /proc/1/task/1/children); "
-    'for k in $(cat "/proc/$sup/task/$sup/children"); do '
-    's=$(cat "/proc/$k/stat" 2>/dev/null) || continue; set -- "$1" ${s##*) }; '
-    '[ "$5" = "$k" ] && { kill -"$1" "$k"; exit; }; '
+    "for d in /proc/[0-9]*; do k=${d#/proc/}; "
+    's=$(cat "$d/stat" 2>/dev/null) || continue; set -- "$1" ${s##*) }; '
+    '[ "$5" = "$k" ] || continue; '
+    'p=$(cat "/proc/$3/stat" 2>/dev/null) || continue; set -- "$1" ${p##*) }; '
+    '[ "$3" = 1 ] && { kill -"$1" "$k"; exit; }; '
     "done; exit 3"
 )
 
