@@ -234,7 +234,12 @@ def test_ci_and_the_makefile_use_this_one_script() -> None:
     assert "scripts/engine.sh" in ci
     assert "nohup dockerd" not in ci and "apt-get install" not in ci  # no second copy
     dry = subprocess.run(
-        ["make", "-n", "run"], cwd=ROOT, capture_output=True, text=True, check=True
+        ["make", "--no-print-directory", "-n", "run"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={k: v for k, v in os.environ.items() if not k.startswith("MAKE")},
     ).stdout
     assert "scripts/engine.sh" in dry.splitlines()[0], "the engine comes first in `make run`"
     assert os.access(SCRIPT, os.X_OK)
