@@ -12,7 +12,6 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import nbformat
 from nbformat import NotebookNode
@@ -76,7 +75,7 @@ def read_notebook(path: str | os.PathLike[str]) -> NotebookNode:
     """Read a notebook as v4 (older versions are upgraded); raise NotebookError if unusable."""
     source = Path(path)
     try:
-        nb: Any = nbformat.read(source, as_version=4)
+        nb = nbformat.read(source, as_version=4)
     except FileNotFoundError as exc:
         raise NotebookError(f"no notebook at {source}") from exc
     except (OSError, ValueError, ValidationError, KeyError, TypeError, AttributeError) as exc:
@@ -86,4 +85,4 @@ def read_notebook(path: str | os.PathLike[str]) -> NotebookNode:
         validate_notebook(nb)
     except NotebookError as exc:
         raise NotebookError(f"{source}: {exc}") from exc
-    return nb  # type: ignore[no-any-return]
+    return nb
