@@ -11,6 +11,8 @@ is ready); if the port is taken — the relay already runs after an in-place ker
 restart — it exits at once with status 0.
 """
 
+from __future__ import annotations  # annotations stay unevaluated (Python 3.8)
+
 import contextlib
 import os
 import socket
@@ -22,7 +24,7 @@ _CHUNK = 65536
 _MAX_CONNECTIONS = 32
 
 
-def _pipe(src, dst):
+def _pipe(src: socket.socket, dst: socket.socket) -> None:
     try:
         while True:
             chunk = src.recv(_CHUNK)
@@ -35,7 +37,7 @@ def _pipe(src, dst):
         dst.shutdown(socket.SHUT_WR)
 
 
-def _serve(client, path, slots):
+def _serve(client: socket.socket, path: str, slots: threading.BoundedSemaphore) -> None:
     upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         upstream.connect(path)
@@ -51,7 +53,7 @@ def _serve(client, path, slots):
         slots.release()
 
 
-def main():
+def main() -> None:
     path, port = sys.argv[1], int(sys.argv[2])
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:

@@ -5,11 +5,15 @@ made (ipc) instead of making new ones, and bounds what streams send at once.  Ru
 with the image's kernel Python, as a child of the supervisor.
 """
 
+from __future__ import annotations  # annotations stay unevaluated (older kernel Pythons)
+
 import contextlib
 import json
 import os
 import sys
 import tempfile
+from collections.abc import Callable
+from typing import Any
 
 import zmq
 
@@ -25,7 +29,11 @@ _fds = os.environ.pop("KERNEL_SANDBOX_FDS", "")
 prebound = dict(item.rsplit("=", 1) for item in _fds.split(",") if item)
 
 
-def _bind(self, addr, _bind=zmq.Socket.bind):
+def _bind(
+    self: zmq.Socket[Any],
+    addr: str,
+    _bind: Callable[[zmq.Socket[Any], str], Any] = zmq.Socket.bind,
+) -> Any:
     if curve:
         self.curve_secretkey = curve
         self.curve_publickey = zmq.curve_public(curve)
@@ -54,12 +62,18 @@ app.log.setLevel("WARNING")
 from ipykernel.iostream import OutStream  # noqa: E402 (after the app is initialised)
 
 
-def _bounded_write(self, string, _write=OutStream.write, _chunk=1 << 20):
+def _bounded_write(
+    self: OutStream,
+    string: str,
+    _write: Callable[[OutStream, str], int | None] = OutStream.write,
+    _chunk: int = 1 << 20,
+) -> int | None:
     if not isinstance(string, str) or len(string) <= _chunk:
         written = _write(self, string)  # None in a forked child: keep that
-        self._ks_pending = getattr(self, "_ks_pending", 0) + len(string)
-        if self._ks_pending > _chunk:
-            self._ks_pending = 0
+        state = vars(self)  # what was written since the last flush is kept on the stream
+        state["_ks_pending"] = pending = state.get("_ks_pending", 0) + len(string)
+        if pending > _chunk:
+            state["_ks_pending"] = 0
             self.flush()
         return written
     for start in range(0, len(string), _chunk):
@@ -75,7 +89,7 @@ del sys.modules["debugpy"]
 # write method) would break every later cell (IPython fails before running one and never
 # replies).  After each cell such a stream is replaced by a fresh one; a stream the user
 # swapped for a working object of their own is left alone.  A few attribute reads a cell.
-def _restore_streams():
+def _restore_streams() -> None:
     from ipykernel.iostream import OutStream
 
     for name in ("stdout", "stderr"):

@@ -4,8 +4,10 @@
 pip into it from the wheelhouse in /tmp/ks/wheels, without any index or network.
 ``user``: make the non-root user ``sandbox`` and the working directory /sandbox.
 Only the standard library is used, so images without useradd or pip work too.
-Kept compatible with Python 3.8: no newer syntax here.
+Kept compatible with Python 3.8: no newer syntax here (annotations stay unevaluated).
 """
+
+from __future__ import annotations
 
 import glob
 import os
@@ -19,7 +21,7 @@ USER = "sandbox"
 WORKDIR = "/sandbox"
 
 
-def make_venv():
+def make_venv() -> None:
     subprocess.check_call(
         [sys.executable, "-m", "venv", "--without-pip", "--system-site-packages", VENV]
     )
@@ -37,20 +39,20 @@ def make_venv():
     subprocess.check_call([VENV + "/bin/python", "-c", "import ipykernel"])
 
 
-def _append(path, line):
+def _append(path: str, line: str) -> None:
     with open(path, "a+") as f:
         f.seek(0)
         text = f.read()
         f.write(("" if not text or text.endswith("\n") else "\n") + line + "\n")
 
 
-def _free_id(used, start=1000):
+def _free_id(used: set[int], start: int = 1000) -> int:
     while start in used:
         start += 1
     return start
 
 
-def make_user():
+def make_user() -> None:
     import grp
 
     try:
