@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import nbformat
+from nbformat import NotebookNode
 
 from ..errors import NotebookError, ResumeDivergedError
 from ..notebook.cells import META_KEY
@@ -31,6 +32,10 @@ from ..notebook.compare import Tolerance
 from ..notebook.replay import areplay
 from ..notebook.report import CellReplay, ReplayReport
 from ..notebook.storage import read_notebook
+from .loop import AgentSession
+
+if TYPE_CHECKING:
+    from .agent import Agent
 
 __all__ = ["ResumeDivergedError", "resume_session"]
 
@@ -40,7 +45,7 @@ class _Diverged(Exception):
         self.cell = cell
 
 
-def conversation_of(nb: Any, source: Path) -> list[dict[str, Any]]:
+def conversation_of(nb: NotebookNode, source: Path) -> list[dict[str, Any]]:
     """The conversation a session notebook recorded; NotebookError if it has none."""
     session = nb.metadata.get(META_KEY) or {}
     messages = session.get("messages")
@@ -55,17 +60,15 @@ def conversation_of(nb: Any, source: Path) -> list[dict[str, Any]]:
 
 
 async def resume_session(
-    agent: Any,
+    agent: Agent,
     notebook: str | os.PathLike[str],
     *,
     allow_divergence: bool = False,
     notebook_path: str | os.PathLike[str] | None = None,
     tolerance: Tolerance | None = None,
-) -> Any:
+) -> AgentSession:
     """A started :class:`~.loop.AgentSession` with the state and conversation of
     ``notebook``; close it (or use ``async with``) when done."""
-    from .loop import AgentSession
-
     source = Path(notebook)
     parent = read_notebook(source)
     messages = conversation_of(parent, source)
@@ -84,10 +87,14 @@ async def resume_session(
 
 
 async def _rebuild(
-    session: Any, parent: Any, allow_divergence: bool, tolerance: Tolerance | None
+    session: AgentSession,
+    parent: NotebookNode,
+    allow_divergence: bool,
+    tolerance: Tolerance | None,
 ) -> ReplayReport:
     """Replay the parent's cells in the session's sandbox, unrecorded."""
     sandbox = session.sandbox
+    assert sandbox is not None  # the session was started
     listener = session.recorder  # listens to the sandbox (None when recording is off)
     if listener is not None:
         sandbox.listeners.remove(listener)  # the replay is not a new step of the session
@@ -114,7 +121,11 @@ async def _rebuild(
 
 
 def _adopt(
-    session: Any, parent: Any, source: Path, messages: list[dict[str, Any]], report: Any
+    session: AgentSession,
+    parent: NotebookNode,
+    source: Path,
+    messages: list[dict[str, Any]],
+    report: ReplayReport,
 ) -> None:
     """Give the session the parent's conversation; start its notebook with the parent's."""
     session.messages = messages
