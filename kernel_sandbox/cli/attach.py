@@ -56,7 +56,7 @@ def _write_connection_file(info: dict[str, Any]) -> Path:
 def recording_shell(base: type, notebook: Path | None) -> Any:
     """jupyter_console's shell class, recording each cell of this console into ``notebook``."""
 
-    class RecordingShell(base):  # type: ignore[misc,valid-type]
+    class RecordingShell(base):  # type: ignore[misc]
         _captured: list[dict[str, Any]] | None = None
 
         def include_output(self, msg: dict[str, Any]) -> bool:

@@ -51,7 +51,7 @@ def install(
         fields["timeout"] = timeout
     path = install_kernelspec(
         name,
-        SandboxConfig(**fields),  # type: ignore[arg-type]
+        SandboxConfig(**fields),
         display_name=display_name,
         host=host_name,
         user=user_install,

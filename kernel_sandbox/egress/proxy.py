@@ -227,7 +227,7 @@ class EgressProxy:
         count.writers.add(writer)
         task = asyncio.current_task()
         if task is not None:
-            self._tasks.add(task)  # type: ignore[arg-type]
+            self._tasks.add(task)
         try:
             await self._serve(reader, writer)
         except (TimeoutError, ConnectionError, asyncio.IncompleteReadError):
@@ -240,7 +240,7 @@ class EgressProxy:
             count.active -= 1
             count.writers.discard(writer)
             if task is not None:
-                self._tasks.discard(task)  # type: ignore[arg-type]
+                self._tasks.discard(task)
             writer.transport.abort()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -50,7 +50,7 @@ __all__ = ["SandboxProvisioner"]
 ENDED = 1
 
 
-class SandboxProvisioner(KernelProvisionerBase):  # type: ignore[misc]
+class SandboxProvisioner(KernelProvisionerBase):
     """Runs a Jupyter kernel in a kernel_sandbox sandbox.
 
     Configured by the kernelspec's ``metadata.kernel_provisioner.config``: ``sandbox``
@@ -92,7 +92,7 @@ class SandboxProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         kwargs.pop("transport_encryption", None)
         extra = kwargs.pop("extra_arguments", [])
         cmd = [*self.kernel_spec.argv, *extra]  # never run: for jupyter_client's records
-        return await super().pre_launch(cmd=cmd, **kwargs)  # type: ignore[no-any-return]
+        return await super().pre_launch(cmd=cmd, **kwargs)
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
         """Start (or restart) the sandbox's kernel; return its connection info, ready."""

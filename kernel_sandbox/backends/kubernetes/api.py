@@ -22,7 +22,7 @@ from typing import Any
 import urllib3.exceptions
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from ...errors import (
     ContainerRemovedError,
