@@ -4,8 +4,10 @@ The host (:class:`~kernel_sandbox.backends.base.KernelHost`, found by name: ``do
 by default) owns everything engine-specific: where the kernel runs, how it is reached,
 how it is restarted, how processes and files beside it are run and moved.  The sandbox
 holds the one jupyter_client session to the kernel, runs one request at a time, turns
-raw replies into :class:`~kernel_sandbox.results.Execution` results, and emits an event
-for everything it does (see :mod:`~kernel_sandbox.events`), whoever called it.
+raw replies into :class:`~kernel_sandbox.results.Execution` results (the verdict itself
+is :mod:`~kernel_sandbox.judgement`'s), restarts a kernel that died or got stuck, and
+emits an event for everything it does (see :mod:`~kernel_sandbox.events`), whoever
+called it.
 """
 
 from __future__ import annotations
@@ -42,9 +44,10 @@ from .events import (
     emit,
 )
 from .files import AsyncFiles
-from .kernel.client import KernelSession, OutputCallback, RawExecution
+from .judgement import judge
+from .kernel.client import KernelSession, OutputCallback
 from .kernel.connection import ConnectionInfo
-from .results import CommandResult, Execution, ExecutionError, ExecutionStatus, strip_ansi
+from .results import CommandResult, Execution
 from .shell import run_command
 
 if TYPE_CHECKING:
@@ -362,59 +365,24 @@ class AsyncSandbox:
                     on_output=on_output,
                     max_output_bytes=self.config.max_output_bytes,
                 )
-                execution = await self._judge(raw, timeout, started)
-                if restarted and not execution.state_lost:
+                execution = judge(raw, timeout, time.monotonic() - started)
+                if execution.state_lost:  # stuck or dead: restart it, say how that went
+                    outcome = await self._try_restart()
+                    execution = dataclasses.replace(
+                        execution,
+                        message=f"{execution.message}; {outcome}",
+                        duration=time.monotonic() - started,
+                    )
+                elif restarted:
                     execution = dataclasses.replace(
                         execution,
                         state_lost=True,
                         message=f"the kernel had stopped before this call: {restarted}",
                     )
-                if raw.truncated_bytes:
-                    execution = dataclasses.replace(execution, truncated_bytes=raw.truncated_bytes)
-                if raw.display_ids or raw.display_updates:
-                    execution = dataclasses.replace(
-                        execution, display_ids=raw.display_ids, display_updates=raw.display_updates
-                    )
         await self._emit(PythonExecuted(self.id, code, execution, wall, current_context()))
         await self._emit_restarts(requested=False)
         await self._emit_refusals()
         return execution
-
-    async def _judge(self, raw: RawExecution, timeout: float, started: float) -> Execution:
-        error = _error_of(raw.outputs)
-        count = raw.reply.get("execution_count")
-        if raw.outcome == "finished":
-            status: ExecutionStatus = (
-                "error" if error or raw.reply.get("status") == "error" else "ok"
-            )
-            if status == "error" and error is None:  # reply-only error (e.g. aborted)
-                c = raw.reply
-                error = ExecutionError(c.get("ename", "Error"), c.get("evalue", ""), [])
-            return Execution(status, raw.outputs, count, error, time.monotonic() - started)
-        if raw.outcome == "interrupted":
-            message = (
-                f"execution timed out after {timeout:g}s and was interrupted; "
-                "the kernel and its variables are kept"
-            )
-            return Execution(
-                "timeout", raw.outputs, count, error, time.monotonic() - started, message=message
-            )
-        if raw.outcome == "stuck":
-            why = f"execution timed out after {timeout:g}s and did not stop when interrupted"
-            status = "timeout"
-        else:
-            why = raw.death_reason
-            status = "kernel_died"
-        message = f"{why}; {await self._try_restart()}"
-        return Execution(
-            status,
-            raw.outputs,
-            count,
-            error,
-            time.monotonic() - started,
-            state_lost=True,
-            message=message,
-        )
 
     async def _try_restart(self) -> str:
         """Restart the kernel; return a sentence saying what was lost, or why it failed."""
@@ -526,11 +494,3 @@ class AsyncSandbox:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<AsyncSandbox {self.id} image={self.image!r} {state}>"
-
-
-def _error_of(outputs: list[dict[str, Any]]) -> ExecutionError | None:
-    for out in reversed(outputs):
-        if out["output_type"] == "error":
-            tb = [strip_ansi(line) for line in out.get("traceback", [])]
-            return ExecutionError(out["ename"], out["evalue"], tb)
-    return None
