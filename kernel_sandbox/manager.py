@@ -21,18 +21,26 @@ import logging
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ValidationError
 
 from .backends.base import REMOVED_REASON
 from .backends.factory import HostFactory
 from .config import SandboxConfig
 from .errors import ConfigError, SandboxNotFoundError
+from .manager_models import (
+    DockerSandboxConfig,
+    SandboxInfo,
+    SandboxManagerConfig,
+    SandboxManagerType,
+    SandboxStatus,
+    SandboxType,
+    as_sandbox_config,
+)
 from .pool import SandboxPool
 from .sandbox import AsyncSandbox
-from .tools.base import ToolSet, called_name, make_tools
+from .tools.base import ToolSet, called_name
 from .tools.results import ToolResult
 from .tools.schema import SchemaFormat
 
@@ -50,116 +58,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-class SandboxType(StrEnum):
-    """Kinds of sandbox a manager can create."""
-
-    DOCKER = "docker"
-
-
-class SandboxStatus(StrEnum):
-    """Where a sandbox is in its life."""
-
-    INITIALIZING = "initializing"
-    RUNNING = "running"
-    STOPPED = "stopped"
-    ERROR = "error"
-
-
-class SandboxManagerType(StrEnum):
-    """Kinds of manager: in-process (local engine) or a ``kernel-sandbox serve`` host."""
-
-    LOCAL = "local"
-    HTTP = "http"
-
-
-class DockerSandboxConfig(SandboxConfig):
-    """A sandbox configuration plus the tools the model may use in it.
-
-    ``tools_config`` maps tool names to options, e.g. ``{"python_executor": {"timeout":
-    60}}``; only the named tools are enabled.  ``volumes`` also accepts ms-enclave's short
-    form ``{host_path: "/container/path"}`` (or ``"/container/path:ro"``).
-    """
-
-    tools_config: dict[str, dict[str, Any]] = Field(default_factory=dict)
-    privileged: bool = Field(default=False, description="Accepted for compatibility; never True.")
-
-    @field_validator("volumes", mode="before")
-    @classmethod
-    def _short_volumes(cls, value: Any) -> Any:
-        if not isinstance(value, dict):
-            return value
-        out = {}
-        for host, spec in value.items():
-            if isinstance(spec, str):
-                bind, _, mode = spec.partition(":")
-                spec = {"bind": bind, "mode": mode or "rw"}
-            out[host] = spec
-        return out
-
-    @field_validator("tools_config", mode="before")
-    @classmethod
-    def _null_options(cls, value: Any) -> Any:
-        if isinstance(value, dict):
-            return {name: ({} if opts is None else opts) for name, opts in value.items()}
-        return value
-
-    @field_validator("tools_config")
-    @classmethod
-    def _known_tools(cls, value: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        try:
-            make_tools(value)
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from None
-        return value
-
-    @field_validator("privileged")
-    @classmethod
-    def _never_privileged(cls, value: bool) -> bool:
-        if value:
-            raise ValueError(
-                "privileged containers are not supported: a sandbox must not own its host; "
-                "use network (e.g. 'packages') or volumes for what the code needs"
-            )
-        return value
-
-
-class SandboxManagerConfig(BaseModel):
-    """Settings of a manager."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    labels: dict[str, str] = Field(
-        default_factory=dict, description="Labels added to every sandbox this manager creates."
-    )
-    max_sandboxes: int | None = Field(
-        default=None, ge=1, description="Refuse to create more live sandboxes than this."
-    )
-    pool_size: int = Field(
-        default=0,
-        ge=0,
-        description="Warm sandboxes kept ready (a SandboxPool): create_sandbox hands one "
-        "out in milliseconds when its config matches pool_config.",
-    )
-    pool_config: DockerSandboxConfig | None = Field(
-        default=None, description="The sandboxes the pool keeps (default: DockerSandboxConfig())."
-    )
-
-
-class SandboxInfo(BaseModel):
-    """What the manager knows about one sandbox."""
-
-    id: str
-    status: SandboxStatus
-    type: SandboxType
-    image: str
-    container_id: str | None = None
-    config: dict[str, Any] = Field(default_factory=dict)
-    created_at: datetime
-    updated_at: datetime
-    metadata: dict[str, Any] = Field(default_factory=dict)
-    available_tools: dict[str, Any] = Field(default_factory=dict)
 
 
 @dataclass
@@ -185,18 +83,6 @@ class _Entry:
     def gone(self) -> bool:
         """The container was removed from outside: no call can succeed any more."""
         return self.error == REMOVED_REASON
-
-
-def _as_config(config: SandboxConfig | dict[str, Any] | None) -> DockerSandboxConfig:
-    if config is None:
-        return DockerSandboxConfig()
-    if isinstance(config, DockerSandboxConfig):
-        return config
-    data = config.model_dump() if isinstance(config, SandboxConfig) else dict(config)
-    try:
-        return DockerSandboxConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(f"invalid sandbox configuration: {exc}") from exc
 
 
 class SandboxManager:
@@ -274,7 +160,7 @@ class SandboxManager:
             raise ConfigError(
                 f"unknown sandbox type {sandbox_type!r}; use one of: {known}"
             ) from None
-        cfg = _as_config(config)
+        cfg = as_sandbox_config(config)
         if sandbox_id is not None and sandbox_id in self._entries:
             raise ConfigError(f"a sandbox with id {sandbox_id!r} exists already; pick another id")
         live = sum(e.status == SandboxStatus.RUNNING for e in self._entries.values())
@@ -312,7 +198,7 @@ class SandboxManager:
         sid = sandbox_id or sandbox.id
         if sid in self._entries:
             raise ConfigError(f"a sandbox with id {sid!r} exists already; pick another id")
-        cfg = _as_config(config)
+        cfg = as_sandbox_config(config)
         tools = ToolSet(sandbox, cfg.tools_config)
         self._entries[sid] = _Entry(sid, SandboxType.DOCKER, cfg, sandbox, tools, pooled)
         return sid
