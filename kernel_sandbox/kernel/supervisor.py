@@ -38,19 +38,25 @@ The shell costs about 2 MB of memory per sandbox.
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
+from ..errors import KernelError
 from .programs import program
 
 __all__ = [
     "GO_PREFIX",
     "KILL_ALL_SIGNAL",
+    "KILL_LIMIT",
     "KILL_SIGNAL",
     "STATUS_FILE",
     "SUPERVISOR",
     "TCP_STATE_DIR",
     "KernelEnd",
     "parse_status",
+    "wait_for_kernel_end",
 ]
 
 #: Where the supervisor reports each kernel's end (a FIFO with ``ipc``, else a file).
@@ -65,6 +71,8 @@ KILL_SIGNAL = "SIGUSR1"
 #: Sent to kill every process of the sandbox but the supervisor (and Docker's init):
 #: an explicit restart also ends shell commands' leftovers, e.g. a backgrounded fork bomb.
 KILL_ALL_SIGNAL = "SIGUSR2"
+#: Seconds the supervisor gets to report the end of a kernel it was told to kill.
+KILL_LIMIT = 5.0
 
 #: The supervisor's source (``programs/supervisor.sh``): ``sh -c SUPERVISOR name STATE_DIR
 #: KERNEL_COMMAND...``.  It uses the names :data:`STATUS_FILE` and :data:`GO_PREFIX`.
@@ -90,3 +98,19 @@ def parse_status(text: str, kernel: int) -> KernelEnd | None:
             code, before, after = (int(f) for f in fields[1:])
             return KernelEnd(code, after > before)
     return None
+
+
+async def wait_for_kernel_end(
+    kernel_end: Callable[[], Awaitable[KernelEnd | None]], poll: float
+) -> KernelEnd:
+    """Step 3 of the protocol, for any host: after the kill signal, wait for the report
+    of the kernel's end (``kernel_end`` reads it, None while there is none; asked every
+    ``poll`` seconds).  Raises :class:`KernelError` after :data:`KILL_LIMIT` seconds."""
+    deadline = time.monotonic() + KILL_LIMIT
+    while (end := await kernel_end()) is None:
+        if time.monotonic() > deadline:
+            raise KernelError(
+                f"the supervisor did not report the kernel's end within {KILL_LIMIT:g}s"
+            )
+        await asyncio.sleep(poll)
+    return end

@@ -13,12 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from kernel_sandbox.errors import KernelError
+from kernel_sandbox.kernel import supervisor as protocol
 from kernel_sandbox.kernel.supervisor import (
     GO_PREFIX,
     STATUS_FILE,
     SUPERVISOR,
     KernelEnd,
     parse_status,
+    wait_for_kernel_end,
 )
 
 # A stand-in kernel that starts a grandchild, so killing only the kernel would leave one.
@@ -179,3 +182,28 @@ def test_the_last_report_of_the_kernel_is_parsed(text: str, end: KernelEnd) -> N
 )
 def test_no_complete_report_of_the_kernel_is_not_an_end(text: str) -> None:
     assert parse_status(text, 2) is None
+
+
+async def test_hosts_wait_for_the_report_of_the_killed_kernel() -> None:
+    reports = iter([None, None, KernelEnd(137, False)])
+
+    async def kernel_end() -> KernelEnd | None:
+        return next(reports)
+
+    assert await wait_for_kernel_end(kernel_end, poll=0.001) == KernelEnd(137, False)
+
+
+async def test_a_kernel_end_never_reported_is_a_kernel_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(protocol, "KILL_LIMIT", 0.05)
+    asked = 0
+
+    async def kernel_end() -> KernelEnd | None:
+        nonlocal asked
+        asked += 1
+        return None
+
+    with pytest.raises(KernelError, match=r"did not report the kernel's end within 0\.05s"):
+        await wait_for_kernel_end(kernel_end, poll=0.01)
+    assert asked > 1

@@ -36,7 +36,12 @@ from ...kernel.connection import (
     launch_command,
     new_connection_info,
 )
-from ...kernel.supervisor import KILL_ALL_SIGNAL, KILL_SIGNAL, TCP_STATE_DIR
+from ...kernel.supervisor import (
+    KILL_ALL_SIGNAL,
+    KILL_SIGNAL,
+    TCP_STATE_DIR,
+    wait_for_kernel_end,
+)
 from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
 from .engine import ContainerSpec, DockerEngine
 from .exec import exec_process
@@ -56,8 +61,6 @@ log = logging.getLogger(__name__)
 #: Seconds between engine checks of the container while the kernel's status is unknown
 #: (the supervisor's status reports a dead kernel; the engine a dead container).
 _ENGINE_POLL = 2.0
-#: Seconds the supervisor gets to report the end of a kernel it was told to kill.
-_KILL_LIMIT = 5.0
 
 # $1 is the signal number.  Fields after "comm)" in /proc/<pid>/stat: state ppid pgrp
 # session.  The kernel leads its own session (the supervisor starts it with setsid) and
@@ -331,13 +334,7 @@ class DockerHost(KernelHost):
         container, state = self._container(), self._state
         assert state is not None and self._info is not None
         await self.engine.signal(container, KILL_ALL_SIGNAL if kill_all else KILL_SIGNAL)
-        deadline = time.monotonic() + _KILL_LIMIT
-        while await state.kernel_end() is None:
-            if time.monotonic() > deadline:
-                raise KernelError(
-                    f"the supervisor did not report the kernel's end within {_KILL_LIMIT:g}s"
-                )
-            await asyncio.sleep(0.02)
+        await wait_for_kernel_end(state.kernel_end, poll=0.02)
         await state.start_next()
         await self._start_relay()  # everything ended with kill_all: the relay too
         return self._info

@@ -40,7 +40,14 @@ from ...errors import (
     SandboxStartError,
 )
 from ...kernel.connection import ConnectionInfo, new_connection_info
-from ...kernel.supervisor import GO_PREFIX, STATUS_FILE, TCP_STATE_DIR, parse_status
+from ...kernel.supervisor import (
+    GO_PREFIX,
+    STATUS_FILE,
+    TCP_STATE_DIR,
+    KernelEnd,
+    parse_status,
+    wait_for_kernel_end,
+)
 from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
 from . import cluster, manifests
 from .api import ApiException, api_call, kube, removed_error
@@ -65,8 +72,6 @@ _STATUS_READ = (
     f'f={TCP_STATE_DIR}/{STATUS_FILE}; test -f "$f" || exit 0; '
     f'exec timeout 2 head -c {STATUS_READ_LIMIT} -- "$f"'
 )
-#: Seconds the supervisor gets to report the end of a kernel it was told to kill.
-KILL_LIMIT = 5.0
 #: Waiting reasons of a container whose image cannot be had.
 IMAGE_REASONS = {"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"}
 
@@ -343,7 +348,7 @@ class KubernetesHost(KernelHost):
             self._gone = state.death_reason()
         return state.death_reason()
 
-    async def _kernel_end(self) -> Any:
+    async def _kernel_end(self) -> KernelEnd | None:
         try:
             result = await self.exec(["sh", "-c", _STATUS_READ], max_output_bytes=STATUS_READ_LIMIT)
         except SandboxError:  # the pod is gone or stopped: the pod check says so
@@ -379,13 +384,7 @@ class KubernetesHost(KernelHost):
                 f"cannot signal the supervisor (exit {result.exit_code}): "
                 f"{result.stderr.decode(errors='replace')}"
             )
-        deadline = time.monotonic() + KILL_LIMIT
-        while await self._kernel_end() is None:
-            if time.monotonic() > deadline:
-                raise KernelError(
-                    f"the supervisor did not report the kernel's end within {KILL_LIMIT:g}s"
-                )
-            await asyncio.sleep(0.05)
+        await wait_for_kernel_end(self._kernel_end, poll=0.05)
         go = await self.exec(["touch", f"{TCP_STATE_DIR}/{GO_PREFIX}{self._kernel}"])
         if go.exit_code != 0:
             raise KernelError("cannot let the supervisor start the next kernel")
