@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from types import FunctionType
 from typing import Any, TypeVar
 
 from .backends.base import KernelHost
@@ -40,6 +41,7 @@ from .sandbox import PING_TIMEOUT, AsyncSandbox
 __all__ = ["Files", "Sandbox", "run_sync"]
 
 T = TypeVar("T")
+C = TypeVar("C")
 
 _portal_lock = threading.Lock()
 _portal_loop: asyncio.AbstractEventLoop | None = None
@@ -62,6 +64,24 @@ def run_sync(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run_coroutine_threadsafe(coro, _portal()).result()
 
 
+def _twin_of(twin: type) -> Callable[[type[C]], type[C]]:
+    """Give every public member of a blocking class that has no docstring its async
+    twin's: one text for both, written where the behaviour is (``help()`` shows it)."""
+
+    def document(cls: type[C]) -> type[C]:
+        for name, member in vars(cls).items():
+            doc = getattr(getattr(twin, name, None), "__doc__", None)
+            if name.startswith("_") or not doc:
+                continue
+            target = member.__func__ if isinstance(member, classmethod) else member
+            if isinstance(target, property | FunctionType) and not target.__doc__:
+                target.__doc__ = doc
+        return cls
+
+    return document
+
+
+@_twin_of(AsyncFiles)
 class Files:
     """Blocking ``sandbox.files``; see :class:`~kernel_sandbox.files.AsyncFiles`."""
 
@@ -69,46 +89,37 @@ class Files:
         self._files = files
 
     def read(self, path: str) -> bytes:
-        """The bytes of a file."""
         return run_sync(self._files.read(path))
 
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
-        """A file decoded as text."""
         return run_sync(self._files.read_text(path, encoding))
 
     def write(self, path: str, data: bytes | str, encoding: str = "utf-8") -> None:
-        """Create or replace a file (parent directories are created)."""
         return run_sync(self._files.write(path, data, encoding))
 
     def append(self, path: str, data: bytes | str, encoding: str = "utf-8") -> None:
-        """Add to the end of a file, creating it if needed."""
         return run_sync(self._files.append(path, data, encoding))
 
     def list(self, path: str = ".", limit: int = LIST_LIMIT) -> list[FileInfo]:
-        """Entries of a directory, sorted by name; more than ``limit`` are refused."""
         return run_sync(self._files.list(path, limit))
 
     def exists(self, path: str) -> bool:
-        """True when the path exists."""
         return run_sync(self._files.exists(path))
 
     def remove(self, path: str) -> None:
-        """Delete a file, or a directory with everything in it."""
         return run_sync(self._files.remove(path))
 
     def mkdir(self, path: str) -> None:
-        """Create a directory and its parents."""
         return run_sync(self._files.mkdir(path))
 
     def upload(self, local: str | Path, remote: str) -> None:
-        """Copy a host file into the sandbox."""
         return run_sync(self._files.upload(local, remote))
 
     def download(self, remote: str, local: str | Path) -> None:
-        """Copy a sandbox file to the host."""
         return run_sync(self._files.download(remote, local))
 
 
+@_twin_of(AsyncSandbox)
 class Sandbox:
     """Blocking twin of :class:`~kernel_sandbox.sandbox.AsyncSandbox`.
 
@@ -127,7 +138,6 @@ class Sandbox:
         host: str | HostFactory | None = None,
         **overrides: Any,
     ) -> Sandbox:
-        """Start a sandbox with a ready kernel; see ``AsyncSandbox.create``."""
         return cls(run_sync(AsyncSandbox.create(config, host=host, **overrides)))
 
     @classmethod
@@ -141,7 +151,6 @@ class Sandbox:
         labels: dict[str, str] | None = None,
         interrupt: bool = False,
     ) -> Sandbox:
-        """Reconnect to a running sandbox, its kernel untouched; see ``AsyncSandbox.adopt``."""
         adopted = AsyncSandbox.adopt(
             sandbox_id, config, host=host, own=own, labels=labels, interrupt=interrupt
         )
@@ -175,22 +184,18 @@ class Sandbox:
 
     @property
     def image(self) -> str:
-        """The image the container runs (after any derivation)."""
         return self._inner.image
 
     @property
     def container_id(self) -> str | None:
-        """The engine's id of the container."""
         return self._inner.container_id
 
     @property
     def connection_info(self) -> ConnectionInfo | None:
-        """How this process reaches the kernel; see ``AsyncSandbox.connection_info``."""
         return self._inner.connection_info
 
     @property
     def working_dir(self) -> str:
-        """Where relative paths start inside the sandbox."""
         return self._inner.working_dir
 
     @property
@@ -200,12 +205,10 @@ class Sandbox:
 
     @property
     def labels(self) -> dict[str, str]:
-        """Labels put on everything the host made."""
         return self._inner.labels
 
     @property
     def closed(self) -> bool:
-        """True once :meth:`close` was called."""
         return self._inner.closed
 
     @property
@@ -216,7 +219,6 @@ class Sandbox:
     def run_python(
         self, code: str, timeout: float | None = None, on_output: OutputCallback | None = None
     ) -> Execution:
-        """Run code in the persistent kernel; see ``AsyncSandbox.run_python``."""
         return run_sync(self._inner.run_python(code, timeout, on_output))
 
     def run_shell(
@@ -226,43 +228,33 @@ class Sandbox:
         cwd: str | None = None,
         env: dict[str, str] | None = None,
     ) -> CommandResult:
-        """Run a shell command beside the kernel; see ``AsyncSandbox.run_shell``."""
         return run_sync(self._inner.run_shell(command, timeout, cwd, env))
 
     def check_open(self) -> None:
-        """Raise ``SandboxClosedError`` once the sandbox is closed."""
         self._inner.check_open()
 
     def retire(self, why: str) -> None:
-        """Refuse every later call at once, with ``why``; see ``AsyncSandbox.retire``."""
         self._inner.retire(why)
 
     def health(self) -> str | None:
-        """None while the sandbox can run code, else why not; see ``AsyncSandbox.health``."""
         return run_sync(self._inner.health())
 
     def ping(self, timeout: float = PING_TIMEOUT) -> bool:
-        """True when the kernel answers within ``timeout`` seconds."""
         return run_sync(self._inner.ping(timeout))
 
     def warm_up(self) -> None:
-        """Have the kernel do the first-call work now."""
         return run_sync(self._inner.warm_up())
 
     def interrupt(self) -> None:
-        """Interrupt the running cell; see ``AsyncSandbox.interrupt``."""
         run_sync(self._inner.interrupt())
 
     def restart(self) -> None:
-        """Restart the kernel: variables are lost, files are kept."""
         return run_sync(self._inner.restart())
 
     def resolve_path(self, path: str) -> str:
-        """An absolute path in the sandbox."""
         return self._inner.resolve_path(path)
 
     def close(self) -> None:
-        """Remove the container and every host-side file it used."""
         return run_sync(self._inner.close())
 
     def __enter__(self) -> Sandbox:
