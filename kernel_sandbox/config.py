@@ -28,6 +28,7 @@ __all__ = [
     "DISK_SHARES",
     "KERNEL_PYTHON",
     "LABEL_PREFIX",
+    "PING_TIMEOUT",
     "RUNTIME_ENV",
     "SandboxConfig",
     "describe_invalid",
@@ -35,6 +36,9 @@ __all__ = [
 ]
 
 DEFAULT_IMAGE = "kernel-sandbox:datascience"
+#: Seconds ``AsyncSandbox.ping`` waits for the kernel by default (here, below the sandbox,
+#: so a client that mirrors the sandbox's API can share it without importing the sandbox).
+PING_TIMEOUT = 5.0
 #: Interpreter with ipykernel inside every kernel-ready image (see ``images/``).
 KERNEL_PYTHON = "/opt/venv/bin/python"
 #: Environment variable that gives ``SandboxConfig.runtime`` its default (e.g. ``runsc``).

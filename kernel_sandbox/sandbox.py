@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from .backends.base import KernelHost
 from .backends.factory import HostFactory, make_host
-from .config import LABEL_PREFIX, SandboxConfig
+from .config import LABEL_PREFIX, PING_TIMEOUT, SandboxConfig
 from .errors import (
     ContainerStoppedError,
     FileOperationError,
@@ -56,9 +56,6 @@ if TYPE_CHECKING:
 __all__ = ["PING_TIMEOUT", "AsyncSandbox"]
 
 log = logging.getLogger(__name__)
-
-#: Seconds :meth:`AsyncSandbox.ping` waits for the kernel by default.
-PING_TIMEOUT = 5.0
 
 
 class AsyncSandbox:

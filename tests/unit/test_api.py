@@ -33,6 +33,7 @@ SUBMODULE_ONLY: dict[str, set[str]] = {
         "DISK_SHARES",
         "KERNEL_PYTHON",
         "LABEL_PREFIX",
+        "PING_TIMEOUT",
         "RUNTIME_ENV",
         "describe_invalid",
         "parse_size",
