@@ -133,7 +133,7 @@ class SandboxEgress:
 
     async def start(self) -> None:
         """Create the directory, copy the CA bundle, listen on the socket."""
-        from ..backends.docker.rundirs import claim  # the directory lives beside run dirs
+        from ..rundirs import claim  # the directory lives beside run dirs
 
         # `pip config list` runs once per process, never on the event loop
         self.pip = await asyncio.to_thread(host_pip_settings)
@@ -239,7 +239,7 @@ class SandboxEgress:
 
     async def close(self) -> None:
         """Stop the proxy and remove the directory.  Safe twice."""
-        from ..backends.docker.rundirs import release
+        from ..rundirs import release
 
         if self.proxy is not None:
             await self.proxy.close()

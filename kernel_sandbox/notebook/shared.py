@@ -25,7 +25,7 @@ from pathlib import Path
 
 from nbformat import NotebookNode
 
-from ..backends.docker.rundirs import runtime_root
+from ..rundirs import runtime_root
 from .storage import read_notebook, write_notebook_atomic
 
 __all__ = ["append_cells", "find_notebook", "locked", "merge_foreign", "point_to"]

@@ -27,9 +27,9 @@ import docker
 import nbformat
 import pytest
 
+from kernel_sandbox import rundirs
 from kernel_sandbox.agent import Agent, RetryPolicy
-from kernel_sandbox.backends.docker import DockerHost, rundirs
-from kernel_sandbox.backends.docker.rundirs import runtime_root
+from kernel_sandbox.backends.docker import DockerHost
 from kernel_sandbox.errors import (
     ContainerRemovedError,
     ContainerStoppedError,
@@ -39,6 +39,7 @@ from kernel_sandbox.errors import (
 )
 from kernel_sandbox.manager import SandboxManager, SandboxStatus
 from kernel_sandbox.notebook import META_KEY
+from kernel_sandbox.rundirs import runtime_root
 from kernel_sandbox.sandbox import AsyncSandbox
 from tests.conftest import TEST_LABEL, require
 from tests.openai_server import ScriptedOpenAIServer, call, text, tool_calls

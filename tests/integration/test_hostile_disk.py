@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from kernel_sandbox.backends.docker.rundirs import runtime_root
 from kernel_sandbox.cli.main import cli
 from kernel_sandbox.config import LABEL_PREFIX
 from kernel_sandbox.errors import FileOperationError, SandboxStartError
@@ -29,6 +28,7 @@ from kernel_sandbox.kernel.connection import (
     ipc_socket_names,
     new_connection_info,
 )
+from kernel_sandbox.rundirs import runtime_root
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.tools import ToolSet
 from tests.integration.conftest import (

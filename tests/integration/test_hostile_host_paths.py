@@ -26,12 +26,12 @@ import pytest_asyncio
 import zmq
 from click.testing import CliRunner
 
-from kernel_sandbox.backends.docker.rundirs import runtime_root
 from kernel_sandbox.backends.docker.statedir import HostRunDir
 from kernel_sandbox.cli.main import cli
 from kernel_sandbox.errors import FileOperationError, KernelError, SandboxFileNotFoundError
 from kernel_sandbox.kernel.client import KernelSession
 from kernel_sandbox.kernel.connection import new_connection_info
+from kernel_sandbox.rundirs import runtime_root
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.tools import ToolSet
 from tests.conftest import TEST_LABEL

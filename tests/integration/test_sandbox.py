@@ -7,9 +7,9 @@ import os
 
 import pytest
 
-from kernel_sandbox.backends.docker.rundirs import runtime_root
 from kernel_sandbox.errors import ConfigError
 from kernel_sandbox.results import Execution
+from kernel_sandbox.rundirs import runtime_root
 from kernel_sandbox.sandbox import AsyncSandbox
 from tests.conftest import require
 from tests.integration.conftest import GVISOR

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kernel_sandbox.backends.docker.rundirs import OWNER_FILE
 from kernel_sandbox.backends.docker.statedir import HostRunDir
 from kernel_sandbox.kernel.supervisor import KernelEnd
+from kernel_sandbox.rundirs import OWNER_FILE
 
 SOCKETS = {"k-1", "k-2"}
 

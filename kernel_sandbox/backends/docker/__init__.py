@@ -4,7 +4,8 @@
 - ``engine.py``    the SDK client, containers, volumes, listings, error translation
 - ``exec.py``, ``attach.py``   processes beside the kernel, their output read bounded
 - ``transfer.py``  file reads and writes through the archive API
-- ``statedir.py``, ``rundirs.py``   the supervisor's state directory, host run directories
+- ``statedir.py``   the supervisor's state directory (in a host run directory, see
+  :mod:`kernel_sandbox.rundirs`)
 - ``writable.py``  the bounded writable area (in-memory volumes)
 - ``gc.py``        orphans for ``kernel-sandbox gc``
 - ``images/``      building, listing and deriving kernel-ready images

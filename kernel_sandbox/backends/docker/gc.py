@@ -16,10 +16,10 @@ from pathlib import Path
 
 import docker.errors
 
+from ... import rundirs
 from ...config import LABEL_PREFIX
 from ...errors import SandboxError
 from ..base import Leftover, SandboxRecord, owner_alive
-from . import rundirs
 from .engine import DockerEngine
 
 __all__ = ["STALE_AFTER", "find_leftovers"]

@@ -42,12 +42,12 @@ from ...kernel.supervisor import (
     TCP_STATE_DIR,
     wait_for_kernel_end,
 )
+from ...rundirs import runtime_root
 from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
 from .engine import ContainerSpec, DockerEngine
 from .exec import exec_process
 from .gc import find_leftovers
 from .images import resolve_kernel_image
-from .rundirs import runtime_root
 from .statedir import ContainerStateDir, GuestStateDir, HostRunDir, StateDir
 from .writable import create_writable_area
 

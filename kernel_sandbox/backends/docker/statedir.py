@@ -33,9 +33,9 @@ from pathlib import Path
 
 import docker
 
+from ... import rundirs
 from ...errors import KernelError, SandboxError
 from ...kernel.supervisor import GO_PREFIX, STATUS_FILE, TCP_STATE_DIR, KernelEnd, parse_status
-from . import rundirs
 from .exec import exec_process
 
 __all__ = ["ContainerStateDir", "GuestStateDir", "HostRunDir", "StateDir"]
