@@ -1,0 +1,177 @@
+"""The layers a newcomer draws from the folder listing hold in the code.
+
+Read from the source (every ``import``, also those inside functions; only ``if
+TYPE_CHECKING:`` blocks, which never run, are left out): no import cycle between
+modules, and nothing above the kernel host interface reaches the Docker SDK or the
+Docker host.  One subprocess then imports those layers and checks that ``docker``
+really stays unloaded.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import kernel_sandbox
+
+ROOT = Path(kernel_sandbox.__file__).parent
+PACKAGE = "kernel_sandbox"
+
+#: Cycles that run through code this branch may not change; each names its fix.  The
+#: test fails when one of them is gone too, so the list cannot go stale.
+KNOWN_CYCLES = {
+    # remote.py takes PING_TIMEOUT from ..sandbox; it lives in ..config now: import it there.
+    frozenset({"kernel_sandbox.sandbox", "kernel_sandbox.server.remote"}),
+    # http_manager.py takes SandboxInfo/Status/Type from ..manager: import ..manager_models.
+    frozenset({"kernel_sandbox.manager", "kernel_sandbox.server.http_manager"}),
+    # restart.py takes the SERVER_*_LABEL constants from .tenancy (which imports restart
+    # inside start()): the labels belong in a module both import.
+    frozenset({"kernel_sandbox.server.restart", "kernel_sandbox.server.tenancy"}),
+}
+
+#: Where a Docker-only import is the point: the ``images`` command group builds Docker
+#: images, and the server adopts what a killed predecessor left on its engine.
+DOCKER_WIRING = {"kernel_sandbox.cli.images", "kernel_sandbox.server.restart"}
+DOCKER_HOST = "kernel_sandbox.backends.docker"
+
+
+@cache
+def modules() -> dict[str, Path]:
+    found = {}
+    for path in ROOT.rglob("*.py"):
+        parts = [PACKAGE, *path.relative_to(ROOT).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+@cache
+def imports(module: str) -> tuple[tuple[str, bool], ...]:
+    """``(imported module, at module level)`` for every import that can run."""
+    path = modules()[module]
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    found: list[tuple[str, bool]] = []
+
+    def walk(node: ast.AST, top: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _type_checking(child):
+                for other in child.orelse:
+                    walk(other, top)
+                continue
+            if isinstance(child, ast.Import):
+                found.extend((alias.name, top) for alias in child.names)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package[: len(package) - child.level + 1]
+                    target = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    target = child.module or ""
+                subs = [
+                    f"{target}.{a.name}" for a in child.names if f"{target}.{a.name}" in modules()
+                ]
+                if len(subs) < len(child.names):  # names defined in the module itself
+                    found.append((target, top))
+                found.extend((sub, top) for sub in subs)
+            inner = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+            walk(child, top and not inner)
+
+    walk(ast.parse(path.read_text()), True)
+    return tuple(found)
+
+
+def cycles() -> set[frozenset[str]]:
+    """Strongly connected groups of more than one module (Tarjan's algorithm)."""
+    graph = {m: {t for t, _ in imports(m) if t in modules() and t != m} for m in sorted(modules())}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups: set[frozenset[str]] = set()
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = set()
+            while True:
+                w = stack.pop()
+                group.add(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                groups.add(frozenset(group))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def test_the_import_graph_is_read_from_every_module() -> None:
+    assert len(modules()) > 100
+    assert ("kernel_sandbox.server.remote", False) in imports("kernel_sandbox.sandbox")
+    assert all(t != "kernel_sandbox.server.remote" for t, _ in imports("kernel_sandbox.sync"))
+
+
+def test_no_import_cycle_not_even_inside_functions() -> None:
+    found = cycles()
+    new = found - KNOWN_CYCLES
+    assert not new, f"import cycles: {[sorted(c) for c in new]}"
+    fixed = KNOWN_CYCLES - found
+    assert not fixed, f"no longer a cycle, remove from KNOWN_CYCLES: {[sorted(c) for c in fixed]}"
+
+
+def _is_docker(target: str) -> bool:
+    return target == "docker" or target.startswith(("docker.", DOCKER_HOST))
+
+
+def test_nothing_above_the_host_interface_imports_docker() -> None:
+    """Only the Docker host's package and the wiring above may name it."""
+    offenders = [
+        f"{module} imports {target}"
+        for module in modules()
+        if not module.startswith(DOCKER_HOST) and module not in DOCKER_WIRING
+        for target, _ in imports(module)
+        if _is_docker(target)
+    ]
+    assert not offenders
+
+
+def test_importing_the_layers_above_the_hosts_loads_no_docker() -> None:
+    """What the source says, checked in a fresh interpreter: ``docker`` stays unloaded."""
+    layers = sorted(
+        m
+        for m in modules()
+        if not m.startswith((DOCKER_HOST, "kernel_sandbox.cli", "kernel_sandbox.server"))
+        and not m.endswith("_program")  # programs run inside containers, not imported here
+        and ".programs." not in m
+        and "._setup" not in m
+    )
+    code = (
+        "import importlib, sys\n"
+        f"for name in {layers!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(sorted(m for m in sys.modules if m == 'docker' or m.startswith("
+        f"('docker.', {DOCKER_HOST!r}))))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", f"loaded with {len(layers)} modules: {result.stdout}"
