@@ -4,7 +4,7 @@ Read from the source (every ``import``, also those inside functions; only ``if
 TYPE_CHECKING:`` blocks, which never run, are left out): no import cycle between
 modules, and nothing above the kernel host interface reaches the Docker SDK or the
 Docker host.  One subprocess then imports those layers and checks that ``docker``
-really stays unloaded.
+really stays unloaded.  (The Kubernetes client is held to the same rule.)
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import subprocess
 import sys
 from functools import cache
 from pathlib import Path
+
+import pytest
 
 import kernel_sandbox
 
@@ -137,18 +139,21 @@ def test_no_import_cycle_not_even_inside_functions() -> None:
     assert not fixed, f"no longer a cycle, remove from KNOWN_CYCLES: {[sorted(c) for c in fixed]}"
 
 
-def _is_docker(target: str) -> bool:
-    return target == "docker" or target.startswith(("docker.", DOCKER_HOST))
+#: Each engine's SDK and the host package that alone may use it.
+ENGINES = {"docker": DOCKER_HOST, "kubernetes": "kernel_sandbox.backends.kubernetes"}
 
 
-def test_nothing_above_the_host_interface_imports_docker() -> None:
-    """Only the Docker host's package and the wiring above may name it."""
+@pytest.mark.parametrize("sdk", sorted(ENGINES))
+def test_nothing_above_the_host_interface_imports_an_engine(sdk: str) -> None:
+    """Only the engine's host package (and, for Docker, the wiring above) may name it."""
+    host = ENGINES[sdk]
+    wiring = DOCKER_WIRING if sdk == "docker" else set()
     offenders = [
         f"{module} imports {target}"
         for module in modules()
-        if not module.startswith(DOCKER_HOST) and module not in DOCKER_WIRING
+        if not module.startswith(host) and module not in wiring
         for target, _ in imports(module)
-        if _is_docker(target)
+        if target == sdk or target.startswith((f"{sdk}.", host))
     ]
     assert not offenders
 
