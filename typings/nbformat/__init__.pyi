@@ -11,7 +11,17 @@ from .notebooknode import from_dict as from_dict
 from .validator import ValidationError as ValidationError
 from .validator import validate as validate
 
-__all__ = ["NotebookNode", "ValidationError", "from_dict", "read", "validate", "v4"]
+__all__ = [
+    "NotebookNode",
+    "ValidationError",
+    "from_dict",
+    "read",
+    "reads",
+    "v4",
+    "validate",
+    "write",
+    "writes",
+]
 
 def read(
     fp: str | os.PathLike[str] | IO[str],
@@ -19,3 +29,22 @@ def read(
     capture_validation_error: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> NotebookNode: ...
+def reads(
+    s: str,
+    as_version: int,
+    capture_validation_error: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> NotebookNode: ...
+def write(
+    nb: NotebookNode,
+    fp: str | os.PathLike[str] | IO[str],
+    version: int = ...,
+    capture_validation_error: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> None: ...
+def writes(
+    nb: NotebookNode,
+    version: int = ...,
+    capture_validation_error: dict[str, Any] | None = None,
+    **kwargs: Any,
+) -> str: ...
