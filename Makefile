@@ -47,7 +47,7 @@ cluster-down:       ## stop it, leaving the host as it was
 soak:               ## full load test: 10 000 checked calls on 20 sandboxes (table: bench/soak.py)
 	KS_SOAK_EXECUTIONS=10000 $(PYTHON) -m pytest -q -rfEs -s tests/integration/test_soak.py
 
-lint:               ## ruff, mypy, and shellcheck on the programs that run inside sandboxes
+lint:               ## ruff, mypy (strict), and shellcheck on the programs that run inside sandboxes
 	ruff check kernel_sandbox tests bench
 	ruff format --check kernel_sandbox tests bench
 	mypy
