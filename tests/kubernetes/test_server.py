@@ -122,23 +122,32 @@ def _rendered(kube: Any, namespace: str) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-def deployed(kube: Any, namespace: str, server_image: str) -> Iterator[tuple[str, str]]:
-    """The server applied from the manifests and ready: (its URL, an API key)."""
-    from kubernetes import client, utils
+def deployed(
+    kube: Any, namespace: str, server_image: str, tmp_path: Path
+) -> Iterator[tuple[str, str]]:
+    """The server applied from the manifests and ready: (its URL, an API key).
 
+    Everything applied is deleted afterwards (the namespace is the session's: other
+    tests apply the same ServiceAccount and Role there)."""
     key = secrets.token_urlsafe(24)
-    kube.core.create_namespaced_secret(
-        namespace,
-        {"metadata": {"name": "kernel-sandbox-api-key"}, "stringData": {"key": key}},
-    )
-    utils.create_from_yaml(
-        kube.client, yaml_objects=_rendered(kube, namespace), namespace=namespace
-    )
+    applied = tmp_path / "applied.yaml"
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "kernel-sandbox-api-key", "namespace": namespace},
+        "stringData": {"key": key},
+    }
+    applied.write_text(yaml.safe_dump_all([secret, *_rendered(kube, namespace)]))
+    done = subprocess.run([KUBECTL, "apply", "-f", str(applied)], capture_output=True, text=True)
     try:
+        assert done.returncode == 0, done.stderr
         yield _ready_server(kube, namespace), key
     finally:  # the server ends gracefully (SIGTERM): it removes its sandboxes
-        client.AppsV1Api(kube.client).delete_namespaced_deployment(
-            "kernel-sandbox-server", namespace
+        subprocess.run(
+            [KUBECTL, "delete", "--ignore-not-found", "--wait=true", "-f", str(applied)],
+            capture_output=True,
+            timeout=300,
+            check=False,
         )
 
 
