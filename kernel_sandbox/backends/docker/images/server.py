@@ -3,7 +3,9 @@
 Built like the kernel images, without an index inside the build: the host makes
 kernel-sandbox's own wheel from the source checkout this module runs from (pip,
 ``--no-build-isolation``, offline) and downloads its dependencies' wheels for the image's
-Python into the wheel cache; ``images/server/Dockerfile`` installs them ``--no-index``.
+Python into the wheel cache; ``images/server/Dockerfile`` installs them ``--no-index``,
+the dependencies in a layer of their own (cached by the engine while they are the same),
+then the one wheel of ours.
 
 The image is labelled with a digest of the package source and ``pyproject.toml``, so a
 build is skipped while the code is unchanged and redone when it changed (a cluster must
@@ -17,6 +19,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +31,13 @@ from .wheels import build_context, complete_wheels, probe_python, wheel_cache_di
 if TYPE_CHECKING:
     from .builder import ImageBuilder
 
-__all__ = ["SOURCE_LABEL", "build_server_image", "server_is_current", "source_digest"]
+__all__ = [
+    "SOURCE_LABEL",
+    "build_server_image",
+    "dependencies",
+    "server_is_current",
+    "source_digest",
+]
 
 #: Label of the server image: the digest of the source it was built from.
 SOURCE_LABEL = f"{LABEL_PREFIX}.source-digest"
@@ -97,8 +107,20 @@ def _own_wheel(root: Path, dest: Path) -> Path:
     return found[-1]
 
 
+def dependencies(root: Path) -> list[str]:
+    """kernel-sandbox's own requirements (``[project] dependencies``), as pip reads them."""
+    with (root / "pyproject.toml").open("rb") as handle:
+        project = tomllib.load(handle)["project"]
+    return [str(req) for req in project.get("dependencies", [])]
+
+
 def build_server_image(builder: ImageBuilder, tag: str) -> str:
-    """Build ``images/server/Dockerfile`` on our python image; return the image id."""
+    """Build ``images/server/Dockerfile`` on our python image; return the image id.
+
+    The dependencies' wheelhouse (downloaded once, then checked offline) and our own
+    wheel are made side by side; they enter the build as two directories, so the
+    engine's cache keeps the dependencies' layer while only the source changes.
+    """
     from .builder import images_dir, run_build
 
     root = source_root()
@@ -107,16 +129,20 @@ def build_server_image(builder: ImageBuilder, tag: str) -> str:
     target = probe_python(builder.client, base)
     own = wheel_cache_dir() / f"server-own-{target.key}"
     own.mkdir(parents=True, exist_ok=True)
-    wheel = _own_wheel(root, own)
-    builder.progress(f"server: built {wheel.name} from {root}")
     deps = wheel_cache_dir() / f"server-{target.key}"
-    complete_wheels(builder.client, base, [str(wheel)], deps, target, builder.progress)
-    # the dependency wheelhouse and our wheel go in side by side (pip download copies a
-    # local wheel into ``deps`` too: the fresh one replaces it)
-    for stale in deps.glob("kernel_sandbox-*.whl"):
+    requirements = dependencies(root)
+    with ThreadPoolExecutor(max_workers=1) as pool:  # two pip runs at once
+        wheel_job = pool.submit(_own_wheel, root, own)
+        complete_wheels(builder.client, base, requirements, deps, target, builder.progress)
+        wheel = wheel_job.result()
+    builder.progress(f"server: built {wheel.name} from {root}")
+    for stale in deps.glob("kernel_sandbox-*.whl"):  # an older layout kept ours there
         stale.unlink()
-    shutil.copy2(wheel, deps / wheel.name)
-    context = build_context(images_dir() / "server", extra_dirs={"build-extras/wheels": deps})
+    context = build_context(
+        images_dir() / "server",
+        extra_dirs={"build-extras/deps/wheels": deps, "build-extras/own": own},
+        extra_files={"build-extras/deps/requirements.txt": "\n".join(requirements).encode()},
+    )
     return run_build(
         context,
         tag=tag,
