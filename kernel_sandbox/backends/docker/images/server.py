@@ -14,6 +14,7 @@ not run an older server than the tests and docs describe).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import shutil
 import subprocess
@@ -26,7 +27,13 @@ from typing import TYPE_CHECKING
 
 from ....config import LABEL_PREFIX
 from ....errors import ImageError
-from .wheels import build_context, complete_wheels, probe_python, wheel_cache_dir
+from .wheels import (
+    PythonTarget,
+    build_context,
+    complete_wheels,
+    probe_python,
+    wheel_cache_dir,
+)
 
 if TYPE_CHECKING:
     from .builder import ImageBuilder
@@ -114,6 +121,32 @@ def dependencies(root: Path) -> list[str]:
     return [str(req) for req in project.get("dependencies", [])]
 
 
+def _wheelhouse_digest(requirements: list[str], deps: Path, target: PythonTarget) -> str:
+    """A digest of ``requirements``, ``target`` and the wheelhouse's file names and sizes."""
+    digest = hashlib.sha256(f"{target.key}\0{requirements}".encode())
+    for path in sorted(deps.glob("*.whl")):
+        digest.update(f"\0{path.name}:{path.stat().st_size}".encode())
+    return digest.hexdigest()
+
+
+def _complete_once(
+    builder: ImageBuilder, base: str, requirements: list[str], deps: Path, target: PythonTarget
+) -> None:
+    """:func:`complete_wheels`, skipped when the same wheelhouse was found complete for
+    the same requirements before (pip's offline resolve of ~90 wheels takes seconds).
+
+    The record is a file beside the wheelhouse (inside, it would enter the build context
+    and undo the engine's cache of the dependencies' layer)."""
+    deps.mkdir(parents=True, exist_ok=True)
+    stamp = deps.with_name(f"{deps.name}.complete")
+    with contextlib.suppress(OSError):
+        if stamp.read_text() == _wheelhouse_digest(requirements, deps, target):
+            builder.progress(f"wheels: {deps} was complete for these requirements")
+            return
+    complete_wheels(builder.client, base, requirements, deps, target, builder.progress)
+    stamp.write_text(_wheelhouse_digest(requirements, deps, target))
+
+
 def build_server_image(builder: ImageBuilder, tag: str) -> str:
     """Build ``images/server/Dockerfile`` on our python image; return the image id.
 
@@ -133,7 +166,7 @@ def build_server_image(builder: ImageBuilder, tag: str) -> str:
     requirements = dependencies(root)
     with ThreadPoolExecutor(max_workers=1) as pool:  # two pip runs at once
         wheel_job = pool.submit(_own_wheel, root, own)
-        complete_wheels(builder.client, base, requirements, deps, target, builder.progress)
+        _complete_once(builder, base, requirements, deps, target)
         wheel = wheel_job.result()
     builder.progress(f"server: built {wheel.name} from {root}")
     for stale in deps.glob("kernel_sandbox-*.whl"):  # an older layout kept ours there
