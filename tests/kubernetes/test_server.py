@@ -6,12 +6,21 @@ node's loopback (scripts/k8s/cluster.sh) the ``host-network`` overlay is applied
 README says; elsewhere the normal manifests.  ms-enclave's ``HttpSandboxManager`` runs in
 its own virtualenv (the ``enclave_python`` fixture) in three separate processes, so the
 state that persists is the server's, not a client's.
+
+One deployment serves the module: the client's test, then a server killed with SIGKILL
+(what an OOM kill does) whose container the kubelet starts again in the same pod: the
+new process finds the sandbox pod the killed one left, by its server label on the
+cluster, and removes it (its Secret and policy too); adopting it needs a host that can
+reattach to a pod, which the Kubernetes host cannot yet, so it is removed, not lost
+silently: ms-enclave's client is told the sandbox is gone.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import signal
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -22,6 +31,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
+from tests.conftest import require
 from tests.kubernetes.conftest import CLUSTER, ROOT, wait_until
 from tests.kubernetes.test_deploy import KUBECTL
 
@@ -58,6 +68,9 @@ async def main(url, key):
                 e = await manager.execute_tool(sid, "python_executor", {"code": "1/0"})
                 out = {"status": r.status.value, "output": r.output, "error": e.error,
                        "listed": [i.id for i in await manager.list_sandboxes()]}
+            elif step == "health":
+                out = {"health": (await manager.health_check())["healthy"],
+                       "info": await manager.get_sandbox_info(sid)}
             else:
                 out = {"deleted": await manager.delete_sandbox(sid),
                        "info": await manager.get_sandbox_info(sid)}
@@ -121,16 +134,19 @@ def _rendered(kube: Any, namespace: str) -> list[dict[str, Any]]:
     return docs
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def deployed(
-    kube: Any, namespace: str, server_image: str, tmp_path: Path
+    namespace: str, server_image: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, str]]:
     """The server applied from the manifests and ready: (its URL, an API key).
 
     Everything applied is deleted afterwards (the namespace is the session's: other
     tests apply the same ServiceAccount and Role there)."""
+    from kernel_sandbox.backends.kubernetes.api import kube as _kube
+
+    kube = _kube()
     key = secrets.token_urlsafe(24)
-    applied = tmp_path / "applied.yaml"
+    applied = tmp_path_factory.mktemp("server") / "applied.yaml"
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -151,14 +167,16 @@ def deployed(
         )
 
 
-def _ready_server(kube: Any, namespace: str) -> str:
-    """The URL of the server pod once its readiness probe passes (or why it did not)."""
+def _ready_server(kube: Any, namespace: str, restarts: int = 0) -> str:
+    """The URL of the server pod once its readiness probe passes (or why it did not),
+    its container started again at least ``restarts`` times."""
     import asyncio
 
     async def ready() -> str | None:
         for pod in kube.core.list_namespaced_pod(namespace, label_selector=APP).items:
             conditions = {c.type: c.status for c in pod.status.conditions or []}
-            if conditions.get("Ready") == "True" and pod.status.pod_ip:
+            started = sum(s.restart_count for s in pod.status.container_statuses or [])
+            if conditions.get("Ready") == "True" and pod.status.pod_ip and started >= restarts:
                 port = pod.spec.containers[0].ports[0].container_port
                 return f"http://{pod.status.pod_ip}:{port}"
         return None
@@ -244,5 +262,54 @@ def test_the_in_cluster_server_answers_ms_enclaves_client(
         gone = client.step("delete")
         assert (gone["deleted"], gone["info"]) == (True, None)
         asyncio.run(wait_until(lambda: _none_left(kube, namespace), timeout=120))
+    finally:
+        client.close()
+
+
+def _server_pid(port: int) -> int:
+    """The node's pid of the server process listening on ``port`` (a local cluster)."""
+    wanted = ["serve", "--host", "0.0.0.0", "--port", str(port)]
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            continue
+        if any(a.endswith("kernel-sandbox") for a in argv[:2]) and all(w in argv for w in wanted):
+            found.append(int(entry))
+    assert len(found) == 1, f"server processes on port {port}: {found}"
+    return found[0]
+
+
+def test_a_killed_server_is_started_again_and_removes_what_it_left(
+    kube: Any, namespace: str, deployed: tuple[str, str], enclave_python: Path
+) -> None:
+    import asyncio
+
+    require(_local_cluster(), "killing the server process needs the node: a local cluster")
+    url, key = deployed
+    client = Client(enclave_python, url, key)
+    try:
+        made = client.step("create")
+        assert made["status"] == "running"
+        assert len(_sandbox_pods(kube, namespace)) == 1
+        os.kill(_server_pid(int(urlsplit(url).port or 0)), signal.SIGKILL)  # no clean-up
+        # the kubelet starts the container again in the same pod (same /tmp, same port)
+        assert _ready_server(kube, namespace, restarts=1) == url
+        asyncio.run(wait_until(lambda: _none_left(kube, namespace), timeout=120))
+        for kind in ("secret", "networkpolicy"):
+            left = subprocess.run(
+                [KUBECTL, "get", kind, "-n", namespace, "-l", "kernel-sandbox=true", "-o", "name"],
+                capture_output=True,
+                text=True,
+            )
+            assert (left.returncode, left.stdout) == (0, ""), left.stderr
+        (server,) = kube.core.list_namespaced_pod(namespace, label_selector=APP).items
+        logs = kube.core.read_namespaced_pod_log(server.metadata.name, namespace)
+        assert "removed 1 sandboxes a previous run left" in logs, logs[-3000:]
+        after = client.step("health")  # the same client, the server's new process
+        assert (after["health"], after["info"]) == (True, None)
     finally:
         client.close()
