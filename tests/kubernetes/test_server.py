@@ -313,3 +313,21 @@ def test_a_killed_server_is_started_again_and_removes_what_it_left(
         assert (after["health"], after["info"]) == (True, None)
     finally:
         client.close()
+
+
+def test_the_readmes_ms_enclave_program_runs_against_it(
+    deployed: tuple[str, str], enclave_python: Path
+) -> None:
+    """The README's ms-enclave program, with the test server's URL and key."""
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("<!-- section:kubernetes -->")[1].split("<!-- /section:kubernetes")[0]
+    program = section.split("```python\nimport asyncio\n")[1].split("```")[0]
+    url, key = deployed
+    program = "import asyncio\n" + program.replace('"http://127.0.0.1:8000"', repr(url))
+    program = program.replace('"<the key in kernel-sandbox-api-key>"', repr(key))
+    assert repr(url) in program and repr(key) in program
+    done = subprocess.run(
+        [str(enclave_python), "-c", program], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["42"]
