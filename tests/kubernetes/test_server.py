@@ -308,6 +308,8 @@ def test_a_killed_server_is_started_again_and_removes_what_it_left(
             assert (left.returncode, left.stdout) == (0, ""), left.stderr
         (server,) = kube.core.list_namespaced_pod(namespace, label_selector=APP).items
         logs = kube.core.read_namespaced_pod_log(server.metadata.name, namespace)
+        # its notebook survived in the pod's /tmp: adoption was tried, and refused
+        assert "cannot attach to a sandbox" in logs, logs[-3000:]
         assert "removed 1 sandboxes a previous run left" in logs, logs[-3000:]
         after = client.step("health")  # the same client, the server's new process
         assert (after["health"], after["info"]) == (True, None)
