@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
 IN_CI = bool(os.environ.get("CI"))
 TEST_LABEL = {"kernel-sandbox.test": "1"}
+#: A virtualenv of ms-enclave's own client (made once, reused across runs and tiers).
+ENCLAVE_VENV = Path(os.environ.get("KS_ENCLAVE_VENV", "/tmp/ks-venvs/enclave-0.0.8"))
 
 
 def require(condition: bool, reason: str) -> None:
@@ -23,3 +28,25 @@ def pytest_report_header() -> str:
     """Which engine runtime the sandboxes of this run use (the runsc pass says so)."""
     runtime = os.environ.get("KERNEL_SANDBOX_RUNTIME") or "the engine's default"
     return f"sandbox runtime: {runtime} (KERNEL_SANDBOX_RUNTIME)"
+
+
+@pytest.fixture(scope="session")
+def enclave_python() -> Path:
+    """The interpreter of a virtualenv with ``ms-enclave[docker]==0.0.8`` (made once).
+
+    ms-enclave's own ``HttpSandboxManager`` drives our server from there, unmodified and
+    with its own dependencies (the Docker and the Kubernetes tiers both use it).
+    """
+    python = ENCLAVE_VENV / "bin" / "python"
+    check = [str(python), "-c", "from ms_enclave.sandbox.manager import HttpSandboxManager"]
+    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+        return python
+    made = subprocess.run([sys.executable, "-m", "venv", str(ENCLAVE_VENV)], capture_output=True)
+    require(made.returncode == 0, f"cannot make a virtualenv: {made.stderr.decode()[-500:]}")
+    pip = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "ms-enclave[docker]==0.0.8"],
+        capture_output=True,
+        timeout=600,
+    )
+    require(pip.returncode == 0, f"cannot install ms-enclave: {pip.stderr.decode()[-800:]}")
+    return python

@@ -58,7 +58,7 @@ def build(
     pip_cert: Path | None,
     quiet: bool,
 ) -> None:
-    """Build NAMES (default: python datascience) if missing; also: base, standin.
+    """Build NAMES (default: python datascience) if missing; also: base, standin, server.
 
     \b
     python       kernel-sandbox:python       Python 3.11, ipykernel, user sandbox
@@ -66,6 +66,8 @@ def build(
     base         kernel-sandbox-base:bookworm  Debian + Python via debootstrap
     standin      python:3.11-slim  a plain Python (no ipykernel) made from the base,
                  for tests and examples where no registry can be reached
+    server       kernel-sandbox:server  `kernel-sandbox serve` for a cluster (deploy/kubernetes):
+                 kernel-sandbox:python plus this checkout's server; rebuilt when the source changed
     """
     if ctx.get_parameter_source("pip_cert") == ParameterSource.COMMANDLINE:
         pip_mode = "build"

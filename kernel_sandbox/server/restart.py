@@ -1,6 +1,7 @@
 """Sandboxes a killed server left behind: found by their server label, kept by policy.
 
-A server killed with SIGKILL cannot remove its sandboxes; they keep running with the
+A server killed with SIGKILL cannot remove its sandboxes; they keep running (on the
+server's kernel host: containers on Docker, pods on Kubernetes) with the
 labels ``kernel-sandbox.server=<name>`` and ``kernel-sandbox.server-key-id`` (the owner
 key's id, never the key).  With ``on_restart="adopt"`` (the default) the next server of
 the same name *adopts* each one whose owner it knows: it reconnects to the running
@@ -11,7 +12,8 @@ keeps its sandbox under the same id, and the session notebook goes on where it w
 The owner is the key id on the label, or, for a warm pool member handed to a key
 (labels are fixed when a container is made, before it had an owner), the key whose
 notebook directory holds the sandbox's notebook.  Sandboxes with no owner (idle pool
-members) and those that cannot be reached are removed.  With
+members) and those that cannot be reached are removed (so are all of them on a host
+that cannot reattach to a running sandbox: Kubernetes, today).  With
 ``on_restart="remove"`` the next server of the same name removes them all,
 their volumes and run directories; their notebooks (written after every step) stay.
 With ``"keep"`` they are left for ``kernel-sandbox ps`` / ``gc``.  With
@@ -32,7 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import SandboxRecord
-from ..config import LABEL_PREFIX
+from ..backends.factory import host_class
+from ..config import LABEL_PREFIX, SandboxConfig
 from ..errors import SandboxError
 from ..notebook.cells import META_KEY
 from ..notebook.storage import read_notebook
@@ -54,18 +57,26 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-async def leftovers(name: str) -> list[SandboxRecord]:
-    """Containers labelled as this server's (running or not)."""
-    from ..backends.docker import DockerEngine
+def _host() -> str:
+    """The kernel host the server makes sandboxes on (``$KERNEL_SANDBOX_HOST``)."""
+    return SandboxConfig().host
 
-    return await DockerEngine().list({SERVER_LABEL: name})
+
+async def leftovers(name: str) -> list[SandboxRecord]:
+    """Sandboxes labelled as this server's (running or not), on the server's host."""
+    return await host_class(_host()).list_sandboxes({SERVER_LABEL: name})
 
 
 async def remove_leftovers(name: str, keep: frozenset[str] = frozenset()) -> int:
-    """Remove every container, volume, network and run directory of server ``name``.
+    """Remove every sandbox of server ``name`` with what it holds; count them.
 
-    ``keep``: sandbox ids (their ``kernel-sandbox.id`` label) adopted, so left alone.
+    On Docker: containers, volumes, networks and run directories; on Kubernetes: pods,
+    Secrets and NetworkPolicies.  ``keep``: sandbox ids (their ``kernel-sandbox.id``
+    label) adopted, so left alone.
     """
+    host = _host()
+    if host != "docker":
+        return await _remove_other(host, name, keep)
     from ..backends.docker import DockerEngine
     from ..backends.docker.rundirs import runtime_root
 
@@ -102,6 +113,24 @@ async def remove_leftovers(name: str, keep: frozenset[str] = frozenset()) -> int
             await engine.remove_network(str(network["name"]))
         except Exception as exc:
             log.warning("could not remove leftover network %s: %s", network["name"], exc)
+    return len(rows)
+
+
+async def _remove_other(host: str, name: str, keep: frozenset[str]) -> int:
+    """:func:`remove_leftovers` on a host other than Docker (Kubernetes: by pod name)."""
+    id_label = f"{LABEL_PREFIX}.id"
+    rows = [row for row in await leftovers(name) if row.labels.get(id_label) not in keep]
+    if host != "kubernetes":
+        if rows:
+            log.warning("%d sandboxes of a previous run left on host %r", len(rows), host)
+        return 0
+    from ..backends.kubernetes.cluster import remove_named
+
+    for row in rows:
+        try:
+            await remove_named(row.resource_id)
+        except Exception as exc:  # one wedged pod must not stop the server
+            log.warning("could not remove leftover pod %s: %s", row.resource_id, exc)
     return len(rows)
 
 

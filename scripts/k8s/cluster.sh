@@ -24,7 +24,7 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 SHARED=${K8S_SHARED:-$REPO/../shared/k8s}
 BASE=${K8S_BASE:-/tmp/kernel-sandbox-k8s}
-IMAGES=${K8S_IMAGES:-kernel-sandbox:python kernel-sandbox:datascience}
+IMAGES=${K8S_IMAGES:-kernel-sandbox:python kernel-sandbox:datascience kernel-sandbox:server}
 BIN=$BASE/bin
 CNIBIN=$BASE/pkgroot/usr/lib/cni
 RUN=$BASE/run
@@ -195,12 +195,18 @@ restore_sysctls() {
   sysctl -q -w vm.overcommit_memory="$a" vm.panic_on_oom="$b" kernel.panic="$c" kernel.panic_on_oops="$d"
 }
 
-load() { # images from Docker into our containerd
-  local img t
+load() { # images from Docker into our containerd; one loaded already (same id) is skipped
+  local img t id stamp
+  mkdir -p "$RUN/loaded"
   for img in "$@"; do
     t=$(now)
-    if ! docker image inspect "$img" >/dev/null 2>&1; then log "image $img is not in Docker: skipped"; continue; fi
+    if ! id=$(docker image inspect -f '{{.Id}}' "$img" 2>/dev/null); then
+      log "image $img is not in Docker: skipped"; continue
+    fi
+    stamp="$RUN/loaded/$(printf '%s' "$img" | tr '/:' '__')"
+    if [ "$(cat "$stamp" 2>/dev/null)" = "$id" ]; then log "image $img is loaded already"; continue; fi
     docker save "$img" | ctr -a "$SOCK" -n k8s.io images import - >/dev/null
+    printf '%s\n' "$id" >"$stamp"
     log "image $img loaded in $(since "$t")s"
   done
 }

@@ -21,11 +21,8 @@ from pathlib import Path
 
 import httpx2
 
-from tests.conftest import require
-
 ROOT = Path(__file__).parents[2]
 KEY_A, KEY_B = "test-key-a", "test-key-b"
-ENCLAVE_VENV = Path(os.environ.get("KS_ENCLAVE_VENV", "/tmp/ks-venvs/enclave-0.0.8"))
 
 
 def free_port() -> int:
@@ -87,20 +84,3 @@ class Server:
 def client(server: Server, key: str | None = KEY_A) -> httpx2.AsyncClient:
     headers = {"X-API-Key": key} if key else {}
     return httpx2.AsyncClient(base_url=server.url, headers=headers, timeout=120)
-
-
-def enclave_python() -> Path:
-    """The interpreter of a virtualenv with ``ms-enclave[docker]==0.0.8`` (made once)."""
-    python = ENCLAVE_VENV / "bin" / "python"
-    check = [str(python), "-c", "from ms_enclave.sandbox.manager import HttpSandboxManager"]
-    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
-        return python
-    made = subprocess.run([sys.executable, "-m", "venv", str(ENCLAVE_VENV)], capture_output=True)
-    require(made.returncode == 0, f"cannot make a virtualenv: {made.stderr.decode()[-500:]}")
-    pip = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "ms-enclave[docker]==0.0.8"],
-        capture_output=True,
-        timeout=600,
-    )
-    require(pip.returncode == 0, f"cannot install ms-enclave: {pip.stderr.decode()[-800:]}")
-    return python

@@ -11,7 +11,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tests.integration.serving import KEY_A, ROOT, Server, enclave_python
+from tests.integration.serving import KEY_A, ROOT, Server
 
 pytestmark = pytest.mark.integration
 
@@ -82,10 +82,11 @@ def server(tmp_path_factory: pytest.TempPathFactory, docker_engine) -> Iterator[
     srv.stop()
 
 
-def test_ms_enclave_http_manager_drives_the_server_unmodified(server: Server) -> None:
-    python = enclave_python()
+def test_ms_enclave_http_manager_drives_the_server_unmodified(
+    server: Server, enclave_python: Path
+) -> None:
     done = subprocess.run(
-        [str(python), "-c", CLIENT, server.url, KEY_A],
+        [str(enclave_python), "-c", CLIENT, server.url, KEY_A],
         capture_output=True,
         text=True,
         timeout=600,

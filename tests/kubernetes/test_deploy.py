@@ -122,7 +122,8 @@ async def test_the_role_suffices_for_a_whole_sandbox_life(kube, namespace, tmp_p
 
 
 def test_the_manifests_are_accepted_by_the_api_server(kube) -> None:
-    """Server-side dry run of everything in deploy/kubernetes (nothing is created)."""
+    """Server-side dry run of everything in deploy/kubernetes and of the host-network
+    overlay (nothing is created)."""
     files = [str(DEPLOY / n) for n in ("namespace.yaml", "rbac.yaml", "server.yaml")]
     kubectl = [KUBECTL, "apply", "--dry-run=server", "-o", "name"]
     ns = subprocess.run([*kubectl, "-f", files[0]], capture_output=True, text=True)
@@ -143,6 +144,13 @@ def test_the_manifests_are_accepted_by_the_api_server(kube) -> None:
             "deployment.apps",
             "service",
         }
+        # both manifest sets as `kubectl apply -k` reads them (the README's commands)
+        for overlay in ("kubernetes", "kubernetes-host-network"):
+            whole = subprocess.run(
+                [*kubectl, "-k", str(DEPLOY.parent / overlay)], capture_output=True, text=True
+            )
+            assert whole.returncode == 0, f"{overlay}: {whole.stderr}"
+            assert "deployment.apps/kernel-sandbox-server" in whole.stdout.split(), whole.stdout
     finally:
         if created.returncode == 0:
             subprocess.run([KUBECTL, "delete", "-f", files[0], "--wait=false"], check=False)

@@ -19,7 +19,7 @@ from ...config import LABEL_PREFIX
 from ..base import HostState, Leftover, SandboxRecord, owner_alive
 from .api import REMOVED_REASON, ApiException, api_call, kube
 
-__all__ = ["PodState", "default_namespace", "gc", "list_sandboxes", "pod_state"]
+__all__ = ["PodState", "default_namespace", "gc", "list_sandboxes", "pod_state", "remove_named"]
 
 #: Seconds a Secret or policy may exist before its pod does (a sandbox being made).
 STARTING = 60.0
@@ -148,6 +148,17 @@ def pod_state(pod: Any) -> PodState:
             error=term.message or term.reason or "",
         )
     return PodState(running=False, error=f"the pod is {status.phase}")
+
+
+async def remove_named(name: str) -> None:
+    """Delete one sandbox's pod, Secret and NetworkPolicy (all named ``name``); gone ones
+    are fine (a server removing what its killed predecessor left)."""
+    ns, api = default_namespace(), kube()
+    await asyncio.gather(
+        _leftover("pod", name, api.core.delete_namespaced_pod, ns).remove(),
+        _leftover("secret", name, api.core.delete_namespaced_secret, ns).remove(),
+        _leftover("policy", name, api.networking.delete_namespaced_network_policy, ns).remove(),
+    )
 
 
 def _owner_gone(labels: dict[str, str]) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ....config import LABEL_PREFIX
 from ..engine import docker_client
 from .builder import (
     BASE_TAG,
@@ -102,7 +103,7 @@ class ImageInfo:
     id: str
     size: int
     created: dt.datetime
-    kind: str  # sandbox | derived | custom | base | stand-in | python base
+    kind: str  # sandbox | server | derived | custom | base | stand-in | python base
     derived_from: str | None = None
 
 
@@ -115,6 +116,8 @@ class ImageList:
 
 
 def _kind(tag: str, labels: dict[str, str]) -> str:
+    if labels.get(f"{LABEL_PREFIX}.image") == "server":
+        return "server"  # kernel-sandbox serve for a cluster (a kernel image underneath)
     if tag.partition(":")[0] == REPOSITORY:
         return "sandbox"
     if DERIVED_FROM in labels:
@@ -152,7 +155,7 @@ async def list_images() -> ImageList:
                         derived_from=labels.get(DERIVED_FROM_NAME),
                     )
                 )
-        order = ["sandbox", "custom", "derived", "stand-in", "python base", "base"]
+        order = ["sandbox", "server", "custom", "derived", "stand-in", "python base", "base"]
         found.sort(key=lambda i: (order.index(i.kind), i.tag))
         ours = [f"{REPOSITORY}:{name}" for name in IMAGE_NAMES]
         return ImageList(found, [tag for tag in ours if tag not in seen])

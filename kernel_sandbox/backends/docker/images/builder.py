@@ -28,6 +28,7 @@ from ....config import LABEL_PREFIX
 from ....errors import ImageError
 from ....results import strip_ansi
 from ..engine import docker_client
+from .server import build_server_image, server_is_current
 from .wheels import Progress, build_context, complete_wheels, probe_python, wheel_cache_dir
 
 __all__ = [
@@ -54,8 +55,11 @@ DEBIAN_PACKAGES = "python3,python3-venv,python3-pip,python-is-python3,ca-certifi
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Our images in build order, each with the image it is built on.
 IMAGE_NAMES: dict[str, str | None] = {"python": None, "datascience": "python"}
-#: Names ``build`` accepts besides our images.
-HELPER_NAMES = ("base", "standin")
+#: Names ``build`` accepts besides our images (``server``: ``kernel-sandbox serve`` for a
+#: cluster, on our python image; see ``server.py``).
+HELPER_NAMES = ("base", "standin", "server")
+#: What a helper is built on, when it is one of ours.
+HELPER_PARENTS = {"server": "python"}
 PipMode = Literal["host", "build"]
 
 
@@ -184,6 +188,8 @@ class ImageBuilder:
                 known = ", ".join([*IMAGE_NAMES, *HELPER_NAMES])
                 raise ImageError(f"unknown image {name!r}; known: {known}")
             chain = [name]
+            if name in HELPER_PARENTS:
+                chain.append(HELPER_PARENTS[name])
             while (parent := IMAGE_NAMES.get(chain[-1])) is not None:
                 chain.append(parent)
             if name == "standin":
@@ -198,6 +204,13 @@ class ImageBuilder:
         for name in self.plan(requested):
             tag = self.tag(name)
             info = image_exists(self.client, tag)
+            if (
+                info is not None
+                and name == "server"
+                and not server_is_current((info.get("Config") or {}).get("Labels"))
+            ):
+                self.progress(f"==> {tag} was built from other source: rebuilding it")
+                info = None
             if info is not None and not (self.force and name in requested):
                 reports.append(BuildReport(tag, "present", info["Id"]))
                 continue
@@ -207,6 +220,8 @@ class ImageBuilder:
                 image_id = self.make_base()
             elif name == "standin":
                 image_id = self.make_standin()
+            elif name == "server":
+                image_id = build_server_image(self, tag)
             else:
                 image_id = self.build_from_dir(name)
             reports.append(BuildReport(tag, "built", image_id, time.monotonic() - started))
