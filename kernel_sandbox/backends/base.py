@@ -36,11 +36,14 @@ Interface history (hosts outside this package are written against it):
 * 2.1 — added :meth:`KernelHost.attach` (additive; the default says the host cannot):
   reconnect to a sandbox another process launched, without restarting its kernel.
 * 2.2 — added :meth:`KernelHost.egress_refusals` (additive, with a default).
+* 2.3 — added :meth:`KernelHost.remove_sandboxes` (additive; the default removes
+  nothing and says so): a server removes what a killed predecessor left on any host.
 """
 
 from __future__ import annotations
 
 import abc
+import logging
 import os
 import signal
 import socket
@@ -55,6 +58,8 @@ from ..kernel.connection import ConnectionInfo
 if TYPE_CHECKING:
     from ..config import SandboxConfig
     from ..egress import Decision
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "HOSTS_GROUP",
@@ -371,6 +376,21 @@ class KernelHost(abc.ABC):
         Nothing is removed until the caller calls each :attr:`Leftover.remove`.
         """
         return []
+
+    @classmethod
+    async def remove_sandboxes(
+        cls, labels: dict[str, str], *, keep: frozenset[str] = frozenset()
+    ) -> int:
+        """Remove every sandbox carrying all of ``labels`` with what it holds, except
+        those whose sandbox id is in ``keep``; return how many were removed.
+
+        One that cannot be removed is logged and skipped (it must not stop a server
+        starting).  The default removes nothing and logs what it left.
+        """
+        left = [r for r in await cls.list_sandboxes(labels) if r.sandbox_id not in keep]
+        if left:
+            log.warning("%d sandboxes left on host %r: it cannot remove them", len(left), cls.name)
+        return 0
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.sandbox_id} {self.resource_id or '-'}>"

@@ -13,7 +13,7 @@ from typing import Any
 import httpx2
 
 from ..config import SandboxConfig
-from ..manager import SandboxInfo, SandboxStatus, SandboxType
+from ..manager_models import SandboxInfo, SandboxStatus, SandboxType
 from ..tools.results import ToolResult
 from .remote import RemoteSandbox, raise_for
 

@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 import httpx2
 
-from ..config import SandboxConfig
+from ..config import PING_TIMEOUT, SandboxConfig
 from ..errors import (
     ConfigError,
     FileOperationError,
@@ -40,7 +40,6 @@ from ..errors import (
 from ..events import Listener, PythonExecuted, ShellExecuted, emit
 from ..files import LIST_LIMIT
 from ..results import CommandResult, Execution, FileInfo
-from ..sandbox import PING_TIMEOUT
 from .wire import command_from, execution_from, file_info_from
 
 __all__ = ["RemoteFiles", "RemoteSandbox", "raise_for"]

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,7 @@ from ..config import LABEL_PREFIX, SandboxConfig
 from ..errors import SandboxError
 from ..notebook.cells import META_KEY
 from ..notebook.storage import read_notebook
-from .tenancy import SERVER_ID_LABEL, SERVER_KEY_LABEL, SERVER_LABEL
+from .labels import SERVER_ID_LABEL, SERVER_KEY_LABEL, SERVER_LABEL
 
 if TYPE_CHECKING:
     from .settings import ServerSettings
@@ -68,70 +67,10 @@ async def leftovers(name: str) -> list[SandboxRecord]:
 
 
 async def remove_leftovers(name: str, keep: frozenset[str] = frozenset()) -> int:
-    """Remove every sandbox of server ``name`` with what it holds; count them.
-
-    On Docker: containers, volumes, networks and run directories; on Kubernetes: pods,
-    Secrets and NetworkPolicies.  ``keep``: sandbox ids (their ``kernel-sandbox.id``
-    label) adopted, so left alone.
-    """
-    host = _host()
-    if host != "docker":
-        return await _remove_other(host, name, keep)
-    from ..backends.docker import DockerEngine
-    from ..backends.docker.rundirs import runtime_root
-
-    engine = DockerEngine()
-    id_label = f"{LABEL_PREFIX}.id"
-    rows = [
-        row
-        for row in await engine.list({SERVER_LABEL: name})
-        if row.labels.get(id_label) not in keep
-    ]
-    volumes = [
-        v
-        for v in await engine.list_volumes({SERVER_LABEL: name})
-        if v["labels"].get(id_label) not in keep  # type: ignore[attr-defined]
-    ]
-    for row in rows:
-        try:
-            await engine.remove(row.resource_id)
-        except Exception as exc:  # one wedged container must not stop the server
-            log.warning("could not remove leftover container %s: %s", row.resource_id, exc)
-            continue
-        run_dir = row.labels.get(f"{LABEL_PREFIX}.run-dir")
-        if run_dir and Path(run_dir).parent == runtime_root():
-            await asyncio.to_thread(shutil.rmtree, run_dir, True)
-    if volumes:
-        try:
-            await engine.remove_volumes([str(v["name"]) for v in volumes])
-        except Exception as exc:
-            log.warning("could not remove leftover volumes: %s", exc)
-    for network in await engine.list_networks({SERVER_LABEL: name}):
-        if network["labels"].get(id_label) in keep:  # type: ignore[attr-defined]
-            continue
-        try:
-            await engine.remove_network(str(network["name"]))
-        except Exception as exc:
-            log.warning("could not remove leftover network %s: %s", network["name"], exc)
-    return len(rows)
-
-
-async def _remove_other(host: str, name: str, keep: frozenset[str]) -> int:
-    """:func:`remove_leftovers` on a host other than Docker (Kubernetes: by pod name)."""
-    id_label = f"{LABEL_PREFIX}.id"
-    rows = [row for row in await leftovers(name) if row.labels.get(id_label) not in keep]
-    if host != "kubernetes":
-        if rows:
-            log.warning("%d sandboxes of a previous run left on host %r", len(rows), host)
-        return 0
-    from ..backends.kubernetes.cluster import remove_named
-
-    for row in rows:
-        try:
-            await remove_named(row.resource_id)
-        except Exception as exc:  # one wedged pod must not stop the server
-            log.warning("could not remove leftover pod %s: %s", row.resource_id, exc)
-    return len(rows)
+    """Remove every sandbox of server ``name`` with what it holds, on the server's host
+    (Docker: containers, volumes, networks, run directories; Kubernetes: pods, Secrets,
+    policies); count them.  ``keep``: sandbox ids adopted, so left alone."""
+    return await host_class(_host()).remove_sandboxes({SERVER_LABEL: name}, keep=keep)
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..config import LABEL_PREFIX
 from ..errors import CapacityError, ConfigError, SandboxError, SandboxNotFoundError
 from ..manager import DockerSandboxConfig, SandboxManager, SandboxManagerConfig
 from ..notebook.cells import META_KEY
 from ..notebook.recorder import NotebookRecorder
 from ..sandbox import AsyncSandbox
+from .labels import SERVER_ID_LABEL, SERVER_KEY_LABEL, SERVER_LABEL
 from .recording import record_sandbox
 from .settings import ServerSettings
 
@@ -44,12 +44,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SERVER_LABEL = f"{LABEL_PREFIX}.server"
 #: Output bytes of a running call the live page shows before its cell is recorded.
 _LIVE_BYTES = 1024 * 1024
-SERVER_KEY_LABEL = f"{LABEL_PREFIX}.server-key-id"
-#: The server's id of a restored sandbox (its container has a new ``kernel-sandbox.id``).
-SERVER_ID_LABEL = f"{LABEL_PREFIX}.server-sandbox-id"
 
 
 @dataclass

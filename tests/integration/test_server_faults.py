@@ -12,8 +12,8 @@ import httpx2
 import nbformat
 import pytest
 
+from kernel_sandbox.server.labels import SERVER_KEY_LABEL
 from kernel_sandbox.server.restart import leftovers, remove_leftovers
-from kernel_sandbox.server.tenancy import SERVER_KEY_LABEL
 from tests.integration.serving import KEY_A, KEY_B, Server, client
 
 pytestmark = pytest.mark.integration

@@ -22,21 +22,9 @@ import kernel_sandbox
 ROOT = Path(kernel_sandbox.__file__).parent
 PACKAGE = "kernel_sandbox"
 
-#: Cycles that run through code this branch may not change; each names its fix.  The
-#: test fails when one of them is gone too, so the list cannot go stale.
-KNOWN_CYCLES = {
-    # remote.py takes PING_TIMEOUT from ..sandbox; it lives in ..config now: import it there.
-    frozenset({"kernel_sandbox.sandbox", "kernel_sandbox.server.remote"}),
-    # http_manager.py takes SandboxInfo/Status/Type from ..manager: import ..manager_models.
-    frozenset({"kernel_sandbox.manager", "kernel_sandbox.server.http_manager"}),
-    # restart.py takes the SERVER_*_LABEL constants from .tenancy (which imports restart
-    # inside start()): the labels belong in a module both import.
-    frozenset({"kernel_sandbox.server.restart", "kernel_sandbox.server.tenancy"}),
-}
-
 #: Where a Docker-only import is the point: the ``images`` command group builds Docker
-#: images, and the server adopts what a killed predecessor left on its engine.
-DOCKER_WIRING = {"kernel_sandbox.cli.images", "kernel_sandbox.server.restart"}
+#: images.
+DOCKER_WIRING = {"kernel_sandbox.cli.images"}
 DOCKER_HOST = "kernel_sandbox.backends.docker"
 
 
@@ -133,10 +121,7 @@ def test_the_import_graph_is_read_from_every_module() -> None:
 
 def test_no_import_cycle_not_even_inside_functions() -> None:
     found = cycles()
-    new = found - KNOWN_CYCLES
-    assert not new, f"import cycles: {[sorted(c) for c in new]}"
-    fixed = KNOWN_CYCLES - found
-    assert not fixed, f"no longer a cycle, remove from KNOWN_CYCLES: {[sorted(c) for c in fixed]}"
+    assert not found, f"import cycles: {[sorted(c) for c in found]}"
 
 
 #: Each engine's SDK and the host package that alone may use it.

@@ -9,6 +9,7 @@ unclaimed directories in the runtime root.
 from __future__ import annotations
 
 import asyncio
+import logging
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -22,7 +23,9 @@ from ...errors import SandboxError
 from ..base import Leftover, SandboxRecord, owner_alive
 from .engine import DockerEngine
 
-__all__ = ["STALE_AFTER", "find_leftovers"]
+__all__ = ["STALE_AFTER", "find_leftovers", "remove_labelled"]
+
+log = logging.getLogger(__name__)
 
 #: Seconds before an unclaimed run directory counts as stale (its sandbox may be starting).
 STALE_AFTER = 60
@@ -133,3 +136,43 @@ def _stale_run_dirs(rows: list[SandboxRecord]) -> list[Leftover]:
 
             found.append(Leftover(f"host directory {directory}", remove))
     return found
+
+
+async def remove_labelled(
+    engine: DockerEngine, labels: dict[str, str], keep: frozenset[str] = frozenset()
+) -> int:
+    """Remove the containers carrying ``labels`` (except sandbox ids in ``keep``) with
+    their volumes, networks and run directories; count the containers.
+
+    One that cannot be removed is logged and skipped (a server starting must not stop
+    at one wedged container).
+    """
+    id_label = f"{LABEL_PREFIX}.id"
+    rows = [row for row in await engine.list(labels) if row.labels.get(id_label) not in keep]
+    volumes = [
+        str(v["name"])
+        for v in await engine.list_volumes(labels)
+        if v["labels"].get(id_label) not in keep  # type: ignore[attr-defined]
+    ]
+    for row in rows:
+        try:
+            await engine.remove(row.resource_id)
+        except Exception as exc:
+            log.warning("could not remove leftover container %s: %s", row.resource_id, exc)
+            continue
+        run_dir = row.labels.get(f"{LABEL_PREFIX}.run-dir")
+        if run_dir and Path(run_dir).parent == rundirs.runtime_root():
+            await asyncio.to_thread(shutil.rmtree, run_dir, True)
+    if volumes:
+        try:
+            await engine.remove_volumes(volumes)
+        except Exception as exc:
+            log.warning("could not remove leftover volumes: %s", exc)
+    for network in await engine.list_networks(labels):
+        if network["labels"].get(id_label) in keep:  # type: ignore[attr-defined]
+            continue
+        try:
+            await engine.remove_network(str(network["name"]))
+        except Exception as exc:
+            log.warning("could not remove leftover network %s: %s", network["name"], exc)
+    return len(rows)

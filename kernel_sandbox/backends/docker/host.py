@@ -46,7 +46,7 @@ from ...rundirs import runtime_root
 from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
 from .engine import ContainerSpec, DockerEngine
 from .exec import exec_process
-from .gc import find_leftovers
+from .gc import find_leftovers, remove_labelled
 from .images import resolve_kernel_image
 from .statedir import ContainerStateDir, GuestStateDir, HostRunDir, StateDir
 from .writable import create_writable_area
@@ -456,3 +456,9 @@ class DockerHost(KernelHost):
     @classmethod
     async def gc(cls, *, remove_all: bool = False) -> list[Leftover]:
         return await find_leftovers(DockerEngine(), remove_all=remove_all)
+
+    @classmethod
+    async def remove_sandboxes(
+        cls, labels: dict[str, str], *, keep: frozenset[str] = frozenset()
+    ) -> int:
+        return await remove_labelled(DockerEngine(), labels, keep)

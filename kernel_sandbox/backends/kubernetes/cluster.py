@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -18,6 +19,8 @@ from typing import Any
 from ...config import LABEL_PREFIX
 from ..base import HostState, Leftover, SandboxRecord, owner_alive
 from .api import REMOVED_REASON, ApiException, api_call, kube
+
+log = logging.getLogger(__name__)
 
 __all__ = ["PodState", "default_namespace", "gc", "list_sandboxes", "pod_state", "remove_named"]
 
@@ -148,6 +151,18 @@ def pod_state(pod: Any) -> PodState:
             error=term.message or term.reason or "",
         )
     return PodState(running=False, error=f"the pod is {status.phase}")
+
+
+async def remove_labelled(labels: dict[str, str], keep: frozenset[str], host: str) -> int:
+    """Remove the sandboxes carrying ``labels`` (except sandbox ids in ``keep``) with
+    their Secrets and policies; count them.  One that cannot be removed is logged."""
+    rows = [r for r in await list_sandboxes(host, labels) if r.sandbox_id not in keep]
+    for row in rows:
+        try:
+            await remove_named(row.resource_id)
+        except Exception as exc:  # one wedged pod must not stop a server starting
+            log.warning("could not remove leftover pod %s: %s", row.resource_id, exc)
+    return len(rows)
 
 
 async def remove_named(name: str) -> None:

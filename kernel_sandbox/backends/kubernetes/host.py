@@ -486,6 +486,12 @@ class KubernetesHost(KernelHost):
         whose pod is gone; with ``remove_all`` every object kernel_sandbox made here."""
         return await cluster.gc(remove_all=remove_all)
 
+    @classmethod
+    async def remove_sandboxes(
+        cls, labels: dict[str, str], *, keep: frozenset[str] = frozenset()
+    ) -> int:
+        return await cluster.remove_labelled(labels, keep, cls.name)
+
 
 def _terminated(term: Any) -> str:
     reason = term.reason or ""

@@ -23,7 +23,8 @@ from docker.utils import parse_repository_tag
 from ....config import KERNEL_PYTHON, LABEL_PREFIX
 from ....errors import ImageError, ImageNotFoundError
 from ..engine import docker_client
-from .builder import DEFAULT_PATH, REPOSITORY, image_exists, run_build
+from .builder import DEFAULT_PATH, REPOSITORY
+from .engine_build import image_exists, run_build
 from .wheels import Progress, build_context, complete_wheels, probe_python, wheel_cache_dir
 
 __all__ = [

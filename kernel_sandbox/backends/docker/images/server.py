@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from ....config import LABEL_PREFIX
 from ....errors import ImageError
+from .engine_build import images_dir, run_build
 from .wheels import (
     PythonTarget,
     build_context,
@@ -154,8 +155,6 @@ def build_server_image(builder: ImageBuilder, tag: str) -> str:
     wheel are made side by side; they enter the build as two directories, so the
     engine's cache keeps the dependencies' layer while only the source changes.
     """
-    from .builder import images_dir, run_build
-
     root = source_root()
     digest = source_digest(root)
     base = builder.tag("python")
