@@ -219,6 +219,10 @@ class KernelSession:
     async def connect(self, timeout: float, check_alive: AliveCheck) -> None:
         """Open the channels and wait until the kernel answers on shell *and* iopub."""
         deadline = time.monotonic() + timeout
+        # The first "is it still alive?" engine call comes after an interval, not at once:
+        # the container was started just now, and on a busy engine the call competes
+        # with the kernel's start.
+        self._alive_checked = time.monotonic()
         if self.info["transport"] == "ipc":
             paths = [f"{self.info['ip']}-{self.info[p]}" for p in PORT_NAMES]  # type: ignore[literal-required]
             while not all(os.path.lexists(p) for p in paths):

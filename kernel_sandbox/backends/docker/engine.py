@@ -16,6 +16,7 @@ import functools
 import io
 import os
 import tarfile
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -143,6 +144,11 @@ async def run_in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
         raise EngineUnavailableError(ENGINE_HELP.format(where=where, error=exc)) from exc
 
 
+#: How long the runtimes an engine offers are remembered for the process, in seconds.
+RUNTIMES_TTL = 60.0
+# engine address -> (when asked, its runtimes)
+_known_runtimes: dict[str, tuple[float, dict[str, Runtime]]] = {}
+
 # (image, user) -> ImageUser, for the process: a user database does not change under a tag
 # often enough to pay a probe container on every sandbox start.
 _image_users: dict[tuple[str, str], ImageUser] = {}
@@ -182,10 +188,18 @@ class DockerEngine:
         return await run_in_thread(self._runtimes_sync, True)  # type: ignore[no-any-return]
 
     def _runtimes_sync(self, refresh: bool = False) -> dict[str, Runtime]:
-        # Asked once per backend, and again when a sandbox names one not seen yet (the
-        # engine may have been given it since: daemon.json and a reload).
+        # Asked once per engine address every RUNTIMES_TTL seconds (each sandbox has its
+        # own DockerEngine, and `docker info` on every start was an engine round trip
+        # that grows with the containers the engine has), and again when a sandbox
+        # names one not seen yet (the engine may have been given it since: daemon.json
+        # and a reload).
         if self._runtimes is None or refresh:
-            self._runtimes = engine_runtimes(self.api.info())
+            key = str(self.api.base_url)
+            known = _known_runtimes.get(key)
+            if refresh or known is None or time.monotonic() - known[0] > RUNTIMES_TTL:
+                known = (time.monotonic(), engine_runtimes(self.api.info()))
+                _known_runtimes[key] = known
+            self._runtimes = known[1]
         return self._runtimes
 
     def _start_sync(self, spec: ContainerSpec) -> str:
