@@ -16,6 +16,7 @@ import functools
 import io
 import os
 import tarfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -152,6 +153,8 @@ _known_runtimes: dict[str, tuple[float, dict[str, Runtime]]] = {}
 # (image, user) -> ImageUser, for the process: a user database does not change under a tag
 # often enough to pay a probe container on every sandbox start.
 _image_users: dict[tuple[str, str], ImageUser] = {}
+_image_user_locks: dict[tuple[str, str], threading.Lock] = {}
+_image_user_guard = threading.Lock()
 
 
 def _lookup(database: str, key: str) -> list[str] | None:
@@ -299,10 +302,19 @@ class DockerEngine:
     async def image_user(self, image: str, user: str) -> ImageUser:
         hit = _image_users.get((image, user))
         if hit is None:
-            hit = _image_users[(image, user)] = await run_in_thread(
-                self._image_user_sync, image, user
-            )
+            hit = await run_in_thread(self._image_user_once, image, user)
         return hit
+
+    def _image_user_once(self, image: str, user: str) -> ImageUser:
+        # Sandboxes started at once on an image not probed yet share one probe (16 at a
+        # time made 16 probe containers).
+        with _image_user_guard:
+            lock = _image_user_locks.setdefault((image, user), threading.Lock())
+        with lock:
+            hit = _image_users.get((image, user))
+            if hit is None:
+                hit = _image_users[(image, user)] = self._image_user_sync(image, user)
+            return hit
 
     def _image_user_sync(self, image: str, user: str) -> ImageUser:
         # A container that is created but never started: its files can be read through
