@@ -60,20 +60,23 @@ def _lean_package(name, light, modules):
     namespace = vars(package)
 
     def __getattr__(attr):
-        module = light.get(attr)
-        if module is None and not attr.startswith("__"):
-            module = next(
-                (m for m in modules if attr in getattr(importlib.import_module(m), "__all__", ())),
-                None,
-            )
-        if module is not None:
-            value = getattr(importlib.import_module(module), attr)
-            setattr(package, attr, value)
-            return value
-        if attr.startswith("__"):
+        try:
+            module = light.get(attr)
+            if module is None and not attr.startswith("__"):
+                for candidate in modules:
+                    if attr in getattr(importlib.import_module(candidate), "__all__", ()):
+                        module = candidate
+                        break
+            if module is not None:
+                value = getattr(importlib.import_module(module), attr)
+                setattr(package, attr, value)
+                return value
+        except (ImportError, AttributeError):
+            pass  # a jupyter_client laid out otherwise: its real __init__ answers
+        if attr.startswith("__") and attr not in light:
             raise AttributeError(f"module {name!r} has no attribute {attr!r}")
-        del namespace["__getattr__"]
-        loader.exec_module(package)
+        if namespace.pop("__getattr__", None) is not None:
+            loader.exec_module(package)
         return getattr(package, attr)
 
     namespace["__getattr__"] = __getattr__
