@@ -51,7 +51,7 @@ zmq.Socket.bind = _bind  # type: ignore[method-assign]
 # running its __init__; a name the kernel asks of it comes from the light module that
 # has it, and any other name (user code: jupyter_client.KernelManager) runs the real
 # __init__ first, so the package behaves as always, only later.
-def _lean_package(name, light, modules):
+def _lean_package(name: str, light: dict[str, str], modules: tuple[str, ...]) -> None:
     spec = importlib.util.find_spec(name)
     loader = spec.loader if spec is not None else None
     if spec is None or loader is None or name in sys.modules:
@@ -59,7 +59,7 @@ def _lean_package(name, light, modules):
     package = importlib.util.module_from_spec(spec)
     namespace = vars(package)
 
-    def __getattr__(attr):
+    def __getattr__(attr: str) -> object:
         try:
             module = light.get(attr)
             if module is None and not attr.startswith("__"):
