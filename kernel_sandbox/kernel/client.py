@@ -43,6 +43,9 @@ AliveCheck = Callable[[], Awaitable[str | None]]
 
 #: How long the iopub stream may be silent before the kernel's liveness is checked.
 LIVENESS_POLL = 0.5
+# pyzmq's constants as plain ints: its enum members are converted on every use.
+_EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
+
 #: How long past ``interrupt_grace`` an interrupted kernel may go on sending (output it
 #: queued before the interrupt) before it counts as stuck.
 DRAIN_LIMIT = 10.0
@@ -187,6 +190,11 @@ class _PinnedClient(AsyncKernelClient):
         return sock
 
 
+def _readable(sock: zmq.Socket[bytes]) -> bool:
+    """A message is queued on ``sock`` (read with ``NOBLOCK``, it does not raise)."""
+    return bool(sock.get(_EVENTS) & _POLLIN)  # type: ignore[operator]
+
+
 def _open_socket(path: str) -> int:
     """A descriptor of the unix socket at ``path``; refuses links and other files."""
     fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
@@ -219,6 +227,10 @@ class KernelSession:
     async def connect(self, timeout: float, check_alive: AliveCheck) -> None:
         """Open the channels and wait until the kernel answers on shell *and* iopub."""
         deadline = time.monotonic() + timeout
+        # The first "is it still alive?" engine call comes after an interval, not at once:
+        # the container was started just now, and on a busy engine the call competes
+        # with the kernel's start.
+        self._alive_checked = time.monotonic()
         if self.info["transport"] == "ipc":
             paths = [f"{self.info['ip']}-{self.info[p]}" for p in PORT_NAMES]  # type: ignore[literal-required]
             while not all(os.path.lexists(p) for p in paths):
@@ -424,8 +436,8 @@ class KernelSession:
         lost = set()
         for name, monitor in list(self.client.monitors.items()):
             with contextlib.suppress(zmq.Again):
-                while True:
-                    monitor.recv_multipart(zmq.NOBLOCK)
+                while _readable(monitor):  # asked before every call: no zmq.Again raised
+                    monitor.recv_multipart(_NOBLOCK)
                     lost.add(name)
         for name in lost:
             channel = getattr(self.client, f"_{name}_channel")
@@ -484,7 +496,9 @@ class KernelSession:
         message; a ``print(1+1)`` call reads five.
 
         A message that is already queued is read at once, without a future and an
-        event-loop turn; headers are not searched for ISO dates to parse with dateutil
+        event-loop turn (asked with ``EVENTS``, as plain ints: a ``zmq.Again`` raised,
+        or pyzmq's enum flags converted, cost several µs each, several times a call);
+        headers are not searched for ISO dates to parse with dateutil
         (nothing here reads them).  Raises ``Empty`` after ``timeout`` seconds; returns
         None for a message with a bad signature (dropped, as a forged one would be).
         """
@@ -493,13 +507,13 @@ class KernelSession:
             reader = self._readers[id(channel.socket)] = zmq.Socket.shadow(
                 channel.socket.underlying
             )
-        try:
-            frames = reader.recv_multipart(zmq.NOBLOCK)
-        except zmq.Again:
+        if _readable(reader):
+            frames = reader.recv_multipart(_NOBLOCK)
+        else:
             if not await channel.socket.poll(timeout * 1000):
-                raise Empty from None
+                raise Empty
             try:
-                frames = reader.recv_multipart(zmq.NOBLOCK)
+                frames = reader.recv_multipart(_NOBLOCK)
             except zmq.Again:  # woken without a message: the caller asks again
                 return None
         session = self.client.session

@@ -51,6 +51,23 @@ async def test_state_persists_between_calls(py_sandbox: AsyncSandbox) -> None:
     assert second.execution_count == (first.execution_count or 0) + 1
 
 
+async def test_the_kernel_starts_without_all_of_jupyter_client(py_sandbox: AsyncSandbox) -> None:
+    """The launcher skips jupyter_client's package __init__ (cold start); user code still
+    gets the whole package, and the garbage collector, off while starting, is on."""
+    lean = await py_sandbox.run_python(
+        "import gc, sys\nprint(gc.isenabled(), 'jupyter_client.manager' in sys.modules)"
+    )
+    assert lean.stdout == "True False\n", lean
+    whole = await py_sandbox.run_python(
+        "import jupyter_client\n"
+        "from jupyter_client import AsyncKernelClient\n"
+        "print(jupyter_client.__version__ == jupyter_client._version.__version__,"
+        " jupyter_client.KernelManager.__name__, AsyncKernelClient.__name__,"
+        " 'run_kernel' in dir(jupyter_client))"
+    )
+    assert whole.stdout == "True KernelManager AsyncKernelClient True\n", whole
+
+
 async def test_matplotlib_plot_comes_back_as_png(sandbox: AsyncSandbox) -> None:
     ex = await sandbox.run_python(
         "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('t')\nplt.show()"

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from kernel_sandbox.backends.docker import engine as engine_module
 from kernel_sandbox.backends.docker.engine import ContainerSpec
 from kernel_sandbox.backends.docker.runtimes import (
     GVISOR_ARGS,
@@ -116,3 +117,42 @@ def test_describe_says_which_runtime_is_default_and_whether_gvisor_is_ready() ->
     bare = describe({"Runtimes": {"runsc": {"path": "runsc"}, "runc": {"path": "runc"}}})
     assert "runsc (gVisor, lacks --network=none --host-uds=all --host-fifo=open)" in bare
     assert "Stronger isolation" in describe({"Runtimes": {"runc": {"path": "runc"}}})
+
+
+class _CountingApi:
+    """The one engine call the runtime lookup makes, counted."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.runtimes: dict[str, object] = {"runc": {"path": "runc"}}
+        self.asked = 0
+
+    def info(self) -> dict[str, object]:
+        self.asked += 1
+        return {"Runtimes": dict(self.runtimes)}
+
+
+class _Client:
+    def __init__(self, api: _CountingApi) -> None:
+        self.api = api
+
+
+def test_runtimes_are_asked_once_per_engine_not_per_sandbox(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(engine_module, "_known_runtimes", {})
+    api = _CountingApi("http+docker://localhost")
+    for _ in range(3):  # a DockerEngine per sandbox
+        assert set(engine_module.DockerEngine(_Client(api))._runtimes_sync()) == {"runc"}  # type: ignore[arg-type]
+    assert api.asked == 1
+    other = _CountingApi("tcp://elsewhere:2376")  # another engine is asked for its own
+    engine_module.DockerEngine(_Client(other))._runtimes_sync()  # type: ignore[arg-type]
+    assert other.asked == 1
+    # A runtime registered since (daemon.json and a reload) is seen on the refresh that a
+    # sandbox naming it asks for, and by the sandboxes after it.
+    api.runtimes["runsc"] = {"path": "runsc"}
+    assert "runsc" in engine_module.DockerEngine(_Client(api))._runtimes_sync(refresh=True)  # type: ignore[arg-type]
+    assert "runsc" in engine_module.DockerEngine(_Client(api))._runtimes_sync()  # type: ignore[arg-type]
+    assert api.asked == 2
+    # ... and once RUNTIMES_TTL is over, the engine is asked again.
+    monkeypatch.setattr(engine_module, "RUNTIMES_TTL", 0.0)
+    engine_module.DockerEngine(_Client(api))._runtimes_sync()  # type: ignore[arg-type]
+    assert api.asked == 3

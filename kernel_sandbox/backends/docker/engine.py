@@ -16,6 +16,8 @@ import functools
 import io
 import os
 import tarfile
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -143,9 +145,16 @@ async def run_in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
         raise EngineUnavailableError(ENGINE_HELP.format(where=where, error=exc)) from exc
 
 
+#: How long the runtimes an engine offers are remembered for the process, in seconds.
+RUNTIMES_TTL = 60.0
+# engine address -> (when asked, its runtimes)
+_known_runtimes: dict[str, tuple[float, dict[str, Runtime]]] = {}
+
 # (image, user) -> ImageUser, for the process: a user database does not change under a tag
 # often enough to pay a probe container on every sandbox start.
 _image_users: dict[tuple[str, str], ImageUser] = {}
+_image_user_locks: dict[tuple[str, str], threading.Lock] = {}
+_image_user_guard = threading.Lock()
 
 
 def _lookup(database: str, key: str) -> list[str] | None:
@@ -182,10 +191,18 @@ class DockerEngine:
         return await run_in_thread(self._runtimes_sync, True)  # type: ignore[no-any-return]
 
     def _runtimes_sync(self, refresh: bool = False) -> dict[str, Runtime]:
-        # Asked once per backend, and again when a sandbox names one not seen yet (the
-        # engine may have been given it since: daemon.json and a reload).
+        # Asked once per engine address every RUNTIMES_TTL seconds (each sandbox has its
+        # own DockerEngine, and `docker info` on every start was an engine round trip
+        # that grows with the containers the engine has), and again when a sandbox
+        # names one not seen yet (the engine may have been given it since: daemon.json
+        # and a reload).
         if self._runtimes is None or refresh:
-            self._runtimes = engine_runtimes(self.api.info())
+            key = str(self.api.base_url)
+            known = _known_runtimes.get(key)
+            if refresh or known is None or time.monotonic() - known[0] > RUNTIMES_TTL:
+                known = (time.monotonic(), engine_runtimes(self.api.info()))
+                _known_runtimes[key] = known
+            self._runtimes = known[1]
         return self._runtimes
 
     def _start_sync(self, spec: ContainerSpec) -> str:
@@ -285,10 +302,19 @@ class DockerEngine:
     async def image_user(self, image: str, user: str) -> ImageUser:
         hit = _image_users.get((image, user))
         if hit is None:
-            hit = _image_users[(image, user)] = await run_in_thread(
-                self._image_user_sync, image, user
-            )
+            hit = await run_in_thread(self._image_user_once, image, user)
         return hit
+
+    def _image_user_once(self, image: str, user: str) -> ImageUser:
+        # Sandboxes started at once on an image not probed yet share one probe (16 at a
+        # time made 16 probe containers).
+        with _image_user_guard:
+            lock = _image_user_locks.setdefault((image, user), threading.Lock())
+        with lock:
+            hit = _image_users.get((image, user))
+            if hit is None:
+                hit = _image_users[(image, user)] = self._image_user_sync(image, user)
+            return hit
 
     def _image_user_sync(self, image: str, user: str) -> ImageUser:
         # A container that is created but never started: its files can be read through

@@ -1,0 +1,225 @@
+"""A/B of two checkouts of kernel_sandbox on this machine, alternating, in one run.
+
+On a shared, loaded machine a figure moves more between two runs than most changes move
+it, so old and new run turn about (separate processes, each importing its own checkout)
+and the medians are compared.  Three measures:
+
+    python bench/ab.py cold --old /work/main --rounds 6 --per-round 3
+        create -> first result of print(1+1), and the kernel's own CPU until then, with
+        ``docker run --rm IMAGE true`` between the turns (the ratio of issue 17)
+    python bench/ab.py start --old /work/main -n 100 -c 16 --rounds 2
+        n sandboxes started c at a time (ABBA), with the CPU each party spent per start:
+        kernels, dockerd, containerd, the new containers' shims, the owning process
+    python bench/ab.py calls --old /work/main -n 16 --seconds 5 --rounds 3
+        x += 1 on n sandboxes, one caller each: calls/s and the owning process's CPU a call
+
+``--new`` defaults to this checkout.  The one-checkout parts run as
+``python bench/ab.py _cold|_start|_calls ...`` in a child with ``PYTHONPATH`` set.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+IMAGE = "kernel-sandbox:datascience"
+LABELS = {"kernel-sandbox.bench": "1"}
+KERNEL_CPU = (
+    "import resource; r = resource.getrusage(resource.RUSAGE_SELF); print(r.ru_utime + r.ru_stime)"
+)
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _config(image: str) -> Any:
+    from kernel_sandbox.config import SandboxConfig
+
+    return SandboxConfig(image=image, labels=dict(LABELS))
+
+
+async def _cold(image: str, k: int) -> list[tuple[float, float]]:
+    from kernel_sandbox.sandbox import AsyncSandbox
+
+    async def one() -> tuple[float, float]:
+        t0 = time.perf_counter()
+        sandbox = await AsyncSandbox.create(_config(image))
+        first = await sandbox.run_python("print(1+1)")
+        took = time.perf_counter() - t0
+        assert first.text == "2", first
+        cpu = float((await sandbox.run_python(KERNEL_CPU)).text)
+        await sandbox.close()
+        return took, cpu
+
+    await one()  # the process's first start resolves the image and probes its user
+    return [await one() for _ in range(k)]
+
+
+def _cpu(pid: int) -> float:
+    """CPU seconds of ``pid`` and of its reaped children (a shim's runc calls)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(f) for f in fields[11:15]) / TICK
+
+
+def _pids(name: str) -> list[int]:
+    """Processes called ``name`` that belong to Docker (not the Kubernetes containerd)."""
+    found = []
+    for comm in glob.glob("/proc/[0-9]*/comm"):
+        try:
+            if Path(comm).read_text().strip() != name:
+                continue
+            command = Path(comm).with_name("cmdline").read_bytes()
+            if name == "dockerd" or b"moby" in command or b"/var/run/docker" in command:
+                found.append(int(comm.split("/")[2]))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def _busy() -> float:
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(values) - values[3] - values[4]) / TICK
+
+
+async def _start(image: str, n: int, c: int) -> dict[str, float]:
+    from kernel_sandbox.sandbox import AsyncSandbox
+
+    daemons = {name: _pids(name) for name in ("dockerd", "containerd")}
+    before = {name: sum(_cpu(p) for p in pids) for name, pids in daemons.items()}
+    shims = set(_pids("containerd-shim"))
+    own, busy, t0 = os.times(), _busy(), time.perf_counter()
+    slots = asyncio.Semaphore(c)
+
+    async def one() -> Any:
+        async with slots:
+            return await AsyncSandbox.create(_config(image))
+
+    sandboxes = await asyncio.gather(*(one() for _ in range(n)))
+    took = time.perf_counter() - t0
+    own_after, busy_after = os.times(), _busy()
+    out = {"seconds": took, "per_second": n / took, "load": os.getloadavg()[0]}
+    for name, pids in daemons.items():
+        out[f"{name}_cpu"] = (sum(_cpu(p) for p in pids) - before[name]) / n
+    out["shims_cpu"] = sum(_cpu(p) for p in _pids("containerd-shim") if p not in shims) / n
+    out["owner_cpu"] = (own_after.user + own_after.system - own.user - own.system) / n
+    out["machine_busy"] = (busy_after - busy) / n
+    kernels = [float((await s.run_python(KERNEL_CPU)).text) for s in sandboxes]
+    out["kernel_cpu"] = statistics.mean(kernels)
+
+    async def close(sandbox: Any) -> None:
+        async with slots:
+            await sandbox.close()
+
+    await asyncio.gather(*(close(s) for s in sandboxes))
+    return out
+
+
+async def _calls(image: str, n: int, seconds: float) -> dict[str, float]:
+    from kernel_sandbox.sandbox import AsyncSandbox
+
+    slots = asyncio.Semaphore(4)
+
+    async def make() -> Any:
+        async with slots:
+            return await AsyncSandbox.create(_config(image))
+
+    sandboxes = await asyncio.gather(*(make() for _ in range(n)))
+    try:
+        for s in sandboxes:
+            await s.run_python("x = 0")
+        done, stop = 0, time.perf_counter() + seconds
+
+        async def drive(sandbox: Any) -> None:
+            nonlocal done
+            while time.perf_counter() < stop:
+                await sandbox.run_python("x += 1")
+                done += 1
+
+        cpu, t0 = time.process_time(), time.perf_counter()
+        await asyncio.gather(*(drive(s) for s in sandboxes))
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu
+        return {"per_second": done / wall, "owner_cpu_ms": 1000 * cpu / done}
+    finally:
+        await asyncio.gather(*(s.close() for s in sandboxes))
+
+
+def _child(tree: str, *args: str) -> Any:
+    env = dict(os.environ, PYTHONPATH=tree)
+    done = subprocess.run(
+        [sys.executable, __file__, *args], cwd=tree, env=env, capture_output=True, text=True
+    )
+    if done.returncode:
+        sys.exit(f"{tree}: {done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _docker_true(image: str) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(["docker", "run", "--rm", "--network", "none", image, "true"], check=True)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("part", choices=("cold", "start", "calls", "_cold", "_start", "_calls"))
+    p.add_argument("--old", default="/work/main", help="the checkout to compare against")
+    p.add_argument("--new", default=str(Path(__file__).resolve().parents[1]))
+    p.add_argument("--image", default=IMAGE)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--per-round", type=int, default=3, help="cold starts per turn")
+    p.add_argument("-n", type=int, default=16, help="sandboxes (start, calls)")
+    p.add_argument("-c", type=int, default=16, help="starting at a time (start)")
+    p.add_argument("--seconds", type=float, default=5.0, help="driving time (calls)")
+    a = p.parse_args()
+    if a.part.startswith("_"):
+        runs = {
+            "_cold": lambda: _cold(a.image, a.per_round),
+            "_start": lambda: _start(a.image, a.n, a.c),
+            "_calls": lambda: _calls(a.image, a.n, a.seconds),
+        }
+        print(json.dumps(asyncio.run(runs[a.part]())))
+        return
+    trees = {"old": a.old, "new": a.new}
+    order = ["old", "new", "new", "old"] * a.rounds
+    results: dict[str, list[Any]] = {"old": [], "new": []}
+    docker: list[float] = []
+    print(f"load at the start {os.getloadavg()[0]:.1f}; old {a.old}, new {a.new}")
+    for name in order[: 2 * a.rounds]:
+        if a.part == "cold":
+            per_round = ["--per-round", str(a.per_round)]
+            results[name] += _child(trees[name], "_cold", "--image", a.image, *per_round)
+            docker += [_docker_true(a.image) for _ in range(a.per_round)]
+        else:
+            args = ["-n", str(a.n), "-c", str(a.c), "--seconds", str(a.seconds)]
+            row = _child(trees[name], f"_{a.part}", "--image", a.image, *args)
+            results[name].append(row)
+            print(name, {k: round(v, 3) for k, v in row.items()}, flush=True)
+    for name, rows in results.items():
+        if a.part == "cold":
+            total = statistics.median(r[0] for r in rows)
+            ratio = total / statistics.median(docker)
+            cpu = statistics.median(r[1] for r in rows)
+            print(
+                f"{name}: create -> first result p50 {total * 1000:.0f} ms = {ratio:.2f}x "
+                f"docker run true; kernel CPU p50 {cpu * 1000:.0f} ms (n={len(rows)})"
+            )
+        else:
+            med = {k: round(statistics.median(r[k] for r in rows), 3) for k in rows[0]}
+            print(f"{name} medians: {med}")
+    if docker:
+        print(f"docker run --rm IMAGE true p50 {statistics.median(docker) * 1000:.0f} ms")
+    print(f"load at the end {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
