@@ -13,7 +13,7 @@ The owner is the key id on the label, or, for a warm pool member handed to a key
 (labels are fixed when a container is made, before it had an owner), the key whose
 notebook directory holds the sandbox's notebook.  Sandboxes with no owner (idle pool
 members) and those that cannot be reached are removed (so are all of them on a host
-that cannot reattach to a running sandbox: Kubernetes, today).  With
+that cannot reattach to a running sandbox; Docker and Kubernetes both can).  With
 ``on_restart="remove"`` the next server of the same name removes them all,
 their volumes and run directories; their notebooks (written after every step) stay.
 With ``"keep"`` they are left for ``kernel-sandbox ps`` / ``gc``.  With

@@ -16,7 +16,7 @@ import zmq
 from kubernetes.utils import parse_quantity
 
 from kernel_sandbox.backends.kubernetes import KubernetesHost, api, manifests
-from kernel_sandbox.backends.kubernetes.host import _local_address_towards
+from kernel_sandbox.backends.kubernetes.policy import local_address_towards
 from kernel_sandbox.config import SandboxConfig
 from kernel_sandbox.errors import (
     ContainerRemovedError,
@@ -100,7 +100,7 @@ async def test_network_policy_admits_only_the_client(make_host, kube, namespace)
     assert not policy.egress  # no egress at all
     (rule,) = policy.ingress
     (peer,) = rule._from
-    assert peer.ip_block.cidr == f"{_local_address_towards(host.info['ip'])}/32"
+    assert peer.ip_block.cidr == f"{local_address_towards(host.info['ip'])}/32"
     assert sorted(p.port for p in rule.ports) == sorted(manifests.KERNEL_PORTS)
     assert {p.protocol for p in rule.ports} == {"TCP"}
     # this cluster's bridge ignores the policy; the kernel's sockets still answer no one

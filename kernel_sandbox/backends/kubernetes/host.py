@@ -22,10 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
-import os
-import socket
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -49,8 +46,9 @@ from ...kernel.supervisor import (
     wait_for_kernel_end,
 )
 from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
-from . import cluster, manifests
+from . import cluster, manifests, policy
 from .api import ApiException, api_call, kube, removed_error
+from .attach import KERNEL_NUMBER_READ, kernel_number, read_sandbox
 from .cluster import PodState, default_namespace, pod_state
 from .exec import pod_exec
 
@@ -83,26 +81,6 @@ _SIGNAL_KERNEL = (
 )
 
 
-def _client_pod_labels() -> dict[str, str] | None:
-    """Labels that select this process's pod (``KERNEL_SANDBOX_CLIENT_LABELS=k=v,k=v``).
-
-    The in-cluster server's Deployment sets them, so sandbox pods admit only the server.
-    """
-    raw = os.environ.get("KERNEL_SANDBOX_CLIENT_LABELS", "")
-    pairs = [item.split("=", 1) for item in raw.split(",") if "=" in item]
-    return {k.strip(): v.strip() for k, v in pairs} or None
-
-
-def _local_address_towards(ip: str) -> str | None:
-    """The address this machine sends from to reach ``ip`` (no packet is sent)."""
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            probe.connect((ip, 9))
-            return str(probe.getsockname()[0])
-    except OSError:
-        return None
-
-
 class KubernetesHost(KernelHost):
     """Runs a sandbox's kernel in a pod of a Kubernetes cluster (see the module)."""
 
@@ -127,6 +105,8 @@ class KubernetesHost(KernelHost):
         self._status_read = 0.0
         self._pod_read = 0.0
         self._gone: str | None = None
+        #: False for a guest (``attach(own=False)``): nothing is removed or restarted.
+        self._own = True
 
     @classmethod
     def configure(cls, **options: Any) -> Callable[[str, SandboxConfig], KubernetesHost]:
@@ -166,20 +146,20 @@ class KubernetesHost(KernelHost):
         name, ns, core = self.pod_name, self.namespace, self._kube.core
         info = new_connection_info("tcp", "0.0.0.0", list(manifests.KERNEL_PORTS))
         labels = self.labels
-        first_cidr = self._client_cidr(None)
-        policy = manifests.network_policy_manifest(
+        first_cidr = policy.client_cidr(self._kube, None)
+        made_policy = manifests.network_policy_manifest(
             name,
             self.sandbox_id,
             labels,
             cfg,
             client_cidr=first_cidr,
-            client_pod_labels=_client_pod_labels(),
+            client_pod_labels=policy.client_pod_labels(),
         )
         await api_call(
             "creating the sandbox's NetworkPolicy",
             self._kube.networking.create_namespaced_network_policy,
             ns,
-            policy,
+            made_policy,
         )
         await api_call(
             "creating the sandbox's Secret",
@@ -194,77 +174,52 @@ class KubernetesHost(KernelHost):
         self.resource_id = name
         self.image = cfg.image
         self._pod_uid = created.metadata.uid
-        await self._adopt(name)
+        await policy.own_by_pod(self._kube, ns, name, self._pod_uid)
         ip = await self._wait_running(name, cfg.startup_timeout)
         # the address this client reaches the pod from can differ from the one facing
         # the API server (made before the pod had an IP): admit the right one
-        cidr = self._client_cidr(ip)
+        cidr = policy.client_cidr(self._kube, ip)
         if cidr is not None and cidr != first_cidr:
-            await self._patch_policy(name, cidr)
+            await policy.admit(self._kube, ns, name, cidr)
         self._info = info = dict(info, ip=ip)  # type: ignore[assignment]
         return info
 
-    def _client_cidr(self, pod_ip: str | None) -> str | None:
-        """The client's address as a /32, when the client is not a labelled pod."""
-        if _client_pod_labels():
-            return None
-        target = pod_ip or (self._kube.host.split("//")[-1].split(":")[0] or "127.0.0.1")
-        with contextlib.suppress(ValueError):
-            ipaddress.ip_address(target)
-            local = _local_address_towards(target)
-            return f"{local}/32" if local else None
-        return None
+    async def attach(self, record: SandboxRecord, *, own: bool = True) -> ConnectionInfo:
+        """Reconnect to a running sandbox pod's kernel, from what only the API tells.
 
-    async def _patch_policy(self, name: str, cidr: str | None) -> None:
-        client = _client_pod_labels()
-        peers: list[dict[str, Any]] = [{"podSelector": {"matchLabels": client}}] if client else []
-        if cidr:
-            peers.append({"ipBlock": {"cidr": cidr}})
-        patch = {
-            "spec": {
-                "ingress": [
-                    {
-                        "from": peers,
-                        "ports": [
-                            {"protocol": "TCP", "port": port} for port in manifests.KERNEL_PORTS
-                        ],
-                    }
-                ]
-            }
-        }
-        await api_call(
-            "updating the sandbox's NetworkPolicy",
-            self._kube.networking.patch_namespaced_network_policy,
-            name,
-            self.namespace,
-            patch,
-        )
+        The connection info (HMAC and CURVE keys, ports) is the sandbox's Secret, the
+        address the pod's IP; image, user, working directory, environment and whether
+        it may reach out come from the pod and its policy and replace this host's
+        config (limits stay the caller's: they apply to a later whole restart, which
+        makes a new pod).  An owner takes the policy over (it admits this client alone)
+        and counts kernels on from the supervisor's ``go-`` files, so in-place restarts
+        go on; a guest changes nothing and can neither restart nor remove.  Refused
+        with :class:`ContainerRemovedError` when the pod is gone, and
+        :class:`~kernel_sandbox.errors.ContainerStoppedError` when it does not run.
+        """
+        if self._info is not None:
+            raise KernelError(f"sandbox {self.sandbox_id} was launched already")
+        name, ns = record.resource_id, self.namespace
+        found = await read_sandbox(self._kube, ns, name, self.sandbox_id, self.config)
+        self.config = self.config.model_copy(update=found.config_updates)
+        self.image, self.resource_id, self._own = self.config.image, name, own
+        self._generation, self._pod_uid, self._gone = found.generation, found.pod_uid, None
+        listing = await self.exec(["sh", "-c", KERNEL_NUMBER_READ], max_output_bytes=65536)
+        self._kernel = kernel_number(listing.stdout.decode(errors="replace"))
+        if own:
+            cidr = policy.client_cidr(self._kube, found.info["ip"])
+            await policy.admit(self._kube, ns, name, cidr)
+        self._info = found.info
+        return found.info
 
-    async def _adopt(self, name: str) -> None:
-        """Make the pod own its Secret and policy, so they go when it goes (from anywhere)."""
-        owner = {
-            "metadata": {
-                "ownerReferences": [
-                    {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": self._pod_uid}
-                ]
-            }
-        }
-        await asyncio.gather(
-            api_call(
-                "adopting the Secret",
-                self._kube.core.patch_namespaced_secret,
-                name,
-                self.namespace,
-                owner,
-            ),
-            api_call(
-                "adopting the NetworkPolicy",
-                self._kube.networking.patch_namespaced_network_policy,
-                name,
-                self.namespace,
-                owner,
-            ),
-        )
+    async def detach(self) -> None:
+        """Let go of the pod (an attach whose connect failed): nothing is removed."""
+        self._own = False
+        self._info = None
+
+    def _check_own(self, what: str) -> None:
+        if not self._own:
+            raise KernelError(f"a guest attached to sandbox {self.sandbox_id} cannot {what}")
 
     async def _read_pod(self, name: str | None = None) -> Any:
         try:
@@ -370,6 +325,7 @@ class KubernetesHost(KernelHost):
             raise KernelError("there is no kernel process to signal in the sandbox")
 
     async def restart_kernel(self, *, kill_all: bool = False) -> ConnectionInfo:
+        self._check_own("restart its kernel")
         if self._info is None:
             raise KernelError("the kernel was never started")
         signal_name = "USR2" if kill_all else "USR1"
@@ -395,6 +351,7 @@ class KubernetesHost(KernelHost):
     async def restart_whole(self) -> ConnectionInfo:
         """A new pod (files are lost) — unless the pod was deleted or evicted from outside:
         then, as on Docker, the sandbox is gone and a new one must be created."""
+        self._check_own("restart its pod")
         state = await self.state()
         if state.removed or (isinstance(state, PodState) and state.evicted):
             self._gone = state.death_reason()
@@ -402,9 +359,13 @@ class KubernetesHost(KernelHost):
         return await super().restart_whole()
 
     async def kill(self, restart: bool = False) -> None:
+        self._check_own("kill it")
         await self._delete_pod(self.pod_name)
 
     async def cleanup(self, restart: bool = False) -> None:
+        if not self._own:  # a guest leaves: the sandbox is its owner's
+            self._info = None
+            return
         name = self.resource_id or self.pod_name
         await asyncio.gather(
             self._delete_pod(name),
