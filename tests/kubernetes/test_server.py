@@ -10,9 +10,8 @@ state that persists is the server's, not a client's.
 One deployment serves the module: the client's test, then a server killed with SIGKILL
 (what an OOM kill does) whose container the kubelet starts again in the same pod: the
 new process finds the sandbox pod the killed one left, by its server label on the
-cluster, and removes it (its Secret and policy too); adopting it needs a host that can
-reattach to a pod, which the Kubernetes host cannot yet, so it is removed, not lost
-silently: ms-enclave's client is told the sandbox is gone.
+cluster, and adopts it (``--on-restart adopt``, the default): the same pod and kernel,
+its variables kept, so ms-enclave's client goes on with it as if nothing happened.
 """
 
 from __future__ import annotations
@@ -283,7 +282,7 @@ def _server_pid(port: int) -> int:
     return found[0]
 
 
-def test_a_killed_server_is_started_again_and_removes_what_it_left(
+def test_a_killed_server_is_started_again_and_adopts_what_it_left(
     kube: Any, namespace: str, deployed: tuple[str, str], enclave_python: Path
 ) -> None:
     import asyncio
@@ -292,12 +291,29 @@ def test_a_killed_server_is_started_again_and_removes_what_it_left(
     url, key = deployed
     client = Client(enclave_python, url, key)
     try:
-        made = client.step("create")
+        made = client.step("create")  # x = 20 in the sandbox's kernel
         assert made["status"] == "running"
-        assert len(_sandbox_pods(kube, namespace)) == 1
+        (pod,) = _sandbox_pods(kube, namespace)
         os.kill(_server_pid(int(urlsplit(url).port or 0)), signal.SIGKILL)  # no clean-up
         # the kubelet starts the container again in the same pod (same /tmp, same port)
         assert _ready_server(kube, namespace, restarts=1) == url
+        (server,) = kube.core.list_namespaced_pod(namespace, label_selector=APP).items
+        logs = kube.core.read_namespaced_pod_log(server.metadata.name, namespace)
+        # its notebook survived in the pod's /tmp: the sandbox pod was adopted, not removed
+        assert "adopted 1 sandboxes a previous run left" in logs, logs[-3000:]
+        assert "removed 1 sandboxes" not in logs, logs[-3000:]
+        assert _sandbox_pods(kube, namespace) == [pod]
+        # (first a step that does not raise: the client's pooled connection died with
+        # the old process, and aiohttp drops it on the first call; the tool call after
+        # would otherwise fail on it)
+        after = client.step("health")
+        assert after["health"] is True and made["sid"] in after["info"], after
+        assert "adopted after a server restart" in after["info"], after
+        used = client.step("use")  # the same client, the server's new process, same kernel
+        assert (used["status"], used["output"].strip()) == ("success", "42"), used
+        assert made["sid"] in used["listed"]
+        gone = client.step("delete")
+        assert (gone["deleted"], gone["info"]) == (True, None)
         asyncio.run(wait_until(lambda: _none_left(kube, namespace), timeout=120))
         for kind in ("secret", "networkpolicy"):
             left = subprocess.run(
@@ -306,13 +322,6 @@ def test_a_killed_server_is_started_again_and_removes_what_it_left(
                 text=True,
             )
             assert (left.returncode, left.stdout) == (0, ""), left.stderr
-        (server,) = kube.core.list_namespaced_pod(namespace, label_selector=APP).items
-        logs = kube.core.read_namespaced_pod_log(server.metadata.name, namespace)
-        # its notebook survived in the pod's /tmp: adoption was tried, and refused
-        assert "cannot attach to a sandbox" in logs, logs[-3000:]
-        assert "removed 1 sandboxes a previous run left" in logs, logs[-3000:]
-        after = client.step("health")  # the same client, the server's new process
-        assert (after["health"], after["info"]) == (True, None)
     finally:
         client.close()
 
