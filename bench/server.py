@@ -53,11 +53,11 @@ async def timed(n: int, call) -> list[float]:  # type: ignore[no-untyped-def]
     return out
 
 
-def start_server(port: int, name: str) -> subprocess.Popen[bytes]:
+def start_server(port: int, name: str, root: Path = ROOT) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "kernel_sandbox.cli.main", "serve", "--port", str(port),
             "--api-key", KEY, "--name", name, "--image", IMAGE, "--max-sandboxes", "80",
             "--max-sandboxes-per-key", "80", "--record-dir", "/tmp/ks-bench-notebooks"]  # fmt: skip
-    proc = subprocess.Popen(args, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(args, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
     for _ in range(300):
         try:
             if httpx2.get(f"http://127.0.0.1:{port}/health", headers={"X-API-Key": KEY}).is_success:
@@ -119,7 +119,7 @@ async def main(args: argparse.Namespace) -> dict[str, object]:
     number = port.getsockname()[1]
     port.close()
     name = f"bench-{os.getpid()}"
-    proc = start_server(number, name)
+    proc = start_server(number, name, Path(args.server_root).resolve())
     url = f"http://127.0.0.1:{number}"
     try:
         async with await RemoteSandbox.create(url, api_key=KEY) as remote:
@@ -164,6 +164,7 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--per-client", type=int, default=20)
+    parser.add_argument("--server-root", default=str(ROOT), help="checkout the server runs from")
     figures = asyncio.run(main(parser.parse_args()))
     print(json.dumps(figures, indent=2))
     out = HERE / "results"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -28,7 +27,7 @@ from .deps import Key, Opts, Ten
 from .policy import client_config
 from .settings import ServerSettings
 from .tenancy import Lease, Tenancy
-from .wire import to_json
+from .wire import dumps, json_response, to_json
 
 __all__ = ["router"]
 
@@ -148,7 +147,7 @@ async def delete(sandbox_id: str, ten: Ten, key: Key) -> dict[str, bool]:
 
 
 def _sse(event: str, data: Any) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+    return b"event: " + event.encode() + b"\ndata: " + dumps(data) + b"\n\n"
 
 
 async def _streamed(
@@ -168,7 +167,7 @@ async def _streamed(
     def on_output(output: dict[str, Any]) -> None:
         nonlocal budget, dropped
         shown(output)
-        size = len(json.dumps(output))
+        size = len(dumps(output))
         if size > budget:
             dropped += size
             return
@@ -188,7 +187,7 @@ async def _streamed(
         yield _sse("output", item)
     if dropped:
         yield _sse("dropped", {"bytes": dropped})
-    yield _sse("result", to_json(await task))
+    yield _sse("result", await task)
 
 
 @router.post("/sandboxes/{sandbox_id}/python", response_model=None)
@@ -199,14 +198,18 @@ async def run_python(
     opts: Opts,
     key: Key,
     stream: bool = Query(False, description="Server-Sent Events: output..., result"),
-) -> dict[str, Any] | StreamingResponse:
-    """Run code in the sandbox's persistent kernel; errors in the code are data."""
+) -> Response:
+    """Run code in the sandbox's persistent kernel; errors in the code are data.
+
+    The answer is the ``Execution`` as JSON (its outputs nbformat dicts), serialised
+    once, straight from the dataclass.
+    """
     timeout = _timeout(body.timeout, opts)
     if not stream:
         async with ten.use(key, sandbox_id) as lease:
             shown = lease.watch_outputs(body.code)  # the live page follows the call
             try:
-                return to_json(await lease.sandbox.run_python(body.code, timeout, shown))
+                return json_response(await lease.sandbox.run_python(body.code, timeout, shown))
             finally:
                 lease.done_running()
 
@@ -237,20 +240,20 @@ async def restart(sandbox_id: str, ten: Ten, key: Key) -> dict[str, bool]:
     return {"restarted": True}
 
 
-@router.post("/sandboxes/{sandbox_id}/shell")
+@router.post("/sandboxes/{sandbox_id}/shell", response_model=None)
 async def run_shell(
     sandbox_id: str,
     body: ShellRequest,
     ten: Ten,
     opts: Opts,
     key: Key,
-) -> dict[str, Any]:
+) -> Response:
     """Run a shell command beside the kernel, as the sandbox user."""
     async with ten.use(key, sandbox_id) as lease:
         done = await lease.sandbox.run_shell(
             body.command, _timeout(body.timeout, opts), cwd=body.cwd, env=body.env
         )
-    return to_json(done)
+    return json_response(done)
 
 
 @router.get("/sandboxes/{sandbox_id}/file", response_class=Response)
