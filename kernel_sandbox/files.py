@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from .errors import FileOperationError, SandboxFileNotFoundError
 from .events import FileOperated, current_context, emit
 from .results import FileInfo, format_size
-from .transfer import ReadStream, download_file, finished, once, stop, upload_file
+from .transfer import AsyncReadStream, download_file, finished, once, stop, upload_file
 
 if TYPE_CHECKING:
     from .sandbox import AsyncSandbox
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["EVENT_DETAIL_CHARS", "LIST_LIMIT", "STREAM_EVENT_CONTENT", "AsyncFiles"]
 
 T = TypeVar("T")
+_Done = tuple[int, bytes, str]  # a script's exit status, stdout and stderr
 
 _TYPES: dict[str, Literal["file", "directory", "symlink"]] = {
     "f": "file",
@@ -133,7 +134,7 @@ class AsyncFiles:
         max_output_bytes: int = 1 << 16,
         drain: bool = False,
         moved: int = 0,
-    ) -> tuple[int, bytes, str]:
+    ) -> _Done:
         """Run ``script`` as the sandbox user with ``$1`` = path; (status, stdout, stderr).
 
         The host's protected paths are refused first; ``drain`` makes a refusal read
@@ -358,21 +359,20 @@ class AsyncFiles:
 
         await self._reported("mkdir", path, mkdir)
 
-    async def read_stream(self, path: str, max_bytes: int | None = None) -> ReadStream:
+    async def read_stream(self, path: str, max_bytes: int | None = None) -> AsyncReadStream:
         """A file as a stream: open (refusals raise here), its ``size``, then its bytes.
 
         Nothing is gathered on the host: each piece is handed on as the sandbox sends
         it, and the sandbox waits while the consumer does.  Files over ``max_bytes``
         (default ``config.max_file_bytes``) are refused unread; one that grows or
         shrinks while read fails the stream (the consumer sees an error, never a
-        silently different file).  Iterate it once, or ``aclose()`` it.
+        silently different file).  Iterate it once, or ``close()`` it.
         """
         sb = self._sandbox
         sb.check_open()
         started, full = time.time(), sb.resolve_path(path)
         limit = max_bytes or sb.config.max_file_bytes
         queue: asyncio.Queue[bytes | None] = asyncio.Queue(_STREAM_QUEUE)
-
         reading = self._sh(_READ_STREAM, full, str(limit), stdout=queue.put, moved=limit)
         task = asyncio.ensure_future(finished(reading, queue))
         try:
@@ -390,13 +390,7 @@ class AsyncFiles:
                 while piece is not None:
                     sent += len(piece)
                     if sent > size:
-                        raise (
-                            self._too_large(full, None)
-                            if sent > limit
-                            else FileOperationError(
-                                f"{full} grew while it was read (past its {size} bytes)"
-                            )
-                        )
+                        raise FileOperationError(f"{full} grew while read (past {size} bytes)")
                     if piece:
                         head += piece[: EVENT_DETAIL_CHARS - len(head)]
                         yield piece
@@ -405,9 +399,7 @@ class AsyncFiles:
                 if code != 0:
                     raise self._fail(code, full, err, "read")
                 if sent != size:
-                    raise FileOperationError(
-                        f"{full} shrank while it was read ({sent} of {size} bytes)"
-                    )
+                    raise FileOperationError(f"{full} shrank while read ({sent} of {size} bytes)")
             except FileOperationError as exc:
                 await self._emit("read", full, started, error=str(exc))
                 raise
@@ -415,13 +407,10 @@ class AsyncFiles:
                 await stop(task)
             await self._emit("read", full, started, size=sent, detail=head.decode(errors="replace"))
 
-        return ReadStream(size, body())
+        return AsyncReadStream(size, body())
 
     async def _stream_size(
-        self,
-        full: str,
-        queue: asyncio.Queue[bytes | None],
-        task: asyncio.Future[tuple[int, bytes, str]],
+        self, full: str, queue: asyncio.Queue[bytes | None], task: asyncio.Future[_Done]
     ) -> tuple[int, bytes]:
         """The size line a streamed read starts with, and the bytes that came after it."""
         header = b""

@@ -20,17 +20,17 @@ from collections.abc import AsyncIterable, AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-__all__ = ["CHUNK", "ReadStream", "download_file", "upload_file"]
+__all__ = ["CHUNK", "AsyncReadStream", "download_file", "upload_file"]
 
 T = TypeVar("T")
 #: Bytes read from a host file at a time for an upload.
 CHUNK = 1 << 20
 
 
-class ReadStream:
+class AsyncReadStream:
     """A file being read from a sandbox: its ``size`` is known, its bytes come as sent.
 
-    Iterate it once (``async for piece in stream``) or ``aclose()`` it (also an async
+    Iterate it once (``async for piece in stream``) or ``close()`` it (also an async
     context manager): an abandoned stream stops the transfer in the sandbox.
     """
 
@@ -42,23 +42,23 @@ class ReadStream:
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._chunks
 
-    async def aclose(self) -> None:
+    async def close(self) -> None:
         """Stop reading; the sandbox's side of the transfer ends."""
         aclose = getattr(self._chunks, "aclose", None)
         if aclose is not None:
             await aclose()
 
-    async def __aenter__(self) -> ReadStream:
+    async def __aenter__(self) -> AsyncReadStream:
         return self
 
     async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
+        await self.close()
 
 
 class StreamingFiles(Protocol):
     """What :func:`upload_file` and :func:`download_file` need of a ``files``."""
 
-    async def read_stream(self, path: str, max_bytes: int | None = None) -> ReadStream: ...
+    async def read_stream(self, path: str, max_bytes: int | None = None) -> AsyncReadStream: ...
 
     async def write_stream(
         self,

@@ -349,6 +349,7 @@ class NotebookRecorder:
                 snapshot.cells = orjson.loads(orjson.dumps(self._nb.cells))
                 valid = self._valid_cells
             WRITER.cancel(self)
+            ids = [cell.get("id") for cell in snapshot.cells]
             try:
                 checked = self._write(snapshot, valid)
             except BaseException:
@@ -356,6 +357,8 @@ class NotebookRecorder:
                     self._dirty = True
                 raise
             with self._lock:
+                if [cell.get("id") for cell in snapshot.cells] != ids:
+                    self._take_foreign(snapshot.cells)
                 if self._valid_cells == valid:  # no cell before the new ones changed since
                     self._valid_cells = checked
 
@@ -434,6 +437,15 @@ class NotebookRecorder:
         self._dirty = True
         WRITER.schedule(self, self.flush_delay)
 
+    def _take_foreign(self, written: list[Any]) -> None:
+        """Make the cells someone else wrote (merged into ``written``, the copy just
+        written) ours too, in their place, so the next write need not read them back."""
+        live = {cell.get("id"): cell for cell in self._nb.cells}
+        cells = [live.get(cell.get("id")) or nbformat.from_dict(cell) for cell in written]
+        seen = {cell.get("id") for cell in written}
+        cells.extend(cell for cell in self._nb.cells if cell.get("id") not in seen)
+        self._nb.cells = cells
+
     def _write(self, nb: NotebookNode, valid: int) -> int:
         """Write ``nb`` (its first ``valid`` cells known valid); the cells now known valid.
 
@@ -445,9 +457,9 @@ class NotebookRecorder:
         with shared.locked(self.path):
             # A person attached to the sandbox may have appended cells: keep them (shared.py)
             if self._written is None or self._written != _stamp(self.path):
-                count = len(nb.cells)
+                ids = [cell.get("id") for cell in nb.cells]
                 shared.merge_foreign(nb, self.path)
-                if len(nb.cells) != count:
+                if [cell.get("id") for cell in nb.cells] != ids:
                     valid = 0
             validate_notebook(new_notebook(metadata=nb.metadata, cells=nb.cells[valid:]))
             write_notebook_atomic(nb, self.path, validate=False)

@@ -272,7 +272,7 @@ async def download(
     except BaseException:
         await held.aclose()
         raise
-    held.push_async_callback(stream.aclose)
+    held.push_async_callback(stream.close)
 
     async def pieces() -> AsyncIterator[bytes]:
         async with held:

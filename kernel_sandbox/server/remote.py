@@ -42,7 +42,7 @@ from ..events import Listener, PythonExecuted, ShellExecuted, emit
 from ..files import LIST_LIMIT
 from ..results import CommandResult, Execution, FileInfo
 from ..sandbox import PING_TIMEOUT
-from ..transfer import ReadStream, download_file, upload_file
+from ..transfer import AsyncReadStream, download_file, upload_file
 from .wire import command_from, execution_from, file_info_from
 
 __all__ = ["RemoteFiles", "RemoteSandbox", "raise_for"]
@@ -136,7 +136,7 @@ class RemoteFiles:
             "POST", f"/v1/sandboxes/{self._sb.id}/mkdir", f"mkdir {path}", json={"path": path}
         )
 
-    async def read_stream(self, path: str, max_bytes: int | None = None) -> ReadStream:
+    async def read_stream(self, path: str, max_bytes: int | None = None) -> AsyncReadStream:
         """The file as a stream, as the server sends it (refusals raise here)."""
         sb = self._sb
         sb.check_open()
@@ -167,7 +167,7 @@ class RemoteFiles:
             finally:
                 await response.aclose()
 
-        return ReadStream(size, pieces())
+        return AsyncReadStream(size, pieces())
 
     async def write_stream(
         self,

@@ -70,7 +70,7 @@ async def test_abandoned_read_stream_stops(new_sandbox: NewSandbox) -> None:
     stream = await sb.files.read_stream("big.bin", max_bytes=10 * MiB)
     async for _ in stream:
         break
-    await stream.aclose()
+    await stream.close()
     # the sandbox is usable at once: nothing holds it
     assert (await sb.run_python("1 + 1")).text == "2"
 
