@@ -27,8 +27,8 @@ from typing import Any, Literal
 
 import nbformat
 from nbformat import NotebookNode
+from nbformat.corpus.words import generate_corpus_id as random_cell_id
 from nbformat.notebooknode import from_dict
-from nbformat.v4.nbbase import random_cell_id
 from nbformat.validator import ValidationError
 
 from ..results import CommandResult, Execution

@@ -91,3 +91,16 @@ async def test_upload_download_helpers(new_sandbox: NewSandbox, tmp_path: Path) 
 async def _text(*parts: str) -> AsyncIterator[bytes]:
     for part in parts:
         yield part.encode()
+
+
+def test_the_blocking_api_streams_too() -> None:
+    from kernel_sandbox.sync import Sandbox
+
+    with Sandbox.create(host="local", startup_timeout=120) as sb:
+        assert sb.files.write_stream("b.bin", iter([b"ab", b"", b"cd"])) == 4
+        with sb.files.read_stream("b.bin") as stream:
+            assert stream.size == 4
+            assert b"".join(stream) == b"abcd"
+        with pytest.raises(FileOperationError, match="nothing was changed"):
+            sb.files.write_stream("b.bin", iter([b"x" * 10]), max_bytes=5)
+        assert sb.files.read("b.bin") == b"abcd"
