@@ -218,6 +218,14 @@ async def test_files_stream_both_ways_and_a_refused_upload_changes_nothing(
             assert r.headers["content-length"] == "1800000"
             pieces = [piece async for piece in r.aiter_raw()]
         assert b"".join(pieces) == source.read_bytes() and len(pieces) > 1
+        # a client that leaves mid-download stops the transfer: the sandbox goes on
+        async with c.stream(
+            "GET", f"/v1/sandboxes/{sb.id}/file", params={"path": "in/up.bin"}
+        ) as r:
+            async for _ in r.aiter_raw():
+                break
+        assert (await sb.run_python("1 + 1")).result["data"]["text/plain"] == "2"  # type: ignore[index]
+        assert await sb.files.read("in/up.bin") == source.read_bytes()
 
         # past the cap: 413, the old file intact, no temporary file left beside it
         async def chunks():  # type: ignore[no-untyped-def]
