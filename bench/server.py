@@ -3,16 +3,20 @@
     python bench/server.py                      # 200 calls each, 50 clients x 20 calls
     python bench/server.py --calls 500 --clients 50 --per-client 40
 
-One run measures, on the same machine and image: the in-process round trip
+One run measures, on the same machine and image, taking turns call by call (so a
+shared machine's changing load weighs on all alike): the in-process round trip
 (``AsyncSandbox.run_python``), the native HTTP API (``RemoteSandbox.run_python``),
 ms-enclave's ``POST /sandbox/tool/execute`` and an MCP ``tools/call`` over streamable
-HTTP; then N concurrent clients, each on its own sandbox: throughput and p50/p99.
+HTTP, each over one kept-alive connection; then N concurrent clients, each on its own
+sandbox: throughput and p50/p99.  ``--server-root`` runs the server from another
+checkout (a before/after comparison).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -21,7 +25,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -42,22 +48,11 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] * 1000
 
 
-async def timed(n: int, call) -> list[float]:  # type: ignore[no-untyped-def]
-    for _ in range(5):  # warm-up
-        await call()
-    out = []
-    for _ in range(n):
-        t = time.perf_counter()
-        await call()
-        out.append(time.perf_counter() - t)
-    return out
-
-
-def start_server(port: int, name: str) -> subprocess.Popen[bytes]:
+def start_server(port: int, name: str, root: Path = ROOT) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "kernel_sandbox.cli.main", "serve", "--port", str(port),
             "--api-key", KEY, "--name", name, "--image", IMAGE, "--max-sandboxes", "80",
             "--max-sandboxes-per-key", "80", "--record-dir", "/tmp/ks-bench-notebooks"]  # fmt: skip
-    proc = subprocess.Popen(args, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    proc = subprocess.Popen(args, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
     for _ in range(300):
         try:
             if httpx2.get(f"http://127.0.0.1:{port}/health", headers={"X-API-Key": KEY}).is_success:
@@ -67,7 +62,8 @@ def start_server(port: int, name: str) -> subprocess.Popen[bytes]:
     raise RuntimeError("server did not start")
 
 
-async def mcp_calls(url: str, n: int) -> list[float]:
+@contextlib.asynccontextmanager
+async def mcp_session(url: str) -> AsyncIterator[Any]:
     from mcp import ClientSession
     from mcp.client.streamable_http import streamable_http_client
 
@@ -77,7 +73,22 @@ async def mcp_calls(url: str, n: int) -> list[float]:
         ClientSession(read, write) as session,
     ):
         await session.initialize()
-        return await timed(n, lambda: session.call_tool("run_python", {"code": "print(1+1)"}))
+        yield session
+
+
+async def interleaved(n: int, calls: dict[str, Any]) -> dict[str, list[float]]:
+    """Each call ``n`` times, taking turns: a load that comes and goes (a shared
+    machine) weighs on every route alike, so their differences are the routes'."""
+    times: dict[str, list[float]] = {label: [] for label in calls}
+    for _ in range(5):  # warm-up
+        for call in calls.values():
+            await call()
+    for _ in range(n):
+        for label, call in calls.items():
+            t = time.perf_counter()
+            await call()
+            times[label].append(time.perf_counter() - t)
+    return times
 
 
 async def concurrent(url: str, clients: int, per_client: int) -> dict[str, float]:
@@ -112,45 +123,44 @@ async def concurrent(url: str, clients: int, per_client: int) -> dict[str, float
 
 async def main(args: argparse.Namespace) -> dict[str, object]:
     results: dict[str, object] = {}
-    async with await AsyncSandbox.create(image=IMAGE) as sb:
-        local = await timed(args.calls, lambda: sb.run_python("print(1+1)"))
     port = socket.socket()
     port.bind(("127.0.0.1", 0))
     number = port.getsockname()[1]
     port.close()
     name = f"bench-{os.getpid()}"
-    proc = start_server(number, name)
+    proc = start_server(number, name, Path(args.server_root).resolve())
     url = f"http://127.0.0.1:{number}"
+    code = "print(1+1)"
     try:
-        async with await RemoteSandbox.create(url, api_key=KEY) as remote:
-            native = await timed(args.calls, lambda: remote.run_python("print(1+1)"))
-            async with httpx2.AsyncClient(
-                base_url=url, headers={"X-API-Key": KEY}, timeout=120
-            ) as c:
-                made = await c.post(
-                    "/sandbox/create",
-                    params={"sandbox_type": "docker"},
-                    json={"tools_config": ["python_executor"]},
-                )
-                sid = made.json()["sandbox_id"]
-                body = {"sandbox_id": sid, "tool_name": "python_executor",
-                        "parameters": {"code": "print(1+1)"}}  # fmt: skip
-                enclave = await timed(
-                    args.calls, lambda: c.post("/sandbox/tool/execute", json=body)
-                )
-        mcp = await mcp_calls(url, args.calls)
-        rows = [
-            ("in-process", local),
-            ("HTTP /v1 (RemoteSandbox)", native),
-            ("HTTP ms-enclave tool/execute", enclave),
-            ("MCP streamable HTTP", mcp),
-        ]
-        for label, values in rows:
-            results[label] = {"p50_ms": pct(values, 50), "p99_ms": pct(values, 99)}
-        base = statistics.median(local) * 1000
-        for label in list(results):
-            row = results[label]
-            row["added_p50_ms"] = row["p50_ms"] - base  # type: ignore[index]
+        async with (
+            await AsyncSandbox.create(image=IMAGE) as local,
+            await RemoteSandbox.create(url, api_key=KEY) as remote,
+            httpx2.AsyncClient(base_url=url, headers={"X-API-Key": KEY}, timeout=120) as c,
+            mcp_session(url) as session,
+        ):
+            made = await c.post(
+                "/sandbox/create",
+                params={"sandbox_type": "docker"},
+                json={"tools_config": ["python_executor"]},
+            )
+            body = {"sandbox_id": made.json()["sandbox_id"], "tool_name": "python_executor",
+                    "parameters": {"code": code}}  # fmt: skip
+            times = await interleaved(
+                args.calls,
+                {
+                    "in-process": lambda: local.run_python(code),
+                    "HTTP /v1 (RemoteSandbox)": lambda: remote.run_python(code),
+                    "HTTP ms-enclave tool/execute": lambda: c.post(
+                        "/sandbox/tool/execute", json=body
+                    ),
+                    "MCP streamable HTTP": lambda: session.call_tool("run_python", {"code": code}),
+                },
+            )
+        base = statistics.median(times["in-process"]) * 1000
+        for label, values in times.items():
+            p50 = pct(values, 50)
+            results[label] = {"p50_ms": p50, "p99_ms": pct(values, 99), "added_p50_ms": p50 - base}
+        results["load_1min"] = os.getloadavg()[0]
         results["concurrent"] = await concurrent(url, args.clients, args.per_client)
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -164,6 +174,7 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--per-client", type=int, default=20)
+    parser.add_argument("--server-root", default=str(ROOT), help="checkout the server runs from")
     figures = asyncio.run(main(parser.parse_args()))
     print(json.dumps(figures, indent=2))
     out = HERE / "results"

@@ -10,6 +10,10 @@ kernel's sockets and the supervisor's status) are refused whatever link leads th
 Every output is capped and every call has a deadline on the host.  Relative paths
 resolve against the sandbox's working directory.  Binary-safe.
 
+``read_stream``/``write_stream`` move a file of any size up to a cap without holding
+it (:meth:`~kernel_sandbox.backends.base.KernelHost.exec_stream`); a streamed write
+goes to a temporary name beside the target, renamed over it once whole.
+
 Every operation, whoever calls it, is reported to the sandbox's listeners as a
 :class:`~kernel_sandbox.events.FileOperated` event carrying the caller's
 :func:`~kernel_sandbox.events.call_context`, so a notebook recorder sees direct
@@ -18,23 +22,28 @@ Every operation, whoever calls it, is reported to the sandbox's listeners as a
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import posixpath
+import secrets
 import shlex
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .errors import FileOperationError, SandboxFileNotFoundError
 from .events import FileOperated, current_context, emit
 from .results import FileInfo, format_size
+from .transfer import AsyncReadStream, download_file, finished, once, stop, upload_file
 
 if TYPE_CHECKING:
     from .sandbox import AsyncSandbox
 
-__all__ = ["EVENT_DETAIL_CHARS", "LIST_LIMIT", "AsyncFiles"]
+__all__ = ["EVENT_DETAIL_CHARS", "LIST_LIMIT", "STREAM_EVENT_CONTENT", "AsyncFiles"]
 
 T = TypeVar("T")
+_Done = tuple[int, bytes, str]  # a script's exit status, stdout and stderr
 
 _TYPES: dict[str, Literal["file", "directory", "symlink"]] = {
     "f": "file",
@@ -51,19 +60,37 @@ _DEADLINE = 60.0
 _RATE = 10e6
 #: Longest ``detail`` (what was read, a listing) put into a FileOperated event.
 EVENT_DETAIL_CHARS = 2000
+#: Largest streamed write whose bytes its FileOperated event carries (for a recorder to
+#: embed and replay); a larger one is reported by size only.
+STREAM_EVENT_CONTENT = 256 * 1024
+#: Output pieces of a streamed read waiting for the consumer (64 KiB each at most).
+_STREAM_QUEUE = 16
 
 # ``fail`` exits with a status; a write's ``fail`` first drains its input: the engine
 # resets a connection whose input was not read, and the reason would be lost.
 _EXIT = 'fail() { exit "$1"; }; '
 # Sizes come from find, not coreutils' stat: gVisor's runsc of 2022-12 refuses the statx
 # flag that coreutils 9 passes (AT_NO_AUTOMOUNT) with EINVAL.
-_READ = (
+_READ_CHECKS = (
     f'test -e "$1" || exit {_MISSING}; test -d "$1" && exit {_IS_DIR}; '
     f'test -f "$1" || exit {_NOT_FILE}; s=$(find -L "$1" -prune -printf %s) || exit 1; '
     f'if [ "$s" -gt "$2" ]; then echo "$s" >&2; exit {_TOO_LARGE}; fi; '
-    # one byte more than allowed tells a file that grew since (or lied about its size)
-    'exec head -c "$(($2 + 1))" -- "$1"'
 )
+# one byte more than allowed tells a file that grew since (or lied about its size)
+_READ = _READ_CHECKS + 'exec head -c "$(($2 + 1))" -- "$1"'
+# A stream starts with the size on a line of its own, once the file is open: what
+# fails later (it shrank, grew) is told by the count.
+_READ_STREAM = _READ_CHECKS + 'exec 3< "$1" || exit 1; echo "$s"; exec head -c "$(($2 + 1))" <&3'
+# $2 is the temporary file (beside $1, so the rename is atomic), $3 the mode; a new
+# file gets the umask's mode, a replaced one keeps its own.
+_WRITE_TEMP = (
+    f'test -d "$1" && fail {_IS_DIR}; test -e "$1" && ! test -f "$1" && fail {_NOT_FILE}; '
+    'mkdir -p -- "$(dirname -- "$1")" || fail 1; set -C; : > "$2" || fail 1; set +C; '
+    'if [ -e "$1" ]; then chmod --reference="$1" -- "$2" || fail 1; fi; '
+    'if [ "$3" = append ] && [ -e "$1" ]; then cat -- "$1" >> "$2" || fail 1; fi; '
+    'cat >> "$2"'
+)
+_COMMIT = f'test -d "$1" && exit {_IS_DIR}; exec mv -fT -- "$2" "$1"'
 _WRITE = (
     f'test -d "$1" && fail {_IS_DIR}; test -e "$1" && ! test -f "$1" && fail {_NOT_FILE}; '
     'mkdir -p -- "$(dirname -- "$1")" || fail 1; '
@@ -101,28 +128,47 @@ class AsyncFiles:
         self,
         script: str,
         path: str,
-        arg: str = "",
-        *,
-        stdin: bytes | None = None,
+        *args: str,
+        stdin: bytes | AsyncIterable[bytes] | None = None,
+        stdout: Callable[[bytes], Awaitable[None]] | None = None,
         max_output_bytes: int = 1 << 16,
         drain: bool = False,
-    ) -> tuple[int, bytes, str]:
+        moved: int = 0,
+    ) -> _Done:
         """Run ``script`` as the sandbox user with ``$1`` = path; (status, stdout, stderr).
 
         The host's protected paths are refused first; ``drain`` makes a refusal read
-        its input first (a write).
+        its input first (a write).  Chunked ``stdin`` or a ``stdout`` sink streams
+        (``moved``: the most bytes that may pass, for the deadline).
         """
         host = self._sandbox.host
         prelude = ('fail() { cat >/dev/null; exit "$1"; }; ' if drain else _EXIT) + _guard(
             host.protected_paths
         )
-        moved = len(stdin or b"") + max_output_bytes
-        result = await host.exec(
-            ["sh", "-c", prelude + script, "sh", path, arg],
-            max_output_bytes=max_output_bytes,
-            stdin=stdin,
-            deadline=_DEADLINE + moved / _RATE,
-        )
+        argv = ["sh", "-c", prelude + script, "sh", path, *args]
+        if stdout is None and (stdin is None or isinstance(stdin, bytes)):
+            moved = len(stdin or b"") + max_output_bytes
+            result = await host.exec(
+                argv,
+                max_output_bytes=max_output_bytes,
+                stdin=stdin,
+                deadline=_DEADLINE + moved / _RATE,
+            )
+        else:
+            chunks = once(stdin) if isinstance(stdin, bytes) else stdin
+
+            async def kept(piece: bytes) -> None:
+                out.append(piece)
+
+            out: list[bytes] = []
+            result = await host.exec_stream(
+                argv,
+                stdin=chunks,
+                stdout=stdout or kept,
+                max_output_bytes=max_output_bytes,
+                deadline=_DEADLINE + moved / _RATE,
+            )
+            result = type(result)(result.exit_code, b"".join(out), result.stderr)
         return result.exit_code, result.stdout, result.stderr.decode(errors="replace")
 
     def _fail(self, code: int, path: str, stderr: str, action: str) -> FileOperationError:
@@ -170,6 +216,12 @@ class AsyncFiles:
             "split) or raise max_file_bytes"
         )
 
+    async def _emit(self, operation: str, full: str, started: float, **fields: Any) -> None:
+        """Report a file operation (done or failed) to the sandbox's listeners."""
+        sb = self._sandbox
+        event = FileOperated(sb.id, operation, full, started, metadata=current_context(), **fields)
+        await emit(sb.listeners, event)
+
     async def _reported(
         self,
         operation: str,
@@ -187,18 +239,12 @@ class AsyncFiles:
         try:
             value = await action(full)
         except FileOperationError as exc:
-            event = FileOperated(
-                sb.id, operation, full, started, error=str(exc), content=content,
-                metadata=current_context(),
-            )  # fmt: skip
-            await emit(sb.listeners, event)
+            await self._emit(operation, full, started, error=str(exc), content=content)
             raise
         size, detail = describe(value)
-        event = FileOperated(
-            sb.id, operation, full, started, size=size, detail=detail[:EVENT_DETAIL_CHARS],
-            content=content, metadata=current_context(),
-        )  # fmt: skip
-        await emit(sb.listeners, event)
+        await self._emit(
+            operation, full, started, size=size, detail=detail[:EVENT_DETAIL_CHARS], content=content
+        )
         return value
 
     async def read(self, path: str) -> bytes:
@@ -313,16 +359,141 @@ class AsyncFiles:
 
         await self._reported("mkdir", path, mkdir)
 
+    async def read_stream(self, path: str, max_bytes: int | None = None) -> AsyncReadStream:
+        """A file as a stream: open (refusals raise here), its ``size``, then its bytes.
+
+        Nothing is gathered on the host: each piece is handed on as the sandbox sends
+        it, and the sandbox waits while the consumer does.  Files over ``max_bytes``
+        (default ``config.max_file_bytes``) are refused unread; one that grows or
+        shrinks while read fails the stream (the consumer sees an error, never a
+        silently different file).  Iterate it once, or ``close()`` it.
+        """
+        sb = self._sandbox
+        sb.check_open()
+        started, full = time.time(), sb.resolve_path(path)
+        limit = max_bytes or sb.config.max_file_bytes
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue(_STREAM_QUEUE)
+        reading = self._sh(_READ_STREAM, full, str(limit), stdout=queue.put, moved=limit)
+        task = asyncio.ensure_future(finished(reading, queue))
+        try:
+            size, rest = await self._stream_size(full, queue, task)
+        except BaseException as exc:
+            await stop(task)
+            if isinstance(exc, FileOperationError):
+                await self._emit("read", full, started, error=str(exc))
+            raise
+
+        async def body() -> AsyncIterator[bytes]:
+            sent, head = 0, bytearray()
+            try:
+                piece: bytes | None = rest
+                while piece is not None:
+                    sent += len(piece)
+                    if sent > size:
+                        raise FileOperationError(f"{full} grew while read (past {size} bytes)")
+                    if piece:
+                        head += piece[: EVENT_DETAIL_CHARS - len(head)]
+                        yield piece
+                    piece = await queue.get()
+                code, _, err = await task
+                if code != 0:
+                    raise self._fail(code, full, err, "read")
+                if sent != size:
+                    raise FileOperationError(f"{full} shrank while read ({sent} of {size} bytes)")
+            except FileOperationError as exc:
+                await self._emit("read", full, started, error=str(exc))
+                raise
+            finally:
+                await stop(task)
+            await self._emit("read", full, started, size=sent, detail=head.decode(errors="replace"))
+
+        return AsyncReadStream(size, body())
+
+    async def _stream_size(
+        self, full: str, queue: asyncio.Queue[bytes | None], task: asyncio.Future[_Done]
+    ) -> tuple[int, bytes]:
+        """The size line a streamed read starts with, and the bytes that came after it."""
+        header = b""
+        while b"\n" not in header:
+            piece = await queue.get()
+            if piece is None:  # it ended before the file was open: a refusal
+                code, _, err = await task
+                if code == _TOO_LARGE:
+                    size = err.strip().splitlines()[-1] if err.strip() else ""
+                    raise self._too_large(full, int(size) if size.isdigit() else None)
+                raise self._fail(code or 1, full, err, "read")
+            header += piece
+            if len(header) > 64 and b"\n" not in header:
+                raise FileOperationError(f"cannot read {full}: the sandbox sent no size")
+        line, rest = header.split(b"\n", 1)
+        return int(line), rest
+
+    async def write_stream(
+        self,
+        path: str,
+        chunks: AsyncIterable[bytes],
+        *,
+        append: bool = False,
+        max_bytes: int | None = None,
+    ) -> int:
+        """Create or replace (``append``: add to) a file from chunks as they come.
+
+        The bytes go to a temporary file beside the target, renamed over it only once
+        all came and fit in ``max_bytes`` (default ``config.max_file_bytes``; more is
+        refused): a failed, refused or abandoned transfer leaves the file as it was.
+        Returns the bytes written.
+        """
+        sb = self._sandbox
+        sb.check_open()
+        started, full = time.time(), sb.resolve_path(path)
+        limit = max_bytes or sb.config.max_file_bytes
+        operation = "append" if append else "write"
+        base = posixpath.basename(full)[:200]
+        temp = posixpath.join(posixpath.dirname(full), f".{base}.{secrets.token_hex(6)}.part")
+        received, head = 0, bytearray()
+
+        async def counted() -> AsyncIterator[bytes]:
+            nonlocal received
+            async for chunk in chunks:
+                received += len(chunk)
+                if received > limit:
+                    return  # the process sees the end; the temporary file is discarded
+                if len(head) <= STREAM_EVENT_CONTENT:
+                    head.extend(chunk[: STREAM_EVENT_CONTENT + 1 - len(head)])
+                yield chunk
+
+        try:
+            code, _, err = await self._sh(
+                _WRITE_TEMP, full, temp, operation, stdin=counted(), drain=True, moved=limit
+            )
+            if received > limit:
+                raise FileOperationError(
+                    f"cannot {operation} {full}: more than {format_size(limit)} was sent "
+                    "(the transfer's cap); nothing was changed"
+                )
+            if code == 0:
+                code, _, err = await self._sh(_COMMIT, full, temp)
+            if code != 0:
+                if "no space left on device" in err.lower():
+                    raise self._full(full, received)
+                raise self._fail(code, full, err, operation)
+        except BaseException as exc:
+            with contextlib.suppress(Exception):  # the first error is the news
+                await self._sh('rm -f -- "$2"', full, temp)
+            if isinstance(exc, FileOperationError):
+                await self._emit(operation, full, started, error=str(exc))
+            raise
+        content = bytes(head) if received <= STREAM_EVENT_CONTENT else None
+        await self._emit(operation, full, started, size=received, content=content)
+        return received
+
     async def upload(self, local: str | Path, remote: str) -> None:
-        """Copy a host file into the sandbox (reported as a write)."""
-        await self.write(remote, Path(local).read_bytes())
+        """Copy a host file into the sandbox, streamed (reported as a write)."""
+        await upload_file(self, local, remote)
 
     async def download(self, remote: str, local: str | Path) -> None:
-        """Copy a sandbox file to the host (parent directories are created)."""
-        data = await self.read(remote)
-        target = Path(local)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        """Copy a sandbox file to the host, streamed (parent directories are created)."""
+        await download_file(self, remote, local)
 
 
 def _describe_bytes(data: bytes) -> tuple[int | None, str]:

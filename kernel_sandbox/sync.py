@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Iterator
 from pathlib import Path
 from types import FunctionType
 from typing import Any, TypeVar
@@ -37,8 +37,9 @@ from .kernel.client import OutputCallback
 from .kernel.connection import ConnectionInfo
 from .results import CommandResult, Execution, FileInfo
 from .sandbox import PING_TIMEOUT, AsyncSandbox
+from .transfer import AsyncReadStream
 
-__all__ = ["Files", "Sandbox", "run_sync"]
+__all__ = ["Files", "ReadStream", "Sandbox", "run_sync"]
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -112,11 +113,63 @@ class Files:
     def mkdir(self, path: str) -> None:
         return run_sync(self._files.mkdir(path))
 
+    def read_stream(self, path: str, max_bytes: int | None = None) -> ReadStream:
+        """A file as a stream: its ``size``, then its pieces as they come."""
+        return ReadStream(run_sync(self._files.read_stream(path, max_bytes)))
+
+    def write_stream(
+        self,
+        path: str,
+        chunks: Iterable[bytes],
+        *,
+        append: bool = False,
+        max_bytes: int | None = None,
+    ) -> int:
+        """Create or replace (``append``: add to) a file from chunks, as they come."""
+        pieces = _pieces(chunks)
+        return run_sync(self._files.write_stream(path, pieces, append=append, max_bytes=max_bytes))
+
     def upload(self, local: str | Path, remote: str) -> None:
         return run_sync(self._files.upload(local, remote))
 
     def download(self, remote: str, local: str | Path) -> None:
         return run_sync(self._files.download(remote, local))
+
+
+class ReadStream:
+    """Blocking :class:`~kernel_sandbox.transfer.AsyncReadStream`: ``size``, then
+    iterate the pieces; ``close()`` (or leaving a ``with`` block) ends it early."""
+
+    def __init__(self, stream: AsyncReadStream) -> None:
+        #: Bytes the file has.
+        self.size = stream.size
+        self._stream = stream
+        self._pieces = aiter(stream)
+
+    def __iter__(self) -> Iterator[bytes]:
+        while (piece := run_sync(_next(self._pieces))) is not None:
+            yield piece
+
+    def close(self) -> None:
+        """Stop reading; the sandbox's side of the transfer ends."""
+        run_sync(self._stream.close())
+
+    def __enter__(self) -> ReadStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+async def _next(pieces: AsyncIterator[bytes]) -> bytes | None:
+    return await anext(pieces, None)
+
+
+async def _pieces(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
+    """A blocking iterable as an async one (each chunk taken in a worker thread)."""
+    it = iter(chunks)
+    while (chunk := await asyncio.to_thread(next, it, None)) is not None:
+        yield chunk
 
 
 @_twin_of(AsyncSandbox)

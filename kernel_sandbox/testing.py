@@ -32,6 +32,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterable, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -236,6 +237,30 @@ class LocalKernelHost(KernelHost):
 
         At ``deadline`` the process group is killed and FileOperationError raised.
         """
+        return await self._run(argv, workdir, env, stdin, None, max_output_bytes, deadline)
+
+    async def exec_stream(
+        self,
+        argv: list[str],
+        *,
+        stdin: AsyncIterable[bytes] | None = None,
+        stdout: Callable[[bytes], Awaitable[None]],
+        max_output_bytes: int | None = None,
+        deadline: float | None = None,
+    ) -> ExecResult:
+        """:meth:`exec` with stdin fed chunk by chunk and stdout handed on as it comes."""
+        return await self._run(argv, None, None, stdin, stdout, max_output_bytes, deadline)
+
+    async def _run(
+        self,
+        argv: list[str],
+        workdir: str | None,
+        env: dict[str, str] | None,
+        stdin: bytes | AsyncIterable[bytes] | None,
+        sink: Callable[[bytes], Awaitable[None]] | None,
+        max_output_bytes: int | None,
+        deadline: float | None,
+    ) -> ExecResult:
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv,
@@ -257,7 +282,9 @@ class LocalKernelHost(KernelHost):
         try:
             await asyncio.wait_for(
                 asyncio.gather(
-                    _drain(proc.stdout, out), _drain(proc.stderr, err), _feed(proc, stdin)
+                    _drain(proc.stdout, out.add if sink is None else sink),
+                    _drain(proc.stderr, err.add),
+                    _feed(proc, stdin),
                 ),
                 deadline,
             )
@@ -336,15 +363,25 @@ class LocalKernelHost(KernelHost):
         return records
 
 
-async def _drain(stream: asyncio.StreamReader, into: HeadTail) -> None:
+async def _drain(
+    stream: asyncio.StreamReader, into: Callable[[bytes], Awaitable[None] | None]
+) -> None:
     while chunk := await stream.read(_CHUNK):
-        into.add(chunk)
+        if (waiting := into(chunk)) is not None:
+            await waiting
 
 
-async def _feed(proc: asyncio.subprocess.Process, data: bytes | None) -> None:
+async def _feed(
+    proc: asyncio.subprocess.Process, data: bytes | AsyncIterable[bytes] | None
+) -> None:
     if data is None or proc.stdin is None:
         return
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-        proc.stdin.write(data)
-        await proc.stdin.drain()
+        if isinstance(data, bytes):
+            proc.stdin.write(data)
+            await proc.stdin.drain()
+        else:
+            async for chunk in data:
+                proc.stdin.write(chunk)
+                await proc.stdin.drain()
     proc.stdin.close()

@@ -36,7 +36,10 @@ Interface history (hosts outside this package are written against it):
 * 2.1 — added :meth:`KernelHost.attach` (additive; the default says the host cannot):
   reconnect to a sandbox another process launched, without restarting its kernel.
 * 2.2 — added :meth:`KernelHost.egress_refusals` (additive, with a default).
-* 2.3 — added :meth:`KernelHost.remove_sandboxes` (additive; the default removes
+* 2.3 — added :meth:`KernelHost.exec_stream` (additive; the default buffers through
+  :meth:`KernelHost.exec`): stdin from an async iterable, stdout to an async sink, so
+  a file larger than the host would hold moves through it.
+* 2.4 — added :meth:`KernelHost.remove_sandboxes` (additive; the default removes
   nothing and says so): a server removes what a killed predecessor left on any host.
 """
 
@@ -47,7 +50,7 @@ import logging
 import os
 import signal
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -360,6 +363,34 @@ class KernelHost(abc.ABC):
         the sandbox can stop or block must never hold the host.  Without it the caller
         bounds the time (its own ``timeout`` in argv).
         """
+
+    async def exec_stream(
+        self,
+        argv: list[str],
+        *,
+        stdin: AsyncIterable[bytes] | None = None,
+        stdout: Callable[[bytes], Awaitable[None]],
+        max_output_bytes: int | None = None,
+        deadline: float | None = None,
+    ) -> ExecResult:
+        """:meth:`exec` with its input and output streamed: what a file transfer needs.
+
+        ``stdin``'s chunks are fed to the process as they come (the caller bounds how
+        many); every piece of stdout is awaited through ``stdout`` as it arrives (its
+        back-pressure holds the process), so :attr:`ExecResult.stdout` is empty;
+        stderr is kept within ``max_output_bytes``.  ``deadline`` bounds the whole call,
+        a slow consumer included.  This default is *not* streamed: it gathers ``stdin``
+        and hands stdout over at the end (hosts whose engine can stream override it).
+        """
+        data = None
+        if stdin is not None:
+            data = b"".join([chunk async for chunk in stdin])
+        result = await self.exec(
+            argv, stdin=data, max_output_bytes=max_output_bytes, deadline=deadline
+        )
+        if result.stdout:
+            await stdout(result.stdout)
+        return ExecResult(result.exit_code, b"", result.stderr, result.truncated_bytes)
 
     # -- the engine as a whole ------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import click
@@ -10,7 +11,10 @@ import click
 from ..config import DEFAULT_IMAGE
 from .run import parse_network
 
-__all__ = ["serve"]
+__all__ = ["SWITCH_INTERVAL", "serve"]
+
+#: Seconds a thread may hold the GIL while another waits for it, in a server process.
+SWITCH_INTERVAL = 0.0005
 
 
 def _key_networks(items: tuple[str, ...], keys: tuple[str, ...]) -> dict[str, str | list[str]]:
@@ -175,6 +179,10 @@ def serve(
         f"({len(settings.api_keys)} API key(s); MCP {'off' if no_mcp else 'at /mcp'})",
         err=True,
     )
+    # Worker threads (the notebook writer, the engine's SDK calls) hold the GIL for up
+    # to the switch interval before the event loop gets it back: 5 ms by default, more
+    # than a whole round trip; 0.5 ms keeps the loop's waits short.
+    sys.setswitchinterval(SWITCH_INTERVAL)
     uvicorn.run(
         build_app(settings, mcp=not no_mcp),
         host=host,

@@ -27,7 +27,8 @@ from typing import Any, Literal
 
 import nbformat
 from nbformat import NotebookNode
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_output
+from nbformat.corpus.words import generate_corpus_id as random_cell_id
+from nbformat.notebooknode import from_dict
 from nbformat.validator import ValidationError
 
 from ..results import CommandResult, Execution
@@ -60,6 +61,36 @@ _WRITE_OPS = {"write": "", "append": "-a "}
 #: ``remove`` is kept for notebooks recorded before.
 _SHELL_OPS = {"mkdir": "mkdir -p --", "delete": "rm -rf --", "remove": "rm -rf --"}
 _ROLE_TITLES = {"user": "User", "assistant": "Assistant", "system": "System"}
+
+
+# Cells are built here rather than by nbformat.v4's new_code_cell/new_markdown_cell:
+# those validate a lone cell with jsonschema (about 1.5 ms a cell, on a server's event
+# loop for every call), while a one-cell notebook goes through nbformat's compiled
+# validator (fastjsonschema) in a few dozen microseconds.  Same checks, same errors.
+
+
+def new_code_cell(source: str = "", **fields: Any) -> NotebookNode:
+    """A validated code cell (nbformat's ``new_code_cell``, checked faster)."""
+    cell = {"id": random_cell_id(), "cell_type": "code", "metadata": {}}
+    return _checked({**cell, "execution_count": None, "source": source, "outputs": [], **fields})
+
+
+def new_markdown_cell(source: str = "", **fields: Any) -> NotebookNode:
+    """A validated markdown cell (nbformat's ``new_markdown_cell``, checked faster)."""
+    cell = {"id": random_cell_id(), "cell_type": "markdown", "metadata": {}}
+    return _checked({**cell, "source": source, **fields})
+
+
+def new_output(output_type: str, **fields: Any) -> NotebookNode:
+    """An output, checked with the cell that holds it (see :func:`new_code_cell`)."""
+    node: NotebookNode = from_dict({"output_type": output_type, **fields})
+    return node
+
+
+def _checked(cell: dict[str, Any]) -> NotebookNode:
+    node: NotebookNode = from_dict(cell)
+    nbformat.validate({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [node]})
+    return node
 
 
 def iso_time(timestamp: float | None = None) -> str:

@@ -17,6 +17,7 @@ import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, HTTPException, Query, Request
+from fastapi.responses import Response
 from pydantic import BaseModel, Field
 
 from .. import __version__
@@ -26,6 +27,7 @@ from ..tools.results import ToolResult
 from .deps import Key, Opts, Ten
 from .policy import TOOL_ALIASES, client_config
 from .tenancy import Tenancy
+from .wire import json_response
 
 __all__ = ["router"]
 
@@ -182,14 +184,14 @@ def _as_enclave(result: ToolResult, asked: str) -> dict[str, Any]:
 
 
 @router.post("/sandbox/tool/execute", response_model=None)
-async def execute_tool(request: ToolExecutionRequest, ten: Ten, key: Key) -> dict[str, Any]:
+async def execute_tool(request: ToolExecutionRequest, ten: Ten, key: Key) -> Response:
     """Run one tool call; failures of the call are ``status="error"`` results (200)."""
     name, params = _translate(request.tool_name, request.parameters)
     if request.timeout is not None and "timeout" not in params and name != "file_operation":
         params = {**params, "timeout": request.timeout}
     async with ten.use(key, request.sandbox_id):
         result = await ten.manager.execute_tool(request.sandbox_id, name, params)
-    return _as_enclave(result, request.tool_name)
+    return json_response(_as_enclave(result, request.tool_name))
 
 
 def _safe_member(target: str, name: str) -> str:

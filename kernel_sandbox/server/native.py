@@ -5,16 +5,14 @@ with ``?stream=true`` as Server-Sent Events: one ``output`` event per nbformat o
 the kernel sends it, then one ``result`` event (the Execution).  Streamed outputs are
 capped by the sandbox's ``max_output_bytes`` like the result itself.  Files go up and
 down as raw bytes at ``file?path=...`` (relative paths start at the working
-directory), capped by the server's ``max_upload_bytes`` and the sandbox's
-``max_file_bytes``; downloads are streamed in chunks.
+directory), streamed both ways (never held whole by the server) and capped by the
+server's ``max_upload_bytes``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import tempfile
-import time
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Literal
 
@@ -22,21 +20,20 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import FileResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import FileOperationError, KernelError
+from ..errors import KernelError
 from ..files import LIST_LIMIT
 from ..results import Execution
 from .deps import Key, Opts, Ten
 from .policy import client_config
 from .settings import ServerSettings
 from .tenancy import Lease, Tenancy
-from .wire import to_json
+from .wire import dumps, json_response, to_json
 
 __all__ = ["router"]
 
 router = APIRouter(prefix="/v1", tags=["native"])
 #: A path in the sandbox, as a query parameter (any name, newlines included, fits).
 PathQuery = Annotated[str, Query(min_length=1, max_length=4096)]
-_CHUNK = 64 * 1024
 
 
 class CreateRequest(BaseModel):
@@ -150,7 +147,7 @@ async def delete(sandbox_id: str, ten: Ten, key: Key) -> dict[str, bool]:
 
 
 def _sse(event: str, data: Any) -> bytes:
-    return f"event: {event}\ndata: {json.dumps(data)}\n\n".encode()
+    return b"event: " + event.encode() + b"\ndata: " + dumps(data) + b"\n\n"
 
 
 async def _streamed(
@@ -170,7 +167,7 @@ async def _streamed(
     def on_output(output: dict[str, Any]) -> None:
         nonlocal budget, dropped
         shown(output)
-        size = len(json.dumps(output))
+        size = len(dumps(output))
         if size > budget:
             dropped += size
             return
@@ -190,7 +187,7 @@ async def _streamed(
         yield _sse("output", item)
     if dropped:
         yield _sse("dropped", {"bytes": dropped})
-    yield _sse("result", to_json(await task))
+    yield _sse("result", await task)
 
 
 @router.post("/sandboxes/{sandbox_id}/python", response_model=None)
@@ -201,14 +198,18 @@ async def run_python(
     opts: Opts,
     key: Key,
     stream: bool = Query(False, description="Server-Sent Events: output..., result"),
-) -> dict[str, Any] | StreamingResponse:
-    """Run code in the sandbox's persistent kernel; errors in the code are data."""
+) -> Response:
+    """Run code in the sandbox's persistent kernel; errors in the code are data.
+
+    The answer is the ``Execution`` as JSON (its outputs nbformat dicts), serialised
+    once, straight from the dataclass.
+    """
     timeout = _timeout(body.timeout, opts)
     if not stream:
         async with ten.use(key, sandbox_id) as lease:
             shown = lease.watch_outputs(body.code)  # the live page follows the call
             try:
-                return to_json(await lease.sandbox.run_python(body.code, timeout, shown))
+                return json_response(await lease.sandbox.run_python(body.code, timeout, shown))
             finally:
                 lease.done_running()
 
@@ -239,36 +240,49 @@ async def restart(sandbox_id: str, ten: Ten, key: Key) -> dict[str, bool]:
     return {"restarted": True}
 
 
-@router.post("/sandboxes/{sandbox_id}/shell")
+@router.post("/sandboxes/{sandbox_id}/shell", response_model=None)
 async def run_shell(
     sandbox_id: str,
     body: ShellRequest,
     ten: Ten,
     opts: Opts,
     key: Key,
-) -> dict[str, Any]:
+) -> Response:
     """Run a shell command beside the kernel, as the sandbox user."""
     async with ten.use(key, sandbox_id) as lease:
         done = await lease.sandbox.run_shell(
             body.command, _timeout(body.timeout, opts), cwd=body.cwd, env=body.env
         )
-    return to_json(done)
+    return json_response(done)
 
 
 @router.get("/sandboxes/{sandbox_id}/file", response_class=Response)
-async def download(sandbox_id: str, path: str, ten: Ten, key: Key) -> StreamingResponse:
-    """A file's bytes, streamed (at most the sandbox's ``max_file_bytes``)."""
-    async with ten.use(key, sandbox_id) as lease:
-        data = await lease.sandbox.files.read(path)
+async def download(
+    sandbox_id: str, path: PathQuery, ten: Ten, opts: Opts, key: Key
+) -> StreamingResponse:
+    """A file's bytes, streamed as the sandbox sends them (at most ``max_upload_bytes``).
 
-    async def chunks() -> AsyncIterator[bytes]:
-        for start in range(0, len(data), _CHUNK):
-            yield data[start : start + _CHUNK]
+    Refusals (no such file, too large, not readable) answer before any byte; a file
+    that changes while it is sent ends the response short of its ``content-length``.
+    """
+    held = contextlib.AsyncExitStack()
+    lease = await held.enter_async_context(ten.use(key, sandbox_id))  # not reaped meanwhile
+    try:
+        stream = await lease.sandbox.files.read_stream(path, opts.max_upload_bytes)
+    except BaseException:
+        await held.aclose()
+        raise
+    held.push_async_callback(stream.close)
+
+    async def pieces() -> AsyncIterator[bytes]:
+        async with held:
+            async for piece in stream:
+                yield piece
 
     return StreamingResponse(
-        chunks(),
+        pieces(),
         media_type="application/octet-stream",
-        headers={"content-length": str(len(data))},
+        headers={"content-length": str(stream.size)},
     )
 
 
@@ -278,31 +292,20 @@ async def upload(
     path: PathQuery,
     request: Request,
     ten: Ten,
+    opts: Opts,
     key: Key,
     append: bool = False,
 ) -> dict[str, int]:
-    """Write the body to a file (``?append=true`` appends); the body is capped (413)."""
-    lease = ten.get(key, sandbox_id)
-    with tempfile.SpooledTemporaryFile(max_size=8 * 1024 * 1024) as spool:
-        async for chunk in request.stream():
-            spool.write(chunk)
-        size = spool.tell()
-        if size > lease.sandbox.config.max_file_bytes:
-            raise FileOperationError(
-                f"{size} bytes is over the sandbox's max_file_bytes "
-                f"({lease.sandbox.config.max_file_bytes})"
-            )
-        spool.seek(0)
-        data = spool.read()
-    started = time.time()
-    async with ten.use(key, sandbox_id):
-        if append:
-            await lease.sandbox.files.append(path, data)
-        else:
-            await lease.sandbox.files.write(path, data)
-    # the session notebook (and so replay, restore and the live page) shows the upload
-    operation = "append" if append else "write"
-    lease.recorder.add_file_operation(operation, path, content=data, started_at=started)
+    """Write the body to a file as it arrives (``?append=true`` appends).
+
+    The body is capped (413 past ``max_upload_bytes``); it goes to a temporary file
+    renamed over the target once whole, so a refused or broken upload changes nothing.
+    The sandbox's listeners, its recorder among them, see the write.
+    """
+    async with ten.use(key, sandbox_id) as lease:
+        size = await lease.sandbox.files.write_stream(
+            path, request.stream(), append=append, max_bytes=opts.max_upload_bytes
+        )
     return {"bytes": size}
 
 

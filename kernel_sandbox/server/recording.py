@@ -14,6 +14,8 @@ is written in a worker thread and awaited (on disk when the client gets its answ
 from __future__ import annotations
 
 import asyncio
+import logging
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +24,34 @@ from ..notebook.recorder import NotebookRecorder
 
 __all__ = ["OffLoopRecorder", "record_sandbox"]
 
+log = logging.getLogger(__name__)
+
 
 class OffLoopRecorder:
-    """A sandbox listener that records each event, writing off the loop."""
+    """A sandbox listener that records each event, writing off the loop.
+
+    With write-behind, even building the event's cell waits until the current
+    callback is done (``call_soon``, in order): the call's answer goes out first, and
+    the cell is in memory before the loop reads the next request.
+    """
 
     def __init__(self, recorder: NotebookRecorder) -> None:
         self.recorder = recorder
         self._order = asyncio.Lock()
 
-    async def __call__(self, event: Event) -> None:
+    def __call__(self, event: Event) -> Awaitable[None] | None:
         if self.recorder.flush_delay is not None:
+            asyncio.get_running_loop().call_soon(self._record, event)
+            return None
+        return self._record_now(event)
+
+    def _record(self, event: Event) -> None:
+        try:
             self.recorder(event)  # a cell in memory; the writer thread writes it
-            return
+        except Exception:  # as emit() treats a failing listener
+            log.warning("recording %r failed", event, exc_info=True)
+
+    async def _record_now(self, event: Event) -> None:
         async with self._order:
             await asyncio.to_thread(self.recorder, event)
 

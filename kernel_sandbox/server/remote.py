@@ -22,6 +22,7 @@ import inspect
 import json
 import posixpath
 import time
+from collections.abc import AsyncIterable, AsyncIterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -40,6 +41,7 @@ from ..errors import (
 from ..events import Listener, PythonExecuted, ShellExecuted, emit
 from ..files import LIST_LIMIT
 from ..results import CommandResult, Execution, FileInfo
+from ..transfer import AsyncReadStream, download_file, upload_file
 from .wire import command_from, execution_from, file_info_from
 
 __all__ = ["RemoteFiles", "RemoteSandbox", "raise_for"]
@@ -133,16 +135,76 @@ class RemoteFiles:
             "POST", f"/v1/sandboxes/{self._sb.id}/mkdir", f"mkdir {path}", json={"path": path}
         )
 
+    async def read_stream(self, path: str, max_bytes: int | None = None) -> AsyncReadStream:
+        """The file as a stream, as the server sends it (refusals raise here)."""
+        sb = self._sb
+        sb.check_open()
+        where = {"path": sb.resolve_path(path)}
+        try:
+            response = await sb._client.send(
+                sb._client.build_request("GET", self._url(), params=where), stream=True
+            )
+        except httpx2.HTTPError as exc:
+            raise SandboxError(
+                f"read {path}: the server at {sb.url} cannot be reached: {exc}"
+            ) from exc
+        if response.status_code >= 400:
+            await response.aread()
+            await response.aclose()
+            raise_for(response, f"read file {path}")
+        size = int(response.headers.get("content-length", "-1"))
+        if max_bytes is not None and size > max_bytes:
+            await response.aclose()
+            raise FileOperationError(f"{path} is {size} bytes, more than max_bytes={max_bytes}")
+
+        async def pieces() -> AsyncIterator[bytes]:
+            try:
+                async for piece in response.aiter_bytes():
+                    yield piece
+            except httpx2.HTTPError as exc:  # the server ended it short: the file changed
+                raise FileOperationError(f"read {path}: the transfer broke: {exc}") from exc
+            finally:
+                await response.aclose()
+
+        return AsyncReadStream(size, pieces())
+
+    async def write_stream(
+        self,
+        path: str,
+        chunks: AsyncIterable[bytes],
+        *,
+        append: bool = False,
+        max_bytes: int | None = None,
+    ) -> int:
+        """Create or replace (``append``: add to) a file from chunks, sent as they come.
+
+        The server writes a temporary file and renames it once whole; past ``max_bytes``
+        (or the server's cap) the upload is broken off and nothing changes.
+        """
+        where = {"path": self._sb.resolve_path(path), **({"append": "true"} if append else {})}
+
+        async def capped() -> AsyncIterator[bytes]:
+            sent = 0
+            async for chunk in chunks:
+                sent += len(chunk)
+                if max_bytes is not None and sent > max_bytes:
+                    # raised, not returned: an ended body would be a complete, short file
+                    raise FileOperationError(f"{path}: more than max_bytes={max_bytes} to send")
+                yield chunk
+
+        operation = "append" if append else "write"
+        response = await self._sb._request(
+            "PUT", self._url(), f"{operation} file {path}", content=capped(), params=where
+        )
+        return int(response.json()["bytes"])
+
     async def upload(self, local: str | Path, remote: str) -> None:
-        """Copy a local file into the sandbox."""
-        await self.write(remote, Path(local).read_bytes())
+        """Copy a local file into the sandbox, streamed."""
+        await upload_file(self, local, remote)
 
     async def download(self, remote: str, local: str | Path) -> None:
-        """Copy a sandbox file here (parent directories are created)."""
-        data = await self.read(remote)
-        target = Path(local)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        """Copy a sandbox file here, streamed (parent directories are created)."""
+        await download_file(self, remote, local)
 
 
 class RemoteSandbox:

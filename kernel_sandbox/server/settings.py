@@ -72,7 +72,7 @@ class ServerSettings(BaseModel):
     max_upload_bytes: int = Field(
         default=100 * MiB,
         ge=1024,
-        description="Largest file upload or archive (413 above).",
+        description="Largest file upload, download or archive (streamed; an upload past it: 413).",
     )
     idle_timeout: float | None = Field(
         default=1800.0, gt=0, description="Seconds unused before a sandbox is removed."

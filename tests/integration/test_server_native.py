@@ -196,3 +196,84 @@ async def test_the_agent_loop_runs_on_a_remote_sandbox(server: Server, tmp_path)
             "print(x)",
         ]
         assert (await sb.run_python("x")).result["data"]["text/plain"] == "42"  # type: ignore[index]
+
+
+async def test_files_stream_both_ways_and_a_refused_upload_changes_nothing(
+    server: Server, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    source = tmp_path / "up.bin"
+    source.write_bytes(os.urandom(1_800_000))  # under the 2 MiB cap, in many pieces
+    async with (
+        await RemoteSandbox.create(server.url, api_key=KEY_A) as sb,
+        client(server) as c,
+    ):
+        await sb.files.upload(source, "in/up.bin")
+        got = tmp_path / "down" / "up.bin"
+        await sb.files.download("in/up.bin", got)
+        assert got.read_bytes() == source.read_bytes()
+        # the response is a stream with the file's length, read piece by piece
+        async with c.stream(
+            "GET", f"/v1/sandboxes/{sb.id}/file", params={"path": "in/up.bin"}
+        ) as r:
+            assert r.headers["content-length"] == "1800000"
+            pieces = [piece async for piece in r.aiter_raw()]
+        assert b"".join(pieces) == source.read_bytes() and len(pieces) > 1
+        # a client that leaves mid-download stops the transfer: the sandbox goes on
+        async with c.stream(
+            "GET", f"/v1/sandboxes/{sb.id}/file", params={"path": "in/up.bin"}
+        ) as r:
+            async for _ in r.aiter_raw():
+                break
+        assert (await sb.run_python("1 + 1")).result["data"]["text/plain"] == "2"  # type: ignore[index]
+        assert await sb.files.read("in/up.bin") == source.read_bytes()
+
+        # past the cap: 413, the old file intact, no temporary file left beside it
+        async def chunks():  # type: ignore[no-untyped-def]
+            for _ in range(3):
+                yield os.urandom(1024 * 1024)
+
+        put = await c.put(
+            f"/v1/sandboxes/{sb.id}/file", params={"path": "in/up.bin"}, content=chunks()
+        )
+        assert put.status_code == 413
+        assert await sb.files.read("in/up.bin") == source.read_bytes()
+        assert [i.name for i in await sb.files.list("in")] == ["up.bin"]
+        # a refused download answers before any byte, and leaves nothing here
+        with pytest.raises(SandboxFileNotFoundError):
+            await sb.files.download("in/missing.bin", tmp_path / "down" / "missing.bin")
+        assert sorted(p.name for p in (tmp_path / "down").iterdir()) == ["up.bin"]
+        # the session notebook records the upload once, by size (too large to embed)
+        sources = ["".join(c.source) for c in nbformat.from_dict(await sb.notebook()).cells]
+        assert len([s for s in sources if "`write` `/sandbox/in/up.bin` (1757.8 KB)" in s]) == 1
+
+
+async def test_streamed_outputs_are_nbformat_outputs(server: Server) -> None:
+    code = (
+        "from IPython.display import display, HTML, JSON, Image\n"
+        "import base64\n"
+        "png = base64.b64decode('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR4nGNg'\n"
+        "                       'YGD4DwABBAEAwS2OUAAAAABJRU5ErkJggg==')\n"
+        "print('text', flush=True)\n"
+        "display(HTML('<b>bold</b>'))\n"
+        "display(JSON({'a': [1, 2]}))\n"
+        "display(Image(data=png))\n"
+        "{'k': 1}"
+    )
+    async with await RemoteSandbox.create(server.url, api_key=KEY_A) as sb:
+        seen: list[dict] = []
+        ex = await sb.run_python(code, on_output=seen.append)
+        assert ex.status == "ok"
+        kinds = [(o["output_type"], sorted(o.get("data", {}))) for o in seen]
+        assert ("stream", []) in kinds
+        assert ("display_data", ["text/html", "text/plain"]) in kinds
+        assert ("display_data", ["application/json", "text/plain"]) in kinds
+        assert ("display_data", ["image/png", "text/plain"]) in kinds
+        assert kinds[-1] == ("execute_result", ["text/plain"])
+        json_out = next(o for o in seen if "application/json" in o.get("data", {}))
+        assert json_out["data"]["application/json"] == {"a": [1, 2]}  # a dict, not a string
+        png_out = next(o for o in seen if "image/png" in o.get("data", {}))
+        assert png_out["data"]["image/png"].startswith("iVBORw0KGgo")
+        # every streamed output is a valid nbformat output, the same as in the result
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(code, outputs=seen)])
+        nbformat.validate(nb)
+        assert seen == ex.outputs

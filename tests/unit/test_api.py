@@ -40,7 +40,7 @@ SUBMODULE_ONLY: dict[str, set[str]] = {
     },
     "errors": set(),  # every exception is catchable from the root
     "events": {"Listener", "current_context", "emit"},
-    "files": {"EVENT_DETAIL_CHARS", "LIST_LIMIT"},
+    "files": {"EVENT_DETAIL_CHARS", "LIST_LIMIT", "STREAM_EVENT_CONTENT"},
     "manager": {"SandboxManagerType", "register_manager"},
     "results": {
         "BINARY_PREFIXES",
@@ -53,7 +53,7 @@ SUBMODULE_ONLY: dict[str, set[str]] = {
     "sandbox": {"PING_TIMEOUT"},
     "server.http_manager": set(),
     "server.remote": {"RemoteFiles", "raise_for"},
-    "sync": {"run_sync"},
+    "sync": {"ReadStream", "run_sync"},
     "tools": {
         "Artifact",
         "FileOperation",

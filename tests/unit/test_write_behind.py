@@ -104,3 +104,25 @@ def test_a_killed_process_leaves_a_valid_notebook(tmp_path: Path) -> None:
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     assert len(nb.cells) >= 20
+
+
+def test_cells_someone_else_wrote_survive_later_writes(tmp_path: Path) -> None:
+    """A write reads the file back only when someone else wrote it since; what it found
+    there (an earlier session continued, a person's cells) stays in every later write."""
+    from nbformat.v4 import new_code_cell
+
+    from kernel_sandbox.notebook import shared
+
+    path = tmp_path / "s.ipynb"
+    rec = NotebookRecorder(path, title="t", flush_delay=30)
+    rec.add_note("mine 1")
+    rec.flush()
+    shared.append_cells(path, [new_code_cell("theirs = 1")])
+    rec.add_note("mine 2")
+    rec.flush()  # reads theirs back
+    rec.add_note("mine 3")
+    rec.flush()  # the file is as it left it: not read again, theirs kept all the same
+    sources = [c.source for c in read_notebook(path).cells]
+    assert sources == ["# t", "mine 1", "theirs = 1", "mine 2", "mine 3"]
+    assert [c.source for c in rec.notebook.cells] == sources
+    nbformat.validate(read_notebook(path))

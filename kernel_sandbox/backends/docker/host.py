@@ -20,6 +20,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import AsyncIterable, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -433,6 +434,28 @@ class DockerHost(KernelHost):
             workdir=workdir,
             environment=env,
             stdin=stdin,
+            max_output_bytes=max_output_bytes,
+            deadline=deadline,
+            container_state=lambda: self.engine.state(container),
+        )
+
+    async def exec_stream(
+        self,
+        argv: list[str],
+        *,
+        stdin: AsyncIterable[bytes] | None = None,
+        stdout: Callable[[bytes], Awaitable[None]],
+        max_output_bytes: int | None = None,
+        deadline: float | None = None,
+    ) -> ExecResult:
+        container = self._container()
+        return await exec_process(
+            self.engine.api,
+            container,
+            argv,
+            user=self.config.user,
+            stdin=stdin,
+            stdout=stdout,
             max_output_bytes=max_output_bytes,
             deadline=deadline,
             container_state=lambda: self.engine.state(container),
