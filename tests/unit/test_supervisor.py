@@ -52,7 +52,7 @@ def supervisor(tmp_path: Path, sleep_log: Path) -> Iterator[subprocess.Popen[byt
     # each call is logged with whether the kernel's end was reported yet
     status = tmp_path / STATUS_FILE
     (shim / "sleep").write_text(
-        f'#!/bin/sh\n[ -e {status} ] && when=reported || when=unreported\n'
+        f"#!/bin/sh\n[ -e {status} ] && when=reported || when=unreported\n"
         f'echo "$* $when" >> {sleep_log}\nexec {shutil.which("sleep")} "$@"\n'
     )
     (shim / "sleep").chmod(0o755)
