@@ -28,8 +28,8 @@ write lines of its own to ``status``: the kernel number and the blank line befor
 each report keep them from being taken for another kernel's end, and the worst a
 forged line does is restart the sandbox's own kernel.
 
-Nothing forks between a kernel's end and its report, and for a second after it (no
-command substitution, no ``sleep``: the waits spin on builtins and ``/proc/uptime``):
+Nothing forks between a kernel's end and its report (no command substitution, no
+``sleep``: the wait for the group spins on builtins and ``/proc/uptime``):
 right after a fork bomb's group is killed, its processes still hold the process limit
 until they are reaped (seconds under gVisor), and a fork the limit refuses ends a POSIX
 ``sh`` ("Cannot fork", status 2), and with it the container.
