@@ -28,8 +28,11 @@ write lines of its own to ``status``: the kernel number and the blank line befor
 each report keep them from being taken for another kernel's end, and the worst a
 forged line does is restart the sandbox's own kernel.
 
-Reporting forks nothing (no command substitution): right after a fork bomb's group is
-killed, its processes may still count against the process limit for a moment.
+Nothing forks between a kernel's end and its report (no command substitution, no
+``sleep``: the wait for the group spins on builtins and ``/proc/uptime``):
+right after a fork bomb's group is killed, its processes still hold the process limit
+until they are reaped (seconds under gVisor), and a fork the limit refuses ends a POSIX
+``sh`` ("Cannot fork", status 2), and with it the container.
 
 SIGTERM, SIGINT and SIGHUP are caught and ignored (a caught signal, unlike an ignored
 one, is reset for the kernel), so user code signalling PID 1 cannot end the container.

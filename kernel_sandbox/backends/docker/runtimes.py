@@ -20,11 +20,11 @@ and live in gVisor's kernel, not the host's.)
 Two settings change meaning under gVisor and are translated here, not dropped:
 
 * ``pids_limit``: the engine's pids cgroup counts the *host* tasks of gVisor's sentry
-  (its own threads plus, on the ptrace platform, stub tasks for every process inside:
-  about 40 + up to 13 per process), and the sentry dies when it cannot make one.  So the limit
+  (its own threads plus, on the ptrace platform, stub tasks for every process inside),
+  and the sentry dies when it cannot make one, ending the whole sandbox.  So the limit
   on processes inside is ``RLIMIT_NPROC`` (which gVisor enforces for the sandbox alone,
   root included, with ``EAGAIN`` as Linux does), and the cgroup keeps a backstop sized
-  for the sentry (:func:`gvisor_host_pids`).
+  for the sentry (:func:`gvisor_host_pids`), which grows with the square of the limit.
 * ``memory_limit``: gVisor has no OOM killer inside; the host's kills the sentry, so an
   out-of-memory sandbox loses its whole container (files in its in-memory writable
   area too) and the engine reports ``OOMKilled``, which the sandbox names.
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GVISOR_ARGS",
+    "HOST_TASKS_CEILING",
     "Runtime",
     "daemon_json",
     "describe",
@@ -57,10 +58,12 @@ __all__ = [
 
 #: ``runtimeArgs`` a sandbox needs when the engine runs it under runsc (see above).
 GVISOR_ARGS = ("--network=none", "--host-uds=all", "--host-fifo=open")
-#: Host tasks of an idle gVisor sandbox (sentry threads, gofer: ~40) and per process
-#: inside (a stub process and sentry threads on the ptrace platform: up to ~13 measured
-#: in a bash fork bomb; a thread costs far less).
-_SENTRY_TASKS, _TASKS_PER_PROCESS = 128, 16
+#: Host tasks of a gVisor sandbox beside its stub threads (sentry threads, gofer: ~40 idle).
+_SENTRY_TASKS = 256
+#: The most host tasks one gVisor sandbox may hold, whatever its ``pids_limit``: a host
+#: with the classic ``kernel.pid_max`` of 32768 keeps half for everything else.  It
+#: covers the stub threads of up to 83 busy processes inside (see gvisor_host_pids).
+HOST_TASKS_CEILING = 16384
 
 
 @dataclass(frozen=True)
@@ -102,8 +105,21 @@ def _enable_help(name: str) -> str:
 
 
 def gvisor_host_pids(pids_limit: int) -> int:
-    """The host pids-cgroup backstop for a gVisor sandbox allowed ``pids_limit`` processes."""
-    return _SENTRY_TASKS + _TASKS_PER_PROCESS * pids_limit
+    """The host pids-cgroup backstop for a gVisor sandbox allowed ``pids_limit`` processes.
+
+    On the ptrace platform every address space inside is a stub process on the host,
+    which gets a traced thread for each sentry thread that ever ran one of its tasks
+    (gVisor keeps them, and keeps released stubs for reuse).  The sentry holds about two
+    threads per busy process (one pinned to each stub, one per task running), so while
+    P processes stay busy (a fork bomb held at the limit, a pool of workers) the host
+    tasks grow for ~20 s towards ~2 P²: 2 192 for P=32, 4 720 for P=48, 8 434 for P=64
+    (Debian's runsc 2022-12, a Python fork bomb held for 30-40 s).  A backstop below
+    that ends the whole sandbox (the sentry panics when a clone fails) instead of the
+    kernel being restarted in place.  Above ``HOST_TASKS_CEILING`` (``pids_limit`` > 83)
+    the backstop stays there: the sandbox then survives such a workload only for a while.
+    """
+    needed = _SENTRY_TASKS + (pids_limit + 4) * (2 * pids_limit + 16)
+    return min(needed, HOST_TASKS_CEILING)
 
 
 def validate(runtimes: dict[str, Runtime], spec: ContainerSpec) -> Runtime | None:
