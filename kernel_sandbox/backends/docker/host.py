@@ -22,7 +22,7 @@ import shutil
 import time
 from collections.abc import AsyncIterable, Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import docker
 
@@ -425,18 +425,13 @@ class DockerHost(KernelHost):
         max_output_bytes: int | None = None,
         deadline: float | None = None,
     ) -> ExecResult:
-        container = self._container()
-        return await exec_process(
-            self.engine.api,
-            container,
+        return await self._exec(
             argv,
-            user=self.config.user,
             workdir=workdir,
             environment=env,
             stdin=stdin,
             max_output_bytes=max_output_bytes,
             deadline=deadline,
-            container_state=lambda: self.engine.state(container),
         )
 
     async def exec_stream(
@@ -448,17 +443,20 @@ class DockerHost(KernelHost):
         max_output_bytes: int | None = None,
         deadline: float | None = None,
     ) -> ExecResult:
+        return await self._exec(
+            argv, stdin=stdin, stdout=stdout, max_output_bytes=max_output_bytes, deadline=deadline
+        )
+
+    async def _exec(self, argv: list[str], **options: Any) -> ExecResult:
+        """One process beside the kernel, as the sandbox user (both ``exec`` forms)."""
         container = self._container()
         return await exec_process(
             self.engine.api,
             container,
             argv,
             user=self.config.user,
-            stdin=stdin,
-            stdout=stdout,
-            max_output_bytes=max_output_bytes,
-            deadline=deadline,
             container_state=lambda: self.engine.state(container),
+            **options,
         )
 
     def _check_own(self, what: str) -> None:
