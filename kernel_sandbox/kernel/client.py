@@ -30,6 +30,7 @@ from jupyter_client.connect import channel_socket_types
 from ..errors import KernelError
 from ..limits import DEFAULT_MAX_OUTPUT_BYTES
 from .connection import PORT_NAMES, ConnectionInfo
+from .guard import Route, frame_guard
 from .outputs import OutputCollector
 
 __all__ = ["KernelSession", "RawExecution"]
@@ -58,6 +59,13 @@ MESSAGE_OVERHEAD = 1024**2
 #: them: whatever the host does not read costs at most this many messages, each at
 #: most ``max_output_bytes + MESSAGE_OVERHEAD`` bytes (``ZMQ_MAXMSGSIZE``).
 RECEIVE_QUEUE = {"iopub": 4, "shell": 2, "control": 2}
+#: Largest messages' worth of bytes each host socket may hold unread, frames of one
+#: unfinished message included (``guard.py``): ``RECEIVE_QUEUE`` and ``MAXMSGSIZE`` bound
+#: complete messages and single frames, this bounds everything.  A message over it (all
+#: frames, each charged 64 bytes more) is never delivered: its connection is cut.
+HELD_MESSAGES = 2
+#: Off only to measure what the guard costs (bench/); never off in use.
+GUARD_CONNECTIONS = True
 #: Characters of an execute_reply's ``ename``/``evalue`` kept (the outputs hold the rest).
 REPLY_TEXT_CHARS = 8 * 1024
 #: The reply of a request whose execute_reply was dropped with shell's connection.
@@ -150,6 +158,9 @@ class _PinnedClient(AsyncKernelClient):
         self.max_message_bytes = max_message_bytes
         #: Channel name to a socket that receives an event when ZMQ drops its connection.
         self.monitors: dict[str, zmq.Socket[bytes]] = {}
+        #: Channel name to its route through the guard; socket id to the same route.
+        self.routes: dict[str, Route] = {}
+        self.socket_routes: dict[int, Route] = {}
 
     def _make_url(self, channel: str) -> str:
         return self.pinned.get(channel) or super()._make_url(channel)
@@ -162,7 +173,9 @@ class _PinnedClient(AsyncKernelClient):
         host side, so output the host does not read waits, or is dropped, in the
         container.  Both only apply to connections made after they are set.  ZMQ does not
         reconnect after an oversized frame, so a monitor reports the drop and
-        :meth:`KernelSession._relink` opens the channel again.
+        :meth:`KernelSession._relink` opens the channel again.  The socket reaches the
+        kernel through a route of the guard (``guard.py``), which holds back what the
+        host has not received past ``HELD_MESSAGES`` messages' worth of bytes.
         """
         sock = self.context.socket(channel_socket_types[channel])
         sock.linger = 0
@@ -183,7 +196,18 @@ class _PinnedClient(AsyncKernelClient):
         if old is not None:
             old.close()
         self.monitors[channel] = monitor
-        sock.connect(self._make_url(channel))
+        url = self._make_url(channel)
+        old_route = self.routes.pop(channel, None)
+        if old_route is not None:
+            old_route.close()
+            self.socket_routes = {k: r for k, r in self.socket_routes.items() if r is not old_route}
+        if GUARD_CONNECTIONS:
+            route = frame_guard().open(
+                url, HELD_MESSAGES * self.max_message_bytes, curve=self.curve_publickey is not None
+            )
+            self.routes[channel] = self.socket_routes[id(sock)] = route
+            url = route.url
+        sock.connect(url)
         return sock
 
 
@@ -212,9 +236,11 @@ class KernelSession:
         self.info = info
         self.client = _PinnedClient(max_output_bytes + MESSAGE_OVERHEAD, context=_shared_context())
         self.client.load_connection_info(dict(info))  # type: ignore[arg-type]
-        self._readers: dict[int, zmq.Socket[bytes]] = {}
+        self._readers: dict[int, tuple[zmq.Socket[bytes], Route | None]] = {}
         self._alive_checked = 0.0
         self._fds: list[int] = []
+        #: iopub was reopened since the last call began (ZMQ subscribes asynchronously).
+        self._resubscribe_needed = False
 
     async def connect(self, timeout: float, check_alive: AliveCheck) -> None:
         """Open the channels and wait until the kernel answers on shell *and* iopub."""
@@ -237,20 +263,19 @@ class KernelSession:
             msg_id = self.client.kernel_info()
             while True:
                 try:
-                    reply = await self.client.shell_channel.get_msg(timeout=0.05)
+                    reply = await self._get_msg(self.client.shell_channel, 0.05)
                 except Empty:
                     await self._wait_or_fail(deadline, check_alive, 0)
                     continue
-                if reply["parent_header"].get("msg_id") == msg_id:
+                if reply is not None and reply["parent_header"].get("msg_id") == msg_id:
                     break
             try:
-                await self.client.iopub_channel.get_msg(timeout=0.1)
-                iopub_ready = True
+                iopub_ready = await self._get_msg(self.client.iopub_channel, 0.1) is not None
             except Empty:
                 await self._wait_or_fail(deadline, check_alive, 0)
         while True:  # drop the remaining status messages of the probes
             try:
-                await self.client.iopub_channel.get_msg(timeout=0.01)
+                await self._get_msg(self.client.iopub_channel, 0.01)
             except Empty:
                 break
 
@@ -277,10 +302,10 @@ class KernelSession:
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             try:
-                reply = await self.client.shell_channel.get_msg(timeout=left)
+                reply = await self._get_msg(self.client.shell_channel, left)
             except Empty:
                 return False
-            if reply["parent_header"].get("msg_id") == msg_id:
+            if reply is not None and reply["parent_header"].get("msg_id") == msg_id:
                 return True
         return False
 
@@ -320,8 +345,10 @@ class KernelSession:
         ``max_output_bytes`` of output is kept (see :class:`OutputCollector`), and
         ``on_output`` sees nothing after the interrupt (the result has it all).
         """
-        if "iopub" in self._relink():  # dropped since the last call: subscribe again
+        self._relink()
+        if self._resubscribe_needed:  # iopub was reopened: wait until it is subscribed
             await self._resubscribe()
+            self._resubscribe_needed = False
         msg_id = self.client.execute(code, store_history=True, allow_stdin=False)
         collector = OutputCollector(max_output_bytes)
         # Once shell's connection was dropped, the execute_reply may be lost with it: a
@@ -411,7 +438,9 @@ class KernelSession:
             # listener must not make a kernel that did stop look stuck.
             if shown is not None and on_output is not None and not interrupted:
                 await _notify(on_output, shown)
-        if dropped or self._relink():
+        iopub = self.client.routes.get("iopub")
+        held = iopub is not None and bool(iopub.held_since)  # unread past the bound
+        if dropped or self._relink() or held:
             collector.note_lost(self.client.max_message_bytes)
         return result("interrupted" if interrupted else "finished", reply=reply or {})
 
@@ -427,6 +456,7 @@ class KernelSession:
                 while True:
                     monitor.recv_multipart(zmq.NOBLOCK)
                     lost.add(name)
+        self._resubscribe_needed |= "iopub" in lost
         for name in lost:
             channel = getattr(self.client, f"_{name}_channel")
             if channel is None:
@@ -487,21 +517,30 @@ class KernelSession:
         event-loop turn; headers are not searched for ISO dates to parse with dateutil
         (nothing here reads them).  Raises ``Empty`` after ``timeout`` seconds; returns
         None for a message with a bad signature (dropped, as a forged one would be).
+        Every message read from the kernel goes through here: its size is reported to
+        the socket's guard route, and so is finding nothing.
         """
-        reader = self._readers.get(id(channel.socket))
+        key = id(channel.socket)
+        reader, route = self._readers.get(key) or (None, None)
         if reader is None:
-            reader = self._readers[id(channel.socket)] = zmq.Socket.shadow(
-                channel.socket.underlying
-            )
+            reader = zmq.Socket.shadow(channel.socket.underlying)
+            route = self.client.socket_routes.get(key)
+            self._readers[key] = reader, route
         try:
             frames = reader.recv_multipart(zmq.NOBLOCK)
         except zmq.Again:
             if not await channel.socket.poll(timeout * 1000):
+                if route is not None:
+                    route.nothing_to_read()
                 raise Empty from None
             try:
                 frames = reader.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:  # woken without a message: the caller asks again
+                if route is not None:
+                    route.nothing_to_read()
                 return None
+        if route is not None:
+            route.delivered(frames)
         session = self.client.session
         _, frames = session.feed_identities(frames)
         signature, *parts = frames[:5]
@@ -551,6 +590,10 @@ class KernelSession:
         for fd in self._fds:
             os.close(fd)
         self._fds = []
+        for route in self.client.routes.values():
+            route.close()
+        self.client.routes.clear()
+        self.client.socket_routes.clear()
 
 
 async def _notify(callback: OutputCallback, output: Output) -> None:

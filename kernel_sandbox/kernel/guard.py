@@ -1,0 +1,457 @@
+"""A host-side relay that bounds the bytes one kernel connection can make the host hold.
+
+Why: libzmq reads a multipart message whole into the receiving socket's queue before the
+host can see any part of it.  ``ZMQ_MAXMSGSIZE`` bounds each *frame* and ``RCVHWM`` the
+number of *complete* messages queued, but nothing bounds the frames of one message: a
+sandbox sending one message of 40 frames of 8 MiB grew the host by 321 MiB, and more
+frames grow it without limit.  Under tcp the kernel's sockets are CURVE servers, so the
+end of a message is encrypted and cannot be seen on the way.
+
+How: each host socket connects (ipc) to a listening socket of the :class:`FrameGuard`,
+in a directory only this process can reach, and the guard connects to the kernel and
+copies bytes both ways unchanged: the ZMTP session, CURVE included, stays between the
+host socket and the kernel.  On the way from the kernel it reads the outer ZMTP framing
+(frame sizes are visible under CURVE too) and charges each frame its bytes plus
+``FRAME_COST``; the client reports the same charge for each message it receives
+(:meth:`Route.delivered`).  Once the charge not yet received reaches the route's
+``bound``, the guard stops reading from the kernel, which then waits or drops inside its
+own limits.  When the host finds nothing to read while the guard is held there, what is
+held is one incomplete message: the connection is cut, libzmq discards the partial
+message, the socket's monitor reports the drop and the client opens the channel again
+(and its result says output was lost).  A route held for ``STALL_LIMIT`` seconds while
+the host reads nothing at all is cut too.
+
+One thread with one epoll set serves every route of the process; a connected route
+holds two descriptors (three while it may still be reconnected), and at most ``CHUNK``
+bytes in each direction.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import errno
+import fcntl
+import itertools
+import logging
+import os
+import selectors
+import shutil
+import socket
+import struct
+import tempfile
+import termios
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+__all__ = ["FRAME_COST", "FrameGuard", "Route", "charge", "frame_guard"]
+
+log = logging.getLogger(__name__)
+
+#: Bytes read from a socket at a time: the most a route holds per direction.
+CHUNK = 256 * 1024
+#: Charged per frame on top of its bytes: libzmq keeps a 64-byte ``msg_t`` for each
+#: frame queued, so a message of a million empty frames is not free.
+FRAME_COST = 64
+#: CURVE sends a frame as a MESSAGE command: name (8), nonce (8), MAC (16), flags (1).
+CURVE_OVERHEAD = 33
+#: A ZMTP 3 greeting (signature, version, mechanism, as-server, filler).
+GREETING = 64
+#: How long after the guard saw the host drain everything it was sent a look that finds
+#: no message proves the held bytes are one incomplete message.
+STALL_GRACE = 0.05
+#: Seconds a route may be held at its bound while the host receives nothing at all.
+STALL_LIMIT = 10.0
+#: How often held routes are looked at (only while some route is held).
+TICK = 0.05
+
+_MORE, _LONG, _COMMAND = 1, 2, 4
+_PEERCRED = struct.Struct("3i")
+
+
+def charge(frames: Sequence[bytes]) -> int:
+    """What a message of ``frames`` counts against a route's bound."""
+    return sum(map(len, frames)) + FRAME_COST * len(frames)
+
+
+class FramingError(ValueError):
+    """The kernel's byte stream is not ZMTP 3 (a sandbox could speak an older framing)."""
+
+
+class _Framing:
+    """Incremental reader of the outer ZMTP 3 framing: what each chunk charges."""
+
+    def __init__(self, curve: bool) -> None:
+        self.overhead = CURVE_OVERHEAD if curve else 0
+        self.greeting = b""
+        self.header = b""  # an incomplete frame header (flags and size)
+        self.body_left = 0
+
+    def feed(self, data: bytes) -> int:
+        charged = 0
+        i, n = 0, len(data)
+        if len(self.greeting) < GREETING:
+            i = GREETING - len(self.greeting)
+            self.greeting += data[:i]
+            if len(self.greeting) < GREETING:
+                return 0
+            if self.greeting[0] != 0xFF or self.greeting[10] < 3:
+                raise FramingError("the kernel did not greet with ZMTP 3")
+        while i < n:
+            if self.body_left:
+                step = min(self.body_left, n - i)
+                self.body_left -= step
+                i += step
+                continue
+            if self.header:  # rare: a header split between two reads
+                data = self.header + data[i:]
+                i, n = 0, len(data)
+                self.header = b""
+            flags = data[i]
+            if flags & ~(_MORE | _LONG | _COMMAND):
+                raise FramingError(f"bad ZMTP frame flags {flags:#x}")
+            end = i + (9 if flags & _LONG else 2)
+            if end > n:
+                self.header = data[i:]
+                break
+            size = int.from_bytes(data[i + 1 : end], "big")
+            charged += max(size - self.overhead, 0) + FRAME_COST
+            self.body_left = size
+            i = end
+        return charged
+
+
+class Route:
+    """One host socket's path to the kernel through the guard.
+
+    ``url`` is what the host socket connects to.  ``delivered`` and ``nothing_to_read``
+    are called by the thread that reads the host socket; everything else runs in the
+    guard's thread.
+    """
+
+    def __init__(self, guard: FrameGuard, target: str, bound: int, curve: bool) -> None:
+        self.guard, self.target, self.bound, self.curve = guard, target, bound, curve
+        self.path = os.path.join(guard.directory, str(next(guard.ids)))
+        self.url = f"ipc://{self.path}"
+        self.listener: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.setblocking(False)
+        self.listener.bind(self.path)
+        self.listener.listen(4)
+        self.host: socket.socket | None = None
+        self.kernel: socket.socket | None = None
+        self.connecting = False
+        self.framing = _Framing(curve)
+        self.relayed = 0  # charge read from the kernel (guard thread)
+        self.received = 0  # charge the host socket delivered (reader thread)
+        self.to_host = memoryview(b"")
+        self.to_kernel = memoryview(b"")
+        self.held_since = 0.0  # when the bound was reached (0: not held)
+        self.drained_at = 0.0  # when the host was seen to have read all it was sent
+        self.looked_empty = 0.0  # when the reader last found no message
+        self.last_delivery = time.monotonic()
+        self.final = False  # kernel bytes reached the host: no second connection
+        self.closed = False
+        self.cuts = 0  # connections cut at the bound (for tests and logs)
+        self._masks: dict[socket.socket, int] = {}
+
+    @property
+    def outstanding(self) -> int:
+        """Charge read from the kernel that the host has not received as messages."""
+        return self.relayed - self.received
+
+    # -- called by the reader of the host socket ------------------------------------
+    def delivered(self, frames: Sequence[bytes]) -> None:
+        """The host socket delivered this message (every message must be reported)."""
+        self.received += charge(frames)
+        self.last_delivery = time.monotonic()
+        if self.held_since:
+            self.guard.call(self._update)
+
+    def nothing_to_read(self) -> None:
+        """The reader found no message; if the route is held, it may be starved."""
+        if self.held_since:
+            self.looked_empty = time.monotonic()
+            self.guard.call(self._check_stall)
+
+    def close(self) -> None:
+        """Forget this route (its host socket is closed or replaced)."""
+        self.guard.call(self._close)
+
+    # -- guard thread ---------------------------------------------------------------
+    def _listen(self) -> None:
+        if self.listener is not None:
+            self.guard.watch(self.listener, selectors.EVENT_READ, self)
+
+    def _on_listener(self) -> None:
+        assert self.listener is not None
+        try:
+            conn, _ = self.listener.accept()
+        except BlockingIOError:
+            return
+        pid, _uid, _gid = _PEERCRED.unpack(
+            conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+        )
+        if pid != os.getpid() or self.host is not None:
+            conn.close()  # only this process's one socket goes through a route
+            return
+        conn.setblocking(False)
+        self.host = conn
+        family, address = _address(self.target)
+        self.kernel = socket.socket(family, socket.SOCK_STREAM)
+        self.kernel.setblocking(False)
+        if family == socket.AF_INET:
+            self.kernel.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        err = self.kernel.connect_ex(address)
+        if err not in (0, errno.EINPROGRESS):
+            self._end()
+            return
+        self.connecting = err == errno.EINPROGRESS
+        self._update()
+
+    def _on_kernel(self, mask: int) -> None:
+        assert self.kernel is not None and self.host is not None
+        if self.connecting:
+            if self.kernel.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+                self._end()
+                return
+            self.connecting = False
+        if mask & selectors.EVENT_WRITE and self.to_kernel:
+            self.to_kernel = self.to_kernel[self.kernel.send(self.to_kernel) :]
+        if mask & selectors.EVENT_READ and not self.to_host and self.outstanding < self.bound:
+            data = self.kernel.recv(CHUNK)
+            if not data:
+                self._end()
+                return
+            try:
+                self.relayed += self.framing.feed(data)
+            except FramingError as exc:
+                log.warning("cut a kernel connection: %s", exc)
+                self._close()
+                return
+            if not self.final:
+                self._seal()
+            try:
+                sent = self.host.send(data)
+            except BlockingIOError:
+                sent = 0
+            self.to_host = memoryview(data)[sent:]
+        self._update()
+
+    def _on_host(self, mask: int) -> None:
+        assert self.kernel is not None and self.host is not None
+        if mask & selectors.EVENT_WRITE and self.to_host:
+            self.to_host = self.to_host[self.host.send(self.to_host) :]
+        if mask & selectors.EVENT_READ and not self.to_kernel:
+            data = self.host.recv(CHUNK)
+            if not data:
+                self._end()
+                return
+            try:
+                sent = self.kernel.send(data)
+            except BlockingIOError:
+                sent = 0
+            self.to_kernel = memoryview(data)[sent:]
+        self._update()
+
+    def _seal(self) -> None:
+        """The kernel answered: this route now serves this one connection only."""
+        self.final = True
+        if self.listener is not None:
+            self.guard.unregister(self.listener)
+            self.listener.close()
+            self.listener = None
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+
+    def _update(self) -> None:
+        """Set what the guard waits for on each socket, from the route's state."""
+        if self.closed or self.host is None or self.kernel is None:
+            return
+        held = self.outstanding >= self.bound
+        if held and not self.held_since:
+            self.held_since = time.monotonic()
+            self.drained_at = 0.0
+            self.guard.held.add(self)
+        elif not held and self.held_since:
+            self.held_since = 0.0
+            self.guard.held.discard(self)
+        if self.connecting:
+            kernel, host = selectors.EVENT_WRITE, 0
+        else:
+            kernel = selectors.EVENT_WRITE if self.to_kernel else 0
+            if not self.to_host and not held:
+                kernel |= selectors.EVENT_READ
+            host = selectors.EVENT_WRITE if self.to_host else 0
+            if not self.to_kernel:
+                host |= selectors.EVENT_READ
+        for sock, mask in ((self.kernel, kernel), (self.host, host)):
+            if self._masks.get(sock, 0) != mask:
+                self._masks[sock] = mask
+                self.guard.watch(sock, mask, self)
+
+    def _check_stall(self) -> None:
+        """Cut a held route whose host has read all it was sent and has no message."""
+        if self.closed or not self.held_since or self.host is None:
+            return
+        now = time.monotonic()
+        self._update()  # a delivery may have released it
+        if not self.held_since:
+            return
+        if _unread(self.host):
+            self.drained_at = 0.0
+        elif not self.drained_at:
+            self.drained_at = now
+        starved = self.drained_at and self.looked_empty >= self.drained_at + STALL_GRACE
+        if starved or now - max(self.held_since, self.last_delivery) >= STALL_LIMIT:
+            log.warning(
+                "cut a kernel connection holding %d bytes of an unfinished message "
+                "(the bound is %d)",
+                self.outstanding,
+                self.bound,
+            )
+            self.cuts += 1
+            self._close()
+
+    def _end(self) -> None:
+        """One side hung up: a route that relayed nothing yet may be connected again."""
+        if self.final:
+            self._close()
+            return
+        for sock in (self.host, self.kernel):
+            if sock is not None:
+                self.guard.unregister(sock)
+                sock.close()
+        self.host = self.kernel = None
+        self._masks.clear()
+        self.connecting = False
+        self.to_host = self.to_kernel = memoryview(b"")
+        self.framing = _Framing(self.curve)
+        self.relayed = self.received = 0
+
+    def _close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.guard.held.discard(self)
+        for sock in (self.host, self.kernel, self.listener):
+            if sock is not None:
+                self.guard.unregister(sock)
+                sock.close()
+        self.host = self.kernel = self.listener = None
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+def _address(target: str) -> tuple[int, str | tuple[str, int]]:
+    """The socket family and address of a ZMQ ``ipc://`` or ``tcp://`` URL."""
+    if target.startswith("ipc://"):
+        return socket.AF_UNIX, target[len("ipc://") :]
+    if target.startswith("tcp://"):
+        host, _, port = target[len("tcp://") :].rpartition(":")
+        return socket.AF_INET, (host, int(port))
+    raise ValueError(f"the guard relays ipc:// and tcp:// only, not {target!r}")
+
+
+def _unread(sock: socket.socket) -> int:
+    """Bytes sent on ``sock`` that its peer has not read yet (``SIOCOUTQ``)."""
+    out = fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0")
+    return int.from_bytes(out, "little", signed=True)
+
+
+class FrameGuard:
+    """The relay thread and its epoll set, shared by every route of the process."""
+
+    def __init__(self) -> None:
+        self.directory = tempfile.mkdtemp(prefix="kernel-sandbox-guard-")  # mode 0700
+        self.ids = itertools.count()
+        self.held: set[Route] = set()
+        self._selector = selectors.EpollSelector()
+        self._calls: collections.deque[Callable[[], None]] = collections.deque()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._thread = threading.Thread(target=self._run, name="kernel-sandbox-guard", daemon=True)
+        self._thread.start()
+        atexit.register(shutil.rmtree, self.directory, True)
+
+    def open(self, target: str, bound: int, curve: bool) -> Route:
+        """A route to the kernel socket at ``target`` (a ZMQ URL) holding at most ``bound``.
+
+        The listening socket exists when this returns, so the host socket can connect
+        to ``route.url`` at once.
+        """
+        route = Route(self, target, bound, curve)
+        self.call(route._listen)
+        return route
+
+    def call(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` in the guard's thread."""
+        self._calls.append(fn)
+        with contextlib.suppress(BlockingIOError):
+            self._wake_w.send(b"\0")
+
+    def watch(self, sock: socket.socket, mask: int, route: Route) -> None:
+        if mask == 0:
+            self.unregister(sock)
+            return
+        try:
+            self._selector.modify(sock, mask, route)
+        except KeyError:
+            self._selector.register(sock, mask, route)
+
+    def unregister(self, sock: socket.socket) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(sock)
+
+    def _run(self) -> None:
+        while True:
+            for key, mask in self._selector.select(TICK if self.held else None):
+                route = key.data
+                if route is None:
+                    with contextlib.suppress(BlockingIOError):
+                        while self._wake_r.recv(4096):
+                            pass
+                    continue
+                self._step(route, key.fileobj, mask)  # type: ignore[arg-type]
+            while self._calls:
+                fn = self._calls.popleft()
+                try:
+                    fn()
+                except Exception:
+                    log.exception("kernel connection guard: a call failed")
+            for route in list(self.held):
+                route._check_stall()
+
+    @staticmethod
+    def _step(route: Route, sock: socket.socket, mask: int) -> None:
+        try:
+            if sock is route.listener:
+                route._on_listener()
+            elif sock is route.kernel:
+                route._on_kernel(mask)
+            elif sock is route.host:
+                route._on_host(mask)
+        except (BlockingIOError, InterruptedError):
+            route._update()
+        except OSError:  # a reset or broken connection: as if it hung up
+            route._end()
+        except Exception:
+            log.exception("kernel connection guard: closing a route after an error")
+            route._close()
+
+
+_GUARD: FrameGuard | None = None
+_GUARD_LOCK = threading.Lock()
+_GUARD_PID = 0
+
+
+def frame_guard() -> FrameGuard:
+    """The process's guard, started on first use (and again in a forked child)."""
+    global _GUARD, _GUARD_PID
+    with _GUARD_LOCK:
+        if _GUARD is None or os.getpid() != _GUARD_PID:
+            _GUARD, _GUARD_PID = FrameGuard(), os.getpid()
+        return _GUARD
