@@ -388,6 +388,7 @@ class KernelSession:
         deadline = loop.time() + timeout
         interrupted = False
         drain_until = 0.0
+        iopub_moved = self._iopub_moved()
         reply: dict[str, Any] | None = None
         while True:
             now = loop.time()
@@ -406,6 +407,9 @@ class KernelSession:
             except Empty:
                 relink()
                 if reply is not None:  # replied, then silent: its idle was lost
+                    if (moved := self._iopub_moved()) != iopub_moved:
+                        iopub_moved = moved  # not silent: a big message is on its way
+                        continue
                     break
                 # The idle status is lost when iopub's connection was dropped (or the
                 # kernel dropped it from a full queue); the reply then ends the call.
@@ -443,6 +447,11 @@ class KernelSession:
         if dropped or self._relink() or held:
             collector.note_lost(self.client.max_message_bytes)
         return result("interrupted" if interrupted else "finished", reply=reply or {})
+
+    def _iopub_moved(self) -> int:
+        """Bytes the guard has relayed on iopub: a message being received moves it."""
+        route = self.client.routes.get("iopub")
+        return route.bytes_in if route is not None else 0
 
     def _relink(self) -> set[str]:
         """Open again the channels whose connection ZMQ dropped; returns their names.

@@ -36,7 +36,7 @@ import fcntl
 import itertools
 import logging
 import os
-import selectors
+import select
 import shutil
 import socket
 import struct
@@ -51,7 +51,7 @@ __all__ = ["FRAME_COST", "FrameGuard", "Route", "charge", "frame_guard"]
 log = logging.getLogger(__name__)
 
 #: Bytes read from a socket at a time: the most a route holds per direction.
-CHUNK = 256 * 1024
+CHUNK = 1024 * 1024
 #: Charged per frame on top of its bytes: libzmq keeps a 64-byte ``msg_t`` for each
 #: frame queued, so a message of a million empty frames is not free.
 FRAME_COST = 64
@@ -68,6 +68,7 @@ STALL_LIMIT = 10.0
 TICK = 0.05
 
 _MORE, _LONG, _COMMAND = 1, 2, 4
+_IN, _OUT, _GONE = select.EPOLLIN, select.EPOLLOUT, select.EPOLLHUP | select.EPOLLERR
 _PEERCRED = struct.Struct("3i")
 
 
@@ -144,6 +145,7 @@ class Route:
         self.connecting = False
         self.framing = _Framing(curve)
         self.relayed = 0  # charge read from the kernel (guard thread)
+        self.bytes_in = 0  # bytes read from the kernel: moves while a message arrives
         self.received = 0  # charge the host socket delivered (reader thread)
         self.to_host = memoryview(b"")
         self.to_kernel = memoryview(b"")
@@ -182,9 +184,9 @@ class Route:
     # -- guard thread ---------------------------------------------------------------
     def _listen(self) -> None:
         if self.listener is not None:
-            self.guard.watch(self.listener, selectors.EVENT_READ, self)
+            self.guard.watch(self.listener, _IN, self._on_listener)
 
-    def _on_listener(self) -> None:
+    def _on_listener(self, mask: int) -> None:
         assert self.listener is not None
         try:
             conn, _ = self.listener.accept()
@@ -211,19 +213,24 @@ class Route:
         self._update()
 
     def _on_kernel(self, mask: int) -> None:
-        assert self.kernel is not None and self.host is not None
+        kernel, host = self.kernel, self.host
+        assert kernel is not None and host is not None
         if self.connecting:
-            if self.kernel.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+            if kernel.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
                 self._end()
                 return
             self.connecting = False
-        if mask & selectors.EVENT_WRITE and self.to_kernel:
-            self.to_kernel = self.to_kernel[self.kernel.send(self.to_kernel) :]
-        if mask & selectors.EVENT_READ and not self.to_host and self.outstanding < self.bound:
-            data = self.kernel.recv(CHUNK)
+            self._update()
+            return
+        if mask & _OUT and self.to_kernel:
+            self.to_kernel = self.to_kernel[kernel.send(self.to_kernel) :]
+            self._update()
+        if mask & _IN and not self.to_host and self.relayed - self.received < self.bound:
+            data = kernel.recv(CHUNK)
             if not data:
                 self._end()
                 return
+            self.bytes_in += len(data)
             try:
                 self.relayed += self.framing.feed(data)
             except FramingError as exc:
@@ -233,27 +240,37 @@ class Route:
             if not self.final:
                 self._seal()
             try:
-                sent = self.host.send(data)
+                sent = host.send(data)
             except BlockingIOError:
                 sent = 0
-            self.to_host = memoryview(data)[sent:]
-        self._update()
+            if sent < len(data):
+                self.to_host = memoryview(data)[sent:]
+                self._update()
+            elif self.relayed - self.received >= self.bound:
+                self._update()
+        elif mask & _GONE:
+            self._end()  # hung up while the route was not reading it
 
     def _on_host(self, mask: int) -> None:
-        assert self.kernel is not None and self.host is not None
-        if mask & selectors.EVENT_WRITE and self.to_host:
-            self.to_host = self.to_host[self.host.send(self.to_host) :]
-        if mask & selectors.EVENT_READ and not self.to_kernel:
-            data = self.host.recv(CHUNK)
+        kernel, host = self.kernel, self.host
+        assert kernel is not None and host is not None
+        if mask & _OUT and self.to_host:
+            self.to_host = self.to_host[host.send(self.to_host) :]
+            self._update()
+        if mask & _IN and not self.to_kernel:
+            data = host.recv(CHUNK)
             if not data:
                 self._end()
                 return
             try:
-                sent = self.kernel.send(data)
+                sent = kernel.send(data)
             except BlockingIOError:
                 sent = 0
-            self.to_kernel = memoryview(data)[sent:]
-        self._update()
+            if sent < len(data):
+                self.to_kernel = memoryview(data)[sent:]
+                self._update()
+        elif mask & _GONE:
+            self._end()
 
     def _seal(self) -> None:
         """The kernel answered: this route now serves this one connection only."""
@@ -278,18 +295,21 @@ class Route:
             self.held_since = 0.0
             self.guard.held.discard(self)
         if self.connecting:
-            kernel, host = selectors.EVENT_WRITE, 0
+            kernel, host = _OUT, 0
         else:
-            kernel = selectors.EVENT_WRITE if self.to_kernel else 0
+            kernel = _OUT if self.to_kernel else 0
             if not self.to_host and not held:
-                kernel |= selectors.EVENT_READ
-            host = selectors.EVENT_WRITE if self.to_host else 0
+                kernel |= _IN
+            host = _OUT if self.to_host else 0
             if not self.to_kernel:
-                host |= selectors.EVENT_READ
-        for sock, mask in ((self.kernel, kernel), (self.host, host)):
-            if self._masks.get(sock, 0) != mask:
+                host |= _IN
+        for sock, mask, handler in (
+            (self.kernel, kernel, self._on_kernel),
+            (self.host, host, self._on_host),
+        ):
+            if self._masks.get(sock) != mask:
                 self._masks[sock] = mask
-                self.guard.watch(sock, mask, self)
+                self.guard.watch(sock, mask, handler)
 
     def _check_stall(self) -> None:
         """Cut a held route whose host has read all it was sent and has no message."""
@@ -367,12 +387,14 @@ class FrameGuard:
         self.directory = tempfile.mkdtemp(prefix="kernel-sandbox-guard-")  # mode 0700
         self.ids = itertools.count()
         self.held: set[Route] = set()
-        self._selector = selectors.EpollSelector()
+        self._epoll = select.epoll()
+        #: Descriptor to the route method that handles its events.
+        self._handlers: dict[int, Callable[[int], None]] = {}
         self._calls: collections.deque[Callable[[], None]] = collections.deque()
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._epoll.register(self._wake_r.fileno(), _IN)
         self._thread = threading.Thread(target=self._run, name="kernel-sandbox-guard", daemon=True)
         self._thread.start()
         atexit.register(shutil.rmtree, self.directory, True)
@@ -393,29 +415,37 @@ class FrameGuard:
         with contextlib.suppress(BlockingIOError):
             self._wake_w.send(b"\0")
 
-    def watch(self, sock: socket.socket, mask: int, route: Route) -> None:
-        if mask == 0:
-            self.unregister(sock)
-            return
-        try:
-            self._selector.modify(sock, mask, route)
-        except KeyError:
-            self._selector.register(sock, mask, route)
+    def watch(self, sock: socket.socket, mask: int, handler: Callable[[int], None]) -> None:
+        """Wait for ``mask`` events on ``sock`` (none: forget it); ``handler`` gets them."""
+        fd = sock.fileno()
+        if fd in self._handlers:
+            if mask:
+                self._epoll.modify(fd, mask)
+                self._handlers[fd] = handler
+            else:
+                self.unregister(sock)
+        elif mask:
+            self._epoll.register(fd, mask)
+            self._handlers[fd] = handler
 
     def unregister(self, sock: socket.socket) -> None:
-        with contextlib.suppress(KeyError, ValueError):
-            self._selector.unregister(sock)
+        fd = sock.fileno()
+        if self._handlers.pop(fd, None) is not None:
+            self._epoll.unregister(fd)
 
     def _run(self) -> None:
+        wake = self._wake_r.fileno()
+        handlers = self._handlers
         while True:
-            for key, mask in self._selector.select(TICK if self.held else None):
-                route = key.data
-                if route is None:
+            for fd, mask in self._epoll.poll(TICK if self.held else -1):
+                if fd == wake:
                     with contextlib.suppress(BlockingIOError):
                         while self._wake_r.recv(4096):
                             pass
                     continue
-                self._step(route, key.fileobj, mask)  # type: ignore[arg-type]
+                handler = handlers.get(fd)
+                if handler is not None:
+                    self._step(handler, mask)
             while self._calls:
                 fn = self._calls.popleft()
                 try:
@@ -426,14 +456,10 @@ class FrameGuard:
                 route._check_stall()
 
     @staticmethod
-    def _step(route: Route, sock: socket.socket, mask: int) -> None:
+    def _step(handler: Callable[[int], None], mask: int) -> None:
+        route: Route = handler.__self__  # type: ignore[attr-defined]
         try:
-            if sock is route.listener:
-                route._on_listener()
-            elif sock is route.kernel:
-                route._on_kernel(mask)
-            elif sock is route.host:
-                route._on_host(mask)
+            handler(mask)
         except (BlockingIOError, InterruptedError):
             route._update()
         except OSError:  # a reset or broken connection: as if it hung up
