@@ -7,8 +7,9 @@ in ``/proc/self/status``, reset before the attack through ``/proc/self/clear_ref
 The issue measured floods of 600 MB - 1 GiB; here each is ``FLOOD`` (400 MiB) so the
 suite stays fast, and the host may grow by at most ``MEMORY_BOUND`` (100 MiB, 25 % of
 the flood, the issue's 150 MB for 600 MB).  The bound holds whatever the flood's size:
-the host keeps at most ``3 * max_output_bytes`` per call and ``RECEIVE_QUEUE`` messages
-of at most ``max_output_bytes + 1 MiB`` per socket.  Figures are printed (``-s``).
+the host keeps at most ``3 * max_output_bytes`` per call and, per socket, what the
+connection guard lets through unread: ``HELD_MESSAGES * (max_output_bytes + 1 MiB)``
+(22 MiB), frames of an unfinished message included.  Figures are printed (``-s``).
 """
 
 from __future__ import annotations
@@ -302,7 +303,7 @@ async def test_use_after_pool_release_is_a_sandbox_error(docker_engine: object) 
             await sandbox.run_shell("true")
 
 
-# One message of many frames: ZMAXMSGSIZE bounds each frame, RCVHWM complete messages;
+# One message of many frames: ZMQ_MAXMSGSIZE bounds each frame, RCVHWM complete messages;
 # libzmq would take in every frame of an unfinished message.  The guard's route
 # (kernel/guard.py) holds back past ``HELD_MESSAGES`` messages' worth of bytes and cuts.
 FRAME = 8 * MiB
