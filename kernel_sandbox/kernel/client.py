@@ -345,7 +345,9 @@ class KernelSession:
         ``max_output_bytes`` of output is kept (see :class:`OutputCollector`), and
         ``on_output`` sees nothing after the interrupt (the result has it all).
         """
-        self._relink()
+        # What a route holds back now is from before this call (output of threads, a
+        # message too big to finish): the channel starts afresh instead of behind it.
+        self._relink({name for name, route in self.client.routes.items() if route.held_since})
         if self._resubscribe_needed:  # iopub was reopened: wait until it is subscribed
             await self._resubscribe()
             self._resubscribe_needed = False
@@ -453,13 +455,15 @@ class KernelSession:
         route = self.client.routes.get("iopub")
         return route.bytes_in if route is not None else 0
 
-    def _relink(self) -> set[str]:
-        """Open again the channels whose connection ZMQ dropped; returns their names.
+    def _relink(self, also: set[str] | None = None) -> set[str]:
+        """Open again the channels whose connection ZMQ dropped (and ``also``); returns
+        their names.
 
         ZMQ drops a connection for good when the kernel sends a frame over the
-        per-message limit; what was in flight on it is lost.
+        per-message limit, and the guard cuts one that holds an unfinished message
+        over its bound; what was in flight on it is lost.
         """
-        lost = set()
+        lost = set(also or ())
         for name, monitor in list(self.client.monitors.items()):
             with contextlib.suppress(zmq.Again):
                 while True:

@@ -341,6 +341,7 @@ import threading
 part = b"g" * (4 * 1024**2)
 craft(k.iopub_socket, "stream", {{"name": "stdout", "text": "y"}}, {small}, [part] * 4)
 def later():
+    time.sleep(1)  # after the cell's own output ("sent" must not be behind a cut message)
     for _ in range({FLOOD // (48 * MiB)}):
         craft(k.iopub_socket, "stream", {{"name": "stdout", "text": "z"}}, 1, [part] * 12)
         time.sleep(0.3)
@@ -352,7 +353,7 @@ print("sent")
         ex = await box.run_python(code, timeout=60)
         status, stdout = ex.status, ex.stdout
         del ex
-        await asyncio.sleep(4)  # the host reads nothing meanwhile
+        await asyncio.sleep(5)  # the host reads nothing meanwhile
     assert status == "ok"
     assert stdout.endswith("sent\n"), stdout[-200:]
     assert mem["growth"] <= MEMORY_BOUND
