@@ -66,6 +66,8 @@ STALL_GRACE = 0.05
 STALL_LIMIT = 10.0
 #: How often held routes are looked at (only while some route is held).
 TICK = 0.05
+#: Seconds between attempts to connect to a kernel that is not listening yet.
+RETRY = 0.02
 
 _MORE, _LONG, _COMMAND = 1, 2, 4
 _IN, _OUT, _GONE = select.EPOLLIN, select.EPOLLOUT, select.EPOLLHUP | select.EPOLLERR
@@ -146,6 +148,7 @@ class Route:
         self.framing = _Framing(curve)
         self.relayed = 0  # charge read from the kernel (guard thread)
         self.bytes_in = 0  # bytes read from the kernel: moves while a message arrives
+        self.bytes_out = 0  # bytes the host sent toward the kernel
         self.received = 0  # charge the host socket delivered (reader thread)
         self.to_host = memoryview(b"")
         self.to_kernel = memoryview(b"")
@@ -200,6 +203,16 @@ class Route:
             return
         conn.setblocking(False)
         self.host = conn
+        self._connect()
+
+    def _connect(self) -> None:
+        """Connect to the kernel; while it is not listening yet, try again shortly.
+
+        The host socket stays connected meanwhile (nothing is read from it yet), so
+        it sees no drop: a dropped connection makes the client reopen the channel.
+        """
+        if self.closed or self.host is None:
+            return
         family, address = _address(self.target)
         self.kernel = socket.socket(family, socket.SOCK_STREAM)
         self.kernel.setblocking(False)
@@ -207,17 +220,30 @@ class Route:
             self.kernel.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         err = self.kernel.connect_ex(address)
         if err not in (0, errno.EINPROGRESS):
-            self._end()
+            self._retry()
             return
         self.connecting = err == errno.EINPROGRESS
         self._update()
+
+    def _retry(self) -> None:
+        """The kernel refused: connect again in ``RETRY`` seconds, if nothing was sent."""
+        if self.bytes_in or self.bytes_out:  # a session began: the host must start over
+            self._end()
+            return
+        if self.kernel is not None:
+            self.guard.unregister(self.kernel)
+            self._masks.pop(self.kernel, None)
+            self.kernel.close()
+            self.kernel = None
+        self.connecting = False
+        self.guard.later(RETRY, self._connect)
 
     def _on_kernel(self, mask: int) -> None:
         kernel, host = self.kernel, self.host
         assert kernel is not None and host is not None
         if self.connecting:
             if kernel.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
-                self._end()
+                self._retry()
                 return
             self.connecting = False
             self._update()
@@ -228,7 +254,7 @@ class Route:
         if mask & _IN and not self.to_host and self.relayed - self.received < self.bound:
             data = kernel.recv(CHUNK)
             if not data:
-                self._end()
+                self._retry()  # an accepted connection closed before the greeting
                 return
             self.bytes_in += len(data)
             try:
@@ -262,6 +288,7 @@ class Route:
             if not data:
                 self._end()
                 return
+            self.bytes_out += len(data)
             try:
                 sent = kernel.send(data)
             except BlockingIOError:
@@ -348,7 +375,7 @@ class Route:
         self.connecting = False
         self.to_host = self.to_kernel = memoryview(b"")
         self.framing = _Framing(self.curve)
-        self.relayed = self.received = 0
+        self.relayed = self.received = self.bytes_in = self.bytes_out = 0
 
     def _close(self) -> None:
         if self.closed:
@@ -391,6 +418,7 @@ class FrameGuard:
         #: Descriptor to the route method that handles its events.
         self._handlers: dict[int, Callable[[int], None]] = {}
         self._calls: collections.deque[Callable[[], None]] = collections.deque()
+        self._timers: list[tuple[float, Callable[[], None]]] = []  # guard thread only
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -415,6 +443,10 @@ class FrameGuard:
         with contextlib.suppress(BlockingIOError):
             self._wake_w.send(b"\0")
 
+    def later(self, delay: float, fn: Callable[[], None]) -> None:
+        """Run ``fn`` in about ``delay`` seconds (from the guard's thread only)."""
+        self._timers.append((time.monotonic() + delay, fn))
+
     def watch(self, sock: socket.socket, mask: int, handler: Callable[[int], None]) -> None:
         """Wait for ``mask`` events on ``sock`` (none: forget it); ``handler`` gets them."""
         fd = sock.fileno()
@@ -437,7 +469,11 @@ class FrameGuard:
         wake = self._wake_r.fileno()
         handlers = self._handlers
         while True:
-            for fd, mask in self._epoll.poll(TICK if self.held else -1):
+            timeout = TICK if self.held else -1
+            if self._timers:
+                wait = min(at for at, _ in self._timers) - time.monotonic()
+                timeout = max(0.0, min(wait, TICK))
+            for fd, mask in self._epoll.poll(timeout):
                 if fd == wake:
                     with contextlib.suppress(BlockingIOError):
                         while self._wake_r.recv(4096):
@@ -446,6 +482,10 @@ class FrameGuard:
                 handler = handlers.get(fd)
                 if handler is not None:
                     self._step(handler, mask)
+            if self._timers:
+                now = time.monotonic()
+                self._calls.extend(fn for at, fn in self._timers if at <= now)
+                self._timers = [(at, fn) for at, fn in self._timers if at > now]
             while self._calls:
                 fn = self._calls.popleft()
                 try:

@@ -184,3 +184,22 @@ def test_framing_refuses_an_older_zmtp() -> None:
     framing = _Framing(curve=False)
     with pytest.raises(FramingError):
         framing.feed(b"\xff" + b"\0" * 8 + b"\x7f" + b"\x02" + b"\0" * 53)
+
+
+def test_a_kernel_not_listening_yet_is_waited_for_without_a_drop(
+    ctx: zmq.Context[zmq.Socket[bytes]], tmp_path: Path
+) -> None:
+    """The host socket stays connected while the kernel starts: no drop to reopen for."""
+    target = f"ipc://{tmp_path}/late"
+    route = frame_guard().open(target, 4 * MiB, curve=False)
+    host = ctx.socket(zmq.DEALER)
+    host.identity = b"early"
+    monitor = host.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    host.connect(route.url)
+    host.send(b"before the kernel")
+    time.sleep(0.3)
+    kernel = ctx.socket(zmq.ROUTER)
+    kernel.bind(target)
+    assert kernel.poll(10_000), "the queued message never reached the late kernel"
+    assert kernel.recv_multipart() == [b"early", b"before the kernel"]
+    assert not monitor.poll(200), "the host socket saw its connection dropped"
