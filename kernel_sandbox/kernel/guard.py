@@ -211,8 +211,8 @@ class Route:
         The host socket stays connected meanwhile (nothing is read from it yet), so
         it sees no drop: a dropped connection makes the client reopen the channel.
         """
-        if self.closed or self.host is None:
-            return
+        if self.closed or self.host is None or self.kernel is not None:
+            return  # a stale retry: the route was closed, or connected meanwhile
         family, address = _address(self.target)
         self.kernel = socket.socket(family, socket.SOCK_STREAM)
         self.kernel.setblocking(False)
@@ -415,8 +415,8 @@ class FrameGuard:
         self.ids = itertools.count()
         self.held: set[Route] = set()
         self._epoll = select.epoll()
-        #: Descriptor to the route method that handles its events.
-        self._handlers: dict[int, Callable[[int], None]] = {}
+        #: Descriptor to its socket and the route method that handles its events.
+        self._handlers: dict[int, tuple[socket.socket, Callable[[int], None]]] = {}
         self._calls: collections.deque[Callable[[], None]] = collections.deque()
         self._timers: list[tuple[float, Callable[[], None]]] = []  # guard thread only
         self._wake_r, self._wake_w = socket.socketpair()
@@ -450,19 +450,38 @@ class FrameGuard:
     def watch(self, sock: socket.socket, mask: int, handler: Callable[[int], None]) -> None:
         """Wait for ``mask`` events on ``sock`` (none: forget it); ``handler`` gets them."""
         fd = sock.fileno()
-        if fd in self._handlers:
-            if mask:
-                self._epoll.modify(fd, mask)
-                self._handlers[fd] = handler
+        known = self._handlers.get(fd)
+        if known is not None and known[0] is not sock:  # a closed socket's number, reused
+            self._forget(fd)
+            known = None
+        if not mask:
+            self.unregister(sock)
+            return
+        self._handlers[fd] = (sock, handler)
+        try:
+            if known is None:
+                self._epoll.register(fd, mask)
             else:
-                self.unregister(sock)
-        elif mask:
+                self._epoll.modify(fd, mask)
+        except FileExistsError:
+            self._epoll.modify(fd, mask)
+        except FileNotFoundError:
             self._epoll.register(fd, mask)
-            self._handlers[fd] = handler
 
     def unregister(self, sock: socket.socket) -> None:
         fd = sock.fileno()
-        if self._handlers.pop(fd, None) is not None:
+        if fd >= 0:
+            known = self._handlers.get(fd)
+            if known is not None and known[0] is sock:
+                self._forget(fd)
+        else:  # closed already: drop whatever still names it
+            for number, (other, _) in list(self._handlers.items()):
+                if other is sock:
+                    self._forget(number)
+
+    def _forget(self, fd: int) -> None:
+        del self._handlers[fd]
+        with contextlib.suppress(OSError):
             self._epoll.unregister(fd)
 
     def _run(self) -> None:
@@ -479,9 +498,9 @@ class FrameGuard:
                         while self._wake_r.recv(4096):
                             pass
                     continue
-                handler = handlers.get(fd)
-                if handler is not None:
-                    self._step(handler, mask)
+                known = handlers.get(fd)
+                if known is not None:
+                    self._step(known[1], mask)
             if self._timers:
                 now = time.monotonic()
                 self._calls.extend(fn for at, fn in self._timers if at <= now)
