@@ -375,7 +375,7 @@ import hashlib; print(hashlib.sha256(png).hexdigest())
 """
 
 
-@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_rich_outputs_come_back_whole(transport: str, docker_engine: object) -> None:
     """A PNG and a DataFrame pass the guard unchanged, under both transports."""
     import base64
