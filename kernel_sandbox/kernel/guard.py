@@ -190,7 +190,8 @@ class Route:
             self.guard.watch(self.listener, _IN, self._on_listener)
 
     def _on_listener(self, mask: int) -> None:
-        assert self.listener is not None
+        if self.listener is None:  # a stale event: sealed or closed in the same batch
+            return
         try:
             conn, _ = self.listener.accept()
         except BlockingIOError:
@@ -240,7 +241,8 @@ class Route:
 
     def _on_kernel(self, mask: int) -> None:
         kernel, host = self.kernel, self.host
-        assert kernel is not None and host is not None
+        if kernel is None or host is None:  # a stale event: ended in the same batch
+            return
         if self.connecting:
             if kernel.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
                 self._retry()
@@ -279,7 +281,8 @@ class Route:
 
     def _on_host(self, mask: int) -> None:
         kernel, host = self.kernel, self.host
-        assert kernel is not None and host is not None
+        if kernel is None or host is None:  # a stale event: ended in the same batch
+            return
         if mask & _OUT and self.to_host:
             self.to_host = self.to_host[host.send(self.to_host) :]
             self._update()
@@ -488,31 +491,43 @@ class FrameGuard:
         wake = self._wake_r.fileno()
         handlers = self._handlers
         while True:
-            timeout = TICK if self.held else -1
-            if self._timers:
-                wait = min(at for at, _ in self._timers) - time.monotonic()
-                timeout = max(0.0, min(wait, TICK))
-            for fd, mask in self._epoll.poll(timeout):
-                if fd == wake:
-                    with contextlib.suppress(BlockingIOError):
-                        while self._wake_r.recv(4096):
-                            pass
-                    continue
-                known = handlers.get(fd)
-                if known is not None:
-                    self._step(known[1], mask)
-            if self._timers:
-                now = time.monotonic()
-                self._calls.extend(fn for at, fn in self._timers if at <= now)
-                self._timers = [(at, fn) for at, fn in self._timers if at > now]
-            while self._calls:
-                fn = self._calls.popleft()
-                try:
-                    fn()
-                except Exception:
-                    log.exception("kernel connection guard: a call failed")
-            for route in list(self.held):
+            try:
+                self._turn(wake, handlers)
+            except Exception:  # the one thread of every route must never die
+                log.exception("kernel connection guard: error in the relay loop")
+
+    def _turn(
+        self, wake: int, handlers: dict[int, tuple[socket.socket, Callable[[int], None]]]
+    ) -> None:
+        timeout = TICK if self.held else -1
+        if self._timers:
+            wait = min(at for at, _ in self._timers) - time.monotonic()
+            timeout = max(0.0, min(wait, TICK))
+        for fd, mask in self._epoll.poll(timeout):
+            if fd == wake:
+                with contextlib.suppress(BlockingIOError):
+                    while self._wake_r.recv(4096):
+                        pass
+                continue
+            known = handlers.get(fd)
+            if known is not None and known[0].fileno() == fd:
+                self._step(known[1], mask)
+        if self._timers:
+            now = time.monotonic()
+            self._calls.extend(fn for at, fn in self._timers if at <= now)
+            self._timers = [(at, fn) for at, fn in self._timers if at > now]
+        while self._calls:
+            fn = self._calls.popleft()
+            try:
+                fn()
+            except Exception:
+                log.exception("kernel connection guard: a call failed")
+        for route in list(self.held):
+            try:
                 route._check_stall()
+            except Exception:
+                log.exception("kernel connection guard: closing a held route after an error")
+                route._close()
 
     @staticmethod
     def _step(handler: Callable[[int], None], mask: int) -> None:
