@@ -46,19 +46,14 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-__all__ = ["FRAME_COST", "FrameGuard", "Route", "charge", "frame_guard"]
+from .zmtp import Framing, FramingError, charge
+
+__all__ = ["FrameGuard", "Route", "frame_guard"]
 
 log = logging.getLogger(__name__)
 
 #: Bytes read from a socket at a time: the most a route holds per direction.
 CHUNK = 1024 * 1024
-#: Charged per frame on top of its bytes: libzmq keeps a 64-byte ``msg_t`` for each
-#: frame queued, so a message of a million empty frames is not free.
-FRAME_COST = 64
-#: CURVE sends a frame as a MESSAGE command: name (8), nonce (8), MAC (16), flags (1).
-CURVE_OVERHEAD = 33
-#: A ZMTP 3 greeting (signature, version, mechanism, as-server, filler).
-GREETING = 64
 #: How long after the guard saw the host drain everything it was sent a look that finds
 #: no message proves the held bytes are one incomplete message.
 STALL_GRACE = 0.05
@@ -69,61 +64,8 @@ TICK = 0.05
 #: Seconds between attempts to connect to a kernel that is not listening yet.
 RETRY = 0.02
 
-_MORE, _LONG, _COMMAND = 1, 2, 4
 _IN, _OUT, _GONE = select.EPOLLIN, select.EPOLLOUT, select.EPOLLHUP | select.EPOLLERR
 _PEERCRED = struct.Struct("3i")
-
-
-def charge(frames: Sequence[bytes]) -> int:
-    """What a message of ``frames`` counts against a route's bound."""
-    return sum(map(len, frames)) + FRAME_COST * len(frames)
-
-
-class FramingError(ValueError):
-    """The kernel's byte stream is not ZMTP 3 (a sandbox could speak an older framing)."""
-
-
-class _Framing:
-    """Incremental reader of the outer ZMTP 3 framing: what each chunk charges."""
-
-    def __init__(self, curve: bool) -> None:
-        self.overhead = CURVE_OVERHEAD if curve else 0
-        self.greeting = b""
-        self.header = b""  # an incomplete frame header (flags and size)
-        self.body_left = 0
-
-    def feed(self, data: bytes) -> int:
-        charged = 0
-        i, n = 0, len(data)
-        if len(self.greeting) < GREETING:
-            i = GREETING - len(self.greeting)
-            self.greeting += data[:i]
-            if len(self.greeting) < GREETING:
-                return 0
-            if self.greeting[0] != 0xFF or self.greeting[10] < 3:
-                raise FramingError("the kernel did not greet with ZMTP 3")
-        while i < n:
-            if self.body_left:
-                step = min(self.body_left, n - i)
-                self.body_left -= step
-                i += step
-                continue
-            if self.header:  # rare: a header split between two reads
-                data = self.header + data[i:]
-                i, n = 0, len(data)
-                self.header = b""
-            flags = data[i]
-            if flags & ~(_MORE | _LONG | _COMMAND):
-                raise FramingError(f"bad ZMTP frame flags {flags:#x}")
-            end = i + (9 if flags & _LONG else 2)
-            if end > n:
-                self.header = data[i:]
-                break
-            size = int.from_bytes(data[i + 1 : end], "big")
-            charged += max(size - self.overhead, 0) + FRAME_COST
-            self.body_left = size
-            i = end
-        return charged
 
 
 class Route:
@@ -145,7 +87,7 @@ class Route:
         self.host: socket.socket | None = None
         self.kernel: socket.socket | None = None
         self.connecting = False
-        self.framing = _Framing(curve)
+        self.framing = Framing(curve)
         self.relayed = 0  # charge read from the kernel (guard thread)
         self.bytes_in = 0  # bytes read from the kernel: moves while a message arrives
         self.bytes_out = 0  # bytes the host sent toward the kernel
@@ -377,7 +319,7 @@ class Route:
         self._masks.clear()
         self.connecting = False
         self.to_host = self.to_kernel = memoryview(b"")
-        self.framing = _Framing(self.curve)
+        self.framing = Framing(self.curve)
         self.relayed = self.received = self.bytes_in = self.bytes_out = 0
 
     def _close(self) -> None:

@@ -11,15 +11,8 @@ from pathlib import Path
 import pytest
 import zmq
 
-from kernel_sandbox.kernel.guard import (
-    CHUNK,
-    FRAME_COST,
-    FramingError,
-    Route,
-    _Framing,
-    charge,
-    frame_guard,
-)
+from kernel_sandbox.kernel.guard import CHUNK, Route, frame_guard
+from kernel_sandbox.kernel.zmtp import FRAME_COST, Framing, FramingError, charge
 
 MiB = 1024**2
 #: Slack for the greeting's READY command, which is charged but is no message.
@@ -175,13 +168,13 @@ def test_framing_is_read_across_any_split() -> None:
         for f in frames
     )
     for step in (1, 2, 7, 64, 65, len(wire)):
-        framing = _Framing(curve=False)
+        framing = Framing(curve=False)
         total = sum(framing.feed(wire[i : i + step]) for i in range(0, len(wire), step))
         assert total == charge(frames)
 
 
 def test_framing_refuses_an_older_zmtp() -> None:
-    framing = _Framing(curve=False)
+    framing = Framing(curve=False)
     with pytest.raises(FramingError):
         framing.feed(b"\xff" + b"\0" * 8 + b"\x7f" + b"\x02" + b"\0" * 53)
 
