@@ -476,6 +476,8 @@ class KernelSession:
                 continue
             log.warning("the kernel's %s connection was dropped; reopening it", name)
             self._readers.pop(id(channel.socket), None)
+            with contextlib.suppress(Exception):  # as in close(): never with its monitor on
+                channel.socket.disable_monitor()
             channel.close()
             setattr(self.client, f"_{name}_channel", None)
             getattr(self.client, f"{name}_channel")  # connects a new socket
