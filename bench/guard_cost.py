@@ -10,7 +10,7 @@ import asyncio
 import statistics
 import time
 
-from kernel_sandbox.kernel import client
+from kernel_sandbox.kernel import channels
 from kernel_sandbox.sandbox import AsyncSandbox
 
 BENCH_LABEL = {"kernel-sandbox.bench": "1"}
@@ -19,11 +19,11 @@ BENCH_LABEL = {"kernel-sandbox.bench": "1"}
 async def main(calls: int, transport: str, image: str) -> None:
     boxes = {}
     for guarded in (True, False):
-        client.GUARD_CONNECTIONS = guarded  # read when the host sockets are made
+        channels.GUARD_CONNECTIONS = guarded  # read when the host sockets are made
         boxes[guarded] = await AsyncSandbox.create(
             image=image, transport=transport, labels=BENCH_LABEL
         )
-    client.GUARD_CONNECTIONS = True
+    channels.GUARD_CONNECTIONS = True
     times: dict[bool, list[float]] = {True: [], False: []}
     try:
         for box in boxes.values():
