@@ -43,7 +43,8 @@ MANY = (
     + f"""
 import threading
 part = b"g" * (4 * 1024**2)
-craft(k.iopub_socket, "stream", {{"name": "stdout", "text": "y"}}, {FLOOD // (16 * MiB)}, [part] * 4)
+craft(k.iopub_socket, "stream", {{"name": "stdout", "text": "y"}}, {FLOOD // (16 * MiB)},
+      [part] * 4)
 def later():
     time.sleep(1)
     for _ in range({FLOOD // (48 * MiB)}):
