@@ -41,12 +41,13 @@ class Framing:
         self.header = b""  # an incomplete frame header (flags and size)
         self.body_left = 0
 
-    def feed(self, data: bytes) -> int:
+    def feed(self, data: bytes | memoryview) -> int:
+        """The charge of the frames that start in ``data`` (``data`` is not kept)."""
         charged = 0
         i, n = 0, len(data)
         if len(self.greeting) < GREETING:
             i = GREETING - len(self.greeting)
-            self.greeting += data[:i]
+            self.greeting += bytes(data[:i])
             if len(self.greeting) < GREETING:
                 return 0
             if self.greeting[0] != 0xFF or self.greeting[10] < 3:
@@ -66,7 +67,7 @@ class Framing:
                 raise FramingError(f"bad ZMTP frame flags {flags:#x}")
             end = i + (9 if flags & _LONG else 2)
             if end > n:
-                self.header = data[i:]
+                self.header = bytes(data[i:])
                 break
             size = int.from_bytes(data[i + 1 : end], "big")
             charged += max(size - self.overhead, 0) + FRAME_COST
