@@ -41,12 +41,13 @@ print("sent")
 MANY = (
     CRAFT
     + f"""
-import threading
+import sys, threading
 part = b"g" * (4 * 1024**2)
 craft(k.iopub_socket, "stream", {{"name": "stdout", "text": "y"}}, {FLOOD // (16 * MiB)},
       [part] * 4)
 def later():
     time.sleep(1)
+    sys.stdout.flush()  # the cell's "sent" first: a timed flush may come late
     for _ in range({FLOOD // (48 * MiB)}):
         craft(k.iopub_socket, "stream", {{"name": "stdout", "text": "z"}}, 1, [part] * 12)
         time.sleep(0.3)
@@ -57,6 +58,7 @@ print("sent")
 
 
 async def one_loop(transport: str, after: int) -> tuple[str, list[str]]:
+    failures: list[str] = []
     sandbox = await AsyncSandbox.create(
         image="kernel-sandbox:python", transport=transport, interrupt_grace=2.0, labels=LABEL
     )
@@ -65,10 +67,12 @@ async def one_loop(transport: str, after: int) -> tuple[str, list[str]]:
         second = await sandbox.run_python(MANY, timeout=60)
         await asyncio.sleep(5)  # the host reads nothing meanwhile
         third = await sandbox.run_python("print(6*7)")
-        attack = f"{first.status}/{second.status}/{third.status} {third.stdout.strip()!r}"
+        sent = "sent" if second.stdout.endswith("sent\n") else "NO 'sent'"
+        attack = f"{first.status}/{second.status} {sent}/{third.status} {third.stdout.strip()!r}"
+        if sent != "sent" or third.stdout != "42\n":
+            failures.append("the attacked sandbox itself")
     finally:
         await sandbox.close()
-    failures = []
     for _ in range(after):
         try:
             async with await AsyncSandbox.create(

@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 CHUNK = 1024 * 1024
 #: How long after the guard saw the host drain everything it was sent a look that finds
 #: no message proves the held bytes are one incomplete message.
-STALL_GRACE = 0.05
+STALL_GRACE = 0.5
 #: Seconds a route may be held at its bound while the host receives nothing at all.
 STALL_LIMIT = 10.0
 #: How often held routes are looked at (only while some route is held).

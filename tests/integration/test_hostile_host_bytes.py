@@ -337,11 +337,15 @@ async def test_many_messages_of_many_frames(box: AsyncSandbox) -> None:
     code = (
         CRAFT
         + f"""
-import threading
+import sys, threading
 part = b"g" * (4 * 1024**2)
 craft(k.iopub_socket, "stream", {{"name": "stdout", "text": "y"}}, {small}, [part] * 4)
 def later():
-    time.sleep(1)  # after the cell's own output ("sent" must not be behind a cut message)
+    # After the cell's own output ("sent" must not be behind a cut message): the kernel's
+    # iopub waits for the host, so a stream's timed flush may come late; a flush from
+    # this thread is queued behind it.
+    time.sleep(1)
+    sys.stdout.flush()
     for _ in range({FLOOD // (48 * MiB)}):
         craft(k.iopub_socket, "stream", {{"name": "stdout", "text": "z"}}, 1, [part] * 12)
         time.sleep(0.3)
