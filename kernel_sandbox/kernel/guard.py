@@ -17,9 +17,10 @@ host socket and the kernel.  On the way from the kernel it reads the outer ZMTP 
 ``bound``, the guard stops reading from the kernel, which then waits or drops inside its
 own limits.  When the host finds nothing to read while the guard is held there, what is
 held is one incomplete message: the connection is cut, libzmq discards the partial
-message, the socket's monitor reports the drop and the client opens the channel again
-(and its result says output was lost).  A route held for ``STALL_LIMIT`` seconds while
-the host reads nothing at all is cut too.
+message, the route is marked closed and the client opens the channel again (its result
+says output was lost).  A route held for ``STALL_LIMIT`` seconds while the host reads
+nothing at all is cut too.  Every end of a connection is seen here, so the client needs
+no ZMQ socket monitor (``channels.py`` says why it must not use one).
 
 One thread with one epoll set serves every route of the process; a connected route
 holds two descriptors (three while it may still be reconnected), and at most ``CHUNK``
