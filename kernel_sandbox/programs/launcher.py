@@ -94,7 +94,7 @@ import time  # noqa: E402
 
 from ipykernel.iostream import IOPubThread  # noqa: E402
 
-_PENDING = 4 * SEND_QUEUE
+_PENDING = SEND_QUEUE
 _PENDING_WAIT = 10.0
 
 
