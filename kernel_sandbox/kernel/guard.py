@@ -47,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
-from .zmtp import Framing, FramingError, charge
+from .zmtp import Framing, FramingError, charge, socket_address
 
 __all__ = ["FrameGuard", "Route", "frame_guard"]
 
@@ -157,7 +157,7 @@ class Route:
         """
         if self.closed or self.host is None or self.kernel is not None:
             return  # a stale retry: the route was closed, or connected meanwhile
-        family, address = _address(self.target)
+        family, address = socket_address(self.target)
         self.kernel = socket.socket(family, socket.SOCK_STREAM)
         self.kernel.setblocking(False)
         if family == socket.AF_INET:
@@ -337,16 +337,6 @@ class Route:
         self.host = self.kernel = self.listener = None
         with contextlib.suppress(OSError):
             os.unlink(self.path)
-
-
-def _address(target: str) -> tuple[int, str | tuple[str, int]]:
-    """The socket family and address of a ZMQ ``ipc://`` or ``tcp://`` URL."""
-    if target.startswith("ipc://"):
-        return socket.AF_UNIX, target[len("ipc://") :]
-    if target.startswith("tcp://"):
-        host, _, port = target[len("tcp://") :].rpartition(":")
-        return socket.AF_INET, (host, int(port))
-    raise ValueError(f"the guard relays ipc:// and tcp:// only, not {target!r}")
 
 
 def _unread(sock: socket.socket) -> int:

@@ -3,14 +3,24 @@
 Frame sizes are visible whatever the security mechanism: under CURVE each frame is sent
 as a MESSAGE command whose size is the frame's plus ``CURVE_OVERHEAD``.  The guard
 (``guard.py``) charges each frame its bytes plus ``FRAME_COST``; the client reports the
-same charge for each message it receives (:func:`charge`).
+same charge for each message it receives (:func:`charge`).  Also: what a ZMQ URL
+names as a plain socket address (:func:`socket_address`).
 """
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Sequence
 
-__all__ = ["CURVE_OVERHEAD", "FRAME_COST", "GREETING", "Framing", "FramingError", "charge"]
+__all__ = [
+    "CURVE_OVERHEAD",
+    "FRAME_COST",
+    "GREETING",
+    "Framing",
+    "FramingError",
+    "charge",
+    "socket_address",
+]
 
 #: Charged per frame on top of its bytes: libzmq keeps a 64-byte ``msg_t`` for each
 #: frame queued, so a message of a million empty frames is not free.
@@ -21,6 +31,16 @@ CURVE_OVERHEAD = 33
 GREETING = 64
 
 _MORE, _LONG, _COMMAND = 1, 2, 4
+
+
+def socket_address(url: str) -> tuple[int, str | tuple[str, int]]:
+    """The socket family and address of a ZMQ ``ipc://`` or ``tcp://`` URL."""
+    if url.startswith("ipc://"):
+        return socket.AF_UNIX, url[len("ipc://") :]
+    if url.startswith("tcp://"):
+        host, _, port = url[len("tcp://") :].rpartition(":")
+        return socket.AF_INET, (host, int(port))
+    raise ValueError(f"the guard relays ipc:// and tcp:// only, not {url!r}")
 
 
 def charge(frames: Sequence[bytes]) -> int:
