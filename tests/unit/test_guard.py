@@ -196,3 +196,32 @@ def test_a_kernel_not_listening_yet_is_waited_for_without_a_drop(
     assert kernel.poll(10_000), "the queued message never reached the late kernel"
     assert kernel.recv_multipart() == [b"early", b"before the kernel"]
     assert not monitor.poll(200), "the host socket saw its connection dropped"
+
+
+# One message of 16 frames of 1 MiB: over the guard's bound at a 1 MiB output cap
+# (2 x (1 MiB + 1 MiB)), so its connection is cut.
+UNFINISHED = """
+k = get_ipython().kernel
+k.session.send(k.iopub_socket, "stream", {"name": "stdout", "text": "x"},
+               parent=k.get_parent(), buffers=[b"f" * 2**20] * 16)
+print("sent")
+"""
+
+
+async def test_cut_connections_leave_later_sandboxes_working(new_sandbox) -> None:  # type: ignore[no-untyped-def]
+    """Cuts, channel reopenings and closes, again and again in one process: the cut is
+    seen on the route (no ZMQ monitor), the channel reopens, later connections work.
+    The stall once seen after cuts (libzmq's I/O thread blocked on a monitor whose reader
+    was closed, ``kernel/channels.py``) was a race this local kernel rarely loses; it is
+    looked for against real containers by ``bench/guard_stall.py``."""
+    for _ in range(4):
+        sandbox = await new_sandbox(max_output_bytes=2**20)
+        ex = await sandbox.run_python(UNFINISHED, timeout=60)
+        assert ex.status == "ok", ex.text
+        assert "dropped unread" in ex.stderr
+        after = await sandbox.run_python("print(6*7)")
+        assert after.stdout == "42\n", after.text
+        await sandbox.close()
+        fresh = await new_sandbox()
+        assert (await fresh.run_python("print(1+1)")).stdout == "2\n"
+        await fresh.close()
