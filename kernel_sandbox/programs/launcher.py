@@ -126,6 +126,23 @@ def _restore_streams():
 
 shell = app.shell
 assert shell is not None  # initialize() made it
+
+
+# IPython 9 keeps every output of the session for %notebook (which needs the history
+# turned off above anyway): each printed string, display bundle and traceback, for
+# good.  A gigabyte printed in 1 MB strings peaked at ~1 GB in the kernel (tracemalloc:
+# the write() arguments, held by history_manager.outputs).  Nothing is kept here.
+class _KeepNothing(dict):
+    def __missing__(self, key):
+        return []  # appended to, then dropped
+
+    def __setitem__(self, key, value):
+        pass
+
+
+with contextlib.suppress(Exception):
+    shell.history_manager.outputs = _KeepNothing()
+    shell.history_manager.exceptions = _KeepNothing()
 shell.events.register("post_execute", _restore_streams)
 # exit() and quit() would stop the kernel 0.1 s *after* it replied "ok", so the next call
 # would find it dead and lose every variable; in a sandbox they keep the kernel, as
