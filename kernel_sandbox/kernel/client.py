@@ -14,8 +14,6 @@ import inspect
 import itertools
 import logging
 import os
-import resource
-import stat
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -23,13 +21,12 @@ from queue import Empty
 from typing import Any, Literal
 
 import zmq
-import zmq.asyncio
-from jupyter_client.asynchronous.client import AsyncKernelClient
-from jupyter_client.connect import channel_socket_types
 
 from ..errors import KernelError
 from ..limits import DEFAULT_MAX_OUTPUT_BYTES
+from .channels import GuardedClient, open_socket, shared_context
 from .connection import PORT_NAMES, ConnectionInfo
+from .guard import Route
 from .outputs import OutputCollector
 
 __all__ = ["KernelSession", "RawExecution"]
@@ -57,10 +54,6 @@ STARTUP_ALIVE_INTERVAL = 0.2
 REPLY_AFTER_IDLE = 1.0
 #: Room for headers and JSON quoting on top of ``max_output_bytes`` in one message.
 MESSAGE_OVERHEAD = 1024**2
-#: Messages each host socket queues before the kernel's side has to hold (or drop)
-#: them: whatever the host does not read costs at most this many messages, each at
-#: most ``max_output_bytes + MESSAGE_OVERHEAD`` bytes (``ZMQ_MAXMSGSIZE``).
-RECEIVE_QUEUE = {"iopub": 4, "shell": 2, "control": 2}
 #: Characters of an execute_reply's ``ename``/``evalue`` kept (the outputs hold the rest).
 REPLY_TEXT_CHARS = 8 * 1024
 #: The reply of a request whose execute_reply was dropped with shell's connection.
@@ -69,7 +62,6 @@ LOST_REPLY = {
     "ename": "ReplyTooLarge",
     "evalue": "the kernel's reply was over the per-message limit and was dropped unread",
 }
-_monitor_ids = itertools.count()
 
 
 #: The client's private channel slots (``None`` until a channel is made).
@@ -100,109 +92,9 @@ class RawExecution:
     display_updates: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def _shared_context() -> zmq.asyncio.Context:
-    """One ZMQ context (one IO thread) for every kernel connection of the process.
-
-    Its sockets default to ``linger=0``: a message queued for a kernel that died must
-    never make closing a socket, or garbage-collecting a context, block forever.  It may
-    hold as many sockets as the process may open files (:func:`_max_sockets`).
-    """
-    global _CONTEXT
-    if _CONTEXT is None or _CONTEXT.closed:
-        _CONTEXT = zmq.asyncio.Context()
-        _CONTEXT.set(zmq.MAX_SOCKETS, _max_sockets())
-        _CONTEXT.setsockopt(zmq.LINGER, 0)
-    return _CONTEXT
-
-
-#: Ceiling for the shared context's socket table (one slot is a few bytes).
-MAX_SOCKETS_CAP = 1 << 16
-
-
-def _max_sockets() -> int:
-    """The process's open-file limit, capped: the real bound on kernel connections.
-
-    ZMQ's default of 1023 sockets per context stopped a process at 255 sandboxes (four
-    sockets each then: ``ZMQError: Too many open files``) whatever its open-file limit;
-    each socket also holds descriptors, so the open-file limit binds first anyway.
-    """
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        return MAX_SOCKETS_CAP
-    return max(1023, min(soft, MAX_SOCKETS_CAP))
-
-
-_CONTEXT: zmq.asyncio.Context | None = None
-
-
-class _PinnedClient(AsyncKernelClient):
-    """A client whose ipc channels connect through descriptors opened by the host.
-
-    The ipc sockets live in a directory the sandbox can write to, so code inside could
-    replace one by a link to any unix socket on the host; ZMQ reconnects by path (after
-    a kernel dies, or while it starts) and would follow it.  Each socket is opened once
-    with ``O_PATH | O_NOFOLLOW``, checked to be a socket, and reached only as
-    ``/proc/self/fd/N``: every (re)connect goes to that same inode, whatever the path
-    holds later.
-    """
-
-    def __init__(self, max_message_bytes: int, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        #: Channel name ("shell", "iopub", ...) to the URL it connects to instead.
-        self.pinned: dict[str, str] = {}
-        self.max_message_bytes = max_message_bytes
-        #: Channel name to a socket that receives an event when ZMQ drops its connection.
-        self.monitors: dict[str, zmq.Socket[bytes]] = {}
-
-    def _make_url(self, channel: str) -> str:
-        return self.pinned.get(channel) or super()._make_url(channel)
-
-    def _create_connected_socket(self, channel: str, identity: bytes | None = None) -> Any:
-        """jupyter_client's socket, with the host's receive bounds set before it connects.
-
-        ``MAXMSGSIZE`` makes ZMQ drop the connection (it reconnects) instead of reading a
-        frame over ``max_message_bytes``; ``RCVHWM`` caps the messages queued on the
-        host side, so output the host does not read waits, or is dropped, in the
-        container.  Both only apply to connections made after they are set.  ZMQ does not
-        reconnect after an oversized frame, so a monitor reports the drop and
-        :meth:`KernelSession._relink` opens the channel again.
-        """
-        sock = self.context.socket(channel_socket_types[channel])
-        sock.linger = 0
-        sock.setsockopt(zmq.MAXMSGSIZE, self.max_message_bytes)
-        sock.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE.get(channel, 2))
-        if identity:
-            sock.identity = identity
-        if self.curve_publickey is not None:  # tcp: the kernel's sockets are CURVE servers
-            sock.curve_secretkey = self.curve_secretkey
-            sock.curve_publickey = self.curve_publickey
-            sock.curve_serverkey = self.curve_publickey
-        address = f"inproc://kernel-sandbox-monitor-{next(_monitor_ids)}"
-        sock.monitor(address, zmq.EVENT_DISCONNECTED)
-        monitor: zmq.Socket[bytes] = zmq.Context.shadow(self.context.underlying).socket(zmq.PAIR)
-        monitor.linger = 0
-        monitor.connect(address)
-        old = self.monitors.pop(channel, None)
-        if old is not None:
-            old.close()
-        self.monitors[channel] = monitor
-        sock.connect(self._make_url(channel))
-        return sock
-
-
 def _readable(sock: zmq.Socket[bytes]) -> bool:
     """A message is queued on ``sock`` (read with ``NOBLOCK``, it does not raise)."""
     return bool(sock.get(_EVENTS) & _POLLIN)  # type: ignore[operator]
-
-
-def _open_socket(path: str) -> int:
-    """A descriptor of the unix socket at ``path``; refuses links and other files."""
-    fd = os.open(path, os.O_PATH | os.O_NOFOLLOW)
-    if not stat.S_ISSOCK(os.fstat(fd).st_mode):
-        os.close(fd)
-        kind = "a link" if os.path.islink(path) else "not a socket"
-        raise KernelError(f"the kernel's socket {path} is {kind}; refusing to connect to it")
-    return fd
 
 
 class KernelSession:
@@ -210,7 +102,7 @@ class KernelSession:
 
     Every byte the kernel sends is bounded here: a message is at most
     ``max_output_bytes + MESSAGE_OVERHEAD`` bytes and each channel queues at most
-    ``RECEIVE_QUEUE`` of them; the stdin channel is never opened (calls run with
+    ``channels.RECEIVE_QUEUE`` of them; the stdin channel is never opened (calls run with
     ``allow_stdin=False``), so ``input_request`` messages have nowhere to pile up.
     """
 
@@ -218,11 +110,13 @@ class KernelSession:
         self, info: ConnectionInfo, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     ) -> None:
         self.info = info
-        self.client = _PinnedClient(max_output_bytes + MESSAGE_OVERHEAD, context=_shared_context())
+        self.client = GuardedClient(max_output_bytes + MESSAGE_OVERHEAD, context=shared_context())
         self.client.load_connection_info(dict(info))  # type: ignore[arg-type]
-        self._readers: dict[int, zmq.Socket[bytes]] = {}
+        self._readers: dict[int, tuple[zmq.Socket[bytes], Route | None]] = {}
         self._alive_checked = 0.0
         self._fds: list[int] = []
+        #: iopub was reopened since the last call began (ZMQ subscribes asynchronously).
+        self._resubscribe_needed = False
 
     async def connect(self, timeout: float, check_alive: AliveCheck) -> None:
         """Open the channels and wait until the kernel answers on shell *and* iopub."""
@@ -235,7 +129,7 @@ class KernelSession:
             paths = [f"{self.info['ip']}-{self.info[p]}" for p in PORT_NAMES]  # type: ignore[literal-required]
             while not all(os.path.lexists(p) for p in paths):
                 await self._wait_or_fail(deadline, check_alive, 0.01)
-            self._fds = [_open_socket(p) for p in paths]
+            self._fds = [open_socket(p) for p in paths]
             self.client.pinned = {
                 name.removesuffix("_port"): f"ipc:///proc/self/fd/{fd}"
                 for name, fd in zip(PORT_NAMES, self._fds, strict=True)
@@ -249,20 +143,19 @@ class KernelSession:
             msg_id = self.client.kernel_info()
             while True:
                 try:
-                    reply = await self.client.shell_channel.get_msg(timeout=0.05)
+                    reply = await self._get_msg(self.client.shell_channel, 0.05)
                 except Empty:
                     await self._wait_or_fail(deadline, check_alive, 0)
                     continue
-                if reply["parent_header"].get("msg_id") == msg_id:
+                if reply is not None and reply["parent_header"].get("msg_id") == msg_id:
                     break
             try:
-                await self.client.iopub_channel.get_msg(timeout=0.1)
-                iopub_ready = True
+                iopub_ready = await self._get_msg(self.client.iopub_channel, 0.1) is not None
             except Empty:
                 await self._wait_or_fail(deadline, check_alive, 0)
         while True:  # drop the remaining status messages of the probes
             try:
-                await self.client.iopub_channel.get_msg(timeout=0.01)
+                await self._get_msg(self.client.iopub_channel, 0.01)
             except Empty:
                 break
 
@@ -289,10 +182,10 @@ class KernelSession:
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             try:
-                reply = await self.client.shell_channel.get_msg(timeout=left)
+                reply = await self._get_msg(self.client.shell_channel, left)
             except Empty:
                 return False
-            if reply["parent_header"].get("msg_id") == msg_id:
+            if reply is not None and reply["parent_header"].get("msg_id") == msg_id:
                 return True
         return False
 
@@ -332,8 +225,12 @@ class KernelSession:
         ``max_output_bytes`` of output is kept (see :class:`OutputCollector`), and
         ``on_output`` sees nothing after the interrupt (the result has it all).
         """
-        if "iopub" in self._relink():  # dropped since the last call: subscribe again
+        # What a route holds back now is from before this call (output of threads, a
+        # message too big to finish): the channel starts afresh instead of behind it.
+        self._relink(self.client.held())
+        if self._resubscribe_needed:  # iopub was reopened: wait until it is subscribed
             await self._resubscribe()
+            self._resubscribe_needed = False
         msg_id = self.client.execute(code, store_history=True, allow_stdin=False)
         collector = OutputCollector(max_output_bytes)
         # Once shell's connection was dropped, the execute_reply may be lost with it: a
@@ -373,6 +270,7 @@ class KernelSession:
         deadline = loop.time() + timeout
         interrupted = False
         drain_until = 0.0
+        iopub_moved = self._iopub_moved()
         reply: dict[str, Any] | None = None
         while True:
             now = loop.time()
@@ -391,6 +289,9 @@ class KernelSession:
             except Empty:
                 relink()
                 if reply is not None:  # replied, then silent: its idle was lost
+                    if (moved := self._iopub_moved()) != iopub_moved:
+                        iopub_moved = moved  # not silent: a big message is on its way
+                        continue
                     break
                 # The idle status is lost when iopub's connection was dropped (or the
                 # kernel dropped it from a full queue); the reply then ends the call.
@@ -423,31 +324,33 @@ class KernelSession:
             # listener must not make a kernel that did stop look stuck.
             if shown is not None and on_output is not None and not interrupted:
                 await _notify(on_output, shown)
-        if dropped or self._relink():
+        iopub = self.client.routes.get("iopub")
+        held = iopub is not None and bool(iopub.held_since)  # unread past the bound
+        if dropped or self._relink() or held:
             collector.note_lost(self.client.max_message_bytes)
         return result("interrupted" if interrupted else "finished", reply=reply or {})
 
-    def _relink(self) -> set[str]:
-        """Open again the channels whose connection ZMQ dropped; returns their names.
+    def _iopub_moved(self) -> int:
+        """Bytes the guard has relayed on iopub: a message being received moves it."""
+        route = self.client.routes.get("iopub")
+        return route.bytes_in if route is not None else 0
 
-        ZMQ drops a connection for good when the kernel sends a frame over the
-        per-message limit; what was in flight on it is lost.
+    def _relink(self, also: set[str] | None = None) -> set[str]:
+        """Open again the channels whose connection ended (and ``also``); their names.
+
+        ZMQ drops a connection when the kernel sends a frame over the per-message limit,
+        and the guard cuts one that holds an unfinished message over its bound; what was
+        in flight on it is lost.  Either way the channel's route is closed
+        (``channels.py`` says why no ZMQ monitor is asked).
         """
-        lost = set()
-        for name, monitor in list(self.client.monitors.items()):
-            with contextlib.suppress(zmq.Again):
-                while _readable(monitor):  # asked before every call: no zmq.Again raised
-                    monitor.recv_multipart(_NOBLOCK)
-                    lost.add(name)
+        lost = self.client.lost() | (also or set())
+        self._resubscribe_needed |= "iopub" in lost
         for name in lost:
-            channel = getattr(self.client, f"_{name}_channel")
-            if channel is None:
-                continue
             log.warning("the kernel's %s connection was dropped; reopening it", name)
-            self._readers.pop(id(channel.socket), None)
-            channel.close()
-            setattr(self.client, f"_{name}_channel", None)
-            getattr(self.client, f"{name}_channel")  # connects a new socket
+            channel = getattr(self.client, f"_{name}_channel")
+            if channel is not None:
+                self._readers.pop(id(channel.socket), None)
+            self.client.reopen(name)
         return lost
 
     async def _resubscribe(self, timeout: float = 5) -> None:
@@ -465,7 +368,7 @@ class KernelSession:
         """The reply to one of ``msg_ids`` within ``wait`` seconds, its texts capped.
 
         Other replies on shell (of calls given up on, probes) are dropped on the way;
-        past ``wait``, only those already queued (at most ``RECEIVE_QUEUE`` and the few
+        past ``wait``, only those already queued (at most ``channels.RECEIVE_QUEUE`` and the few
         the kernel has sent since) are read.
         """
         deadline = time.monotonic() + wait
@@ -501,21 +404,30 @@ class KernelSession:
         headers are not searched for ISO dates to parse with dateutil
         (nothing here reads them).  Raises ``Empty`` after ``timeout`` seconds; returns
         None for a message with a bad signature (dropped, as a forged one would be).
+        Every message read from the kernel goes through here: its size is reported to
+        the socket's guard route, and so is finding nothing.
         """
-        reader = self._readers.get(id(channel.socket))
+        key = id(channel.socket)
+        reader, route = self._readers.get(key) or (None, None)
         if reader is None:
-            reader = self._readers[id(channel.socket)] = zmq.Socket.shadow(
-                channel.socket.underlying
-            )
+            reader = zmq.Socket.shadow(channel.socket.underlying)
+            route = self.client.socket_routes.get(key)
+            self._readers[key] = reader, route
         if _readable(reader):
             frames = reader.recv_multipart(_NOBLOCK)
         else:
             if not await channel.socket.poll(timeout * 1000):
+                if route is not None:
+                    route.nothing_to_read()
                 raise Empty
             try:
                 frames = reader.recv_multipart(_NOBLOCK)
             except zmq.Again:  # woken without a message: the caller asks again
+                if route is not None:
+                    route.nothing_to_read()
                 return None
+        if route is not None:
+            route.delivered(frames)
         session = self.client.session
         _, frames = session.feed_identities(frames)
         signature, *parts = frames[:5]
@@ -536,18 +448,6 @@ class KernelSession:
     def close(self) -> None:
         """Close the channels and the ZMQ context's sockets of this client."""
         self._readers.clear()  # shadows only: the channels own the sockets
-        # Monitors first: a socket closed with its monitor still on, and nobody reading
-        # the monitor, can stall the shared context's I/O thread (every kernel connection
-        # of the process; seen as kernels that "did not answer" after a few closes).
-        for attr in _CHANNEL_ATTRS:
-            channel = getattr(self.client, attr, None)
-            socket = getattr(channel, "socket", None)
-            if socket is not None:
-                with contextlib.suppress(Exception):
-                    socket.disable_monitor()
-        for monitor in self.client.monitors.values():
-            monitor.close()
-        self.client.monitors.clear()
         # Not ``stop_channels()``: its ``shell_channel`` & co. are properties that *create*
         # (and connect) every channel not made yet, with path URLs a sandbox may have
         # replaced by links to any socket on the host.  Only what exists is closed.
@@ -565,6 +465,7 @@ class KernelSession:
         for fd in self._fds:
             os.close(fd)
         self._fds = []
+        self.client.close_routes()
 
 
 async def _notify(callback: OutputCallback, output: Output) -> None:

@@ -16,7 +16,7 @@ import os
 import sys
 import tempfile
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import zmq
 
@@ -36,11 +36,24 @@ _fds = os.environ.pop("KERNEL_SANDBOX_FDS", "")
 prebound = dict(item.rsplit("=", 1) for item in _fds.split(",") if item)
 
 
+#: Messages each kernel socket queues for a peer that reads slower than the kernel sends.
+#: ZMQ's default (1000) let iopub hold ~1 GB of 1 MiB stream messages inside the sandbox
+#: while the host was slow, enough to get the kernel killed as out of memory.
+SEND_QUEUE = 16
+
+
 def _bind(
     self: zmq.Socket[Any],
     addr: str,
     _bind: Callable[[zmq.Socket[Any], str], Any] = zmq.Socket.bind,
 ) -> Any:
+    self.sndhwm = SEND_QUEUE
+    if self.type in (zmq.PUB, zmq.XPUB) and hasattr(zmq, "XPUB_NODROP"):
+        # At the bound a PUB socket would drop messages (output, the idle status) without
+        # a word; instead the IOPub thread's send waits for the host, so a slow host
+        # slows the kernel's output (writers wait for each 1 MiB flush, below) and loses
+        # nothing.  A peer that stops reading is cut by the host's guard, which frees it.
+        self.setsockopt(zmq.XPUB_NODROP, 1)
     if curve:
         self.curve_secretkey = curve
         self.curve_publickey = zmq.curve_public(curve)
@@ -143,6 +156,38 @@ def _bounded_write(
 OutStream.write = _bounded_write  # type: ignore[method-assign]
 del sys.modules["debugpy"]
 
+# With iopub's send queue bounded and waiting (SEND_QUEUE above), the IOPub thread waits
+# for a slow host; messages other threads hand it (display(), statuses, anything sent on
+# the kernel's iopub socket) would pile up in its list of pending events instead, without
+# bound.  A sender waits while that list is long, so it keeps the host's pace too; after
+# a stall of ``_PENDING_WAIT`` seconds (nobody reads: the host's guard cuts such a
+# connection) it goes on, as a stream's flush does after its own 10 s timeout.
+import threading  # noqa: E402
+import time  # noqa: E402
+
+from ipykernel.iostream import IOPubThread  # noqa: E402
+
+_PENDING = SEND_QUEUE
+_PENDING_WAIT = 10.0
+
+
+def _paced_send(
+    self: IOPubThread,
+    *args: Any,
+    _send: Callable[..., Any] = IOPubThread.send_multipart,
+    **kwargs: Any,
+) -> Any:
+    events = getattr(self, "_events", None)
+    elsewhere = threading.current_thread() is not self.thread
+    if events is not None and elsewhere and self.thread.is_alive():
+        deadline = time.monotonic() + _PENDING_WAIT
+        while len(events) > _PENDING and time.monotonic() < deadline:
+            time.sleep(0.001)
+    return _send(self, *args, **kwargs)
+
+
+IOPubThread.send_multipart = _paced_send  # type: ignore[method-assign]
+
 
 # A cell that closes sys.stdout/sys.stderr or sets them to None (or anything without a
 # write method) would break every later cell (IPython fails before running one and never
@@ -159,6 +204,29 @@ def _restore_streams() -> None:
 
 shell = app.shell
 assert shell is not None  # initialize() made it
+
+
+# IPython 9 keeps every output of the session for %notebook (which needs the history
+# turned off above anyway): each printed string, display bundle and traceback, for
+# good.  A gigabyte printed in 1 MB strings peaked at ~1 GB in the kernel (tracemalloc:
+# the write() arguments, held by history_manager.outputs).  Nothing is kept here.
+if TYPE_CHECKING:
+    _Outputs = dict[Any, list[Any]]
+else:  # a subscripted dict as a base needs CPython 3.9; derived images may have 3.8
+    _Outputs = dict
+
+
+class _KeepNothing(_Outputs):
+    def __missing__(self, key: Any) -> list[Any]:
+        return []  # appended to, then dropped
+
+    def __setitem__(self, key: Any, value: list[Any]) -> None:
+        pass
+
+
+with contextlib.suppress(Exception):
+    shell.history_manager.outputs = _KeepNothing()
+    shell.history_manager.exceptions = _KeepNothing()
 shell.events.register("post_execute", _restore_streams)
 # exit() and quit() would stop the kernel 0.1 s *after* it replied "ok", so the next call
 # would find it dead and lose every variable; in a sandbox they keep the kernel, as

@@ -11,7 +11,7 @@ import resource
 import pytest
 import zmq
 
-from kernel_sandbox.kernel import client
+from kernel_sandbox.kernel import channels
 
 
 @pytest.fixture
@@ -21,8 +21,8 @@ def fresh_context(monkeypatch: pytest.MonkeyPatch):
     wanted = 4096 if hard == resource.RLIM_INFINITY else min(hard, 4096)
     if soft != resource.RLIM_INFINITY and soft < wanted:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
-    monkeypatch.setattr(client, "_CONTEXT", None)
-    ctx = client._shared_context()
+    monkeypatch.setattr(channels, "_CONTEXT", None)
+    ctx = channels.shared_context()
     yield ctx
     ctx.destroy(linger=0)
     resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
@@ -44,9 +44,9 @@ def test_context_holds_more_sockets_than_zmq_default(fresh_context: zmq.Context)
 
 def test_max_sockets_follows_the_open_file_limit(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(resource, "getrlimit", lambda _: (20_000, 20_000))
-    assert client._max_sockets() == 20_000
+    assert channels.max_sockets() == 20_000
     monkeypatch.setattr(resource, "getrlimit", lambda _: (256, 1024))
-    assert client._max_sockets() == 1023  # never below ZMQ's own default
+    assert channels.max_sockets() == 1023  # never below ZMQ's own default
     inf = resource.RLIM_INFINITY
     monkeypatch.setattr(resource, "getrlimit", lambda _: (inf, inf))
-    assert client._max_sockets() == client.MAX_SOCKETS_CAP
+    assert channels.max_sockets() == channels.MAX_SOCKETS_CAP
