@@ -26,12 +26,12 @@ import asyncio
 import contextlib
 import posixpath
 import secrets
-import shlex
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from . import file_scripts as sh
 from .errors import FileOperationError, SandboxFileNotFoundError
 from .events import FileOperated, current_context, emit
 from .results import FileInfo, format_size
@@ -50,8 +50,6 @@ _TYPES: dict[str, Literal["file", "directory", "symlink"]] = {
     "d": "directory",
     "l": "symlink",
 }
-# Exit statuses of the helper scripts below.
-_MISSING, _NOT_DIR, _IS_DIR, _PROTECTED, _NOT_FILE, _TOO_LARGE = 3, 4, 5, 6, 7, 8
 #: Most entries :meth:`AsyncFiles.list` returns; a larger directory is refused.
 LIST_LIMIT = 10_000
 #: Seconds any file operation may take on top of moving its bytes (at 10 MB/s):
@@ -65,57 +63,8 @@ EVENT_DETAIL_CHARS = 2000
 STREAM_EVENT_CONTENT = 256 * 1024
 #: Output pieces of a streamed read waiting for the consumer (64 KiB each at most).
 _STREAM_QUEUE = 16
-
-# ``fail`` exits with a status; a write's ``fail`` first drains its input: the engine
-# resets a connection whose input was not read, and the reason would be lost.
-_EXIT = 'fail() { exit "$1"; }; '
-# Sizes come from find, not coreutils' stat: gVisor's runsc of 2022-12 refuses the statx
-# flag that coreutils 9 passes (AT_NO_AUTOMOUNT) with EINVAL.
-_READ_CHECKS = (
-    f'test -e "$1" || exit {_MISSING}; test -d "$1" && exit {_IS_DIR}; '
-    f'test -f "$1" || exit {_NOT_FILE}; s=$(find -L "$1" -prune -printf %s) || exit 1; '
-    f'if [ "$s" -gt "$2" ]; then echo "$s" >&2; exit {_TOO_LARGE}; fi; '
-)
-# one byte more than allowed tells a file that grew since (or lied about its size)
-_READ = _READ_CHECKS + 'exec head -c "$(($2 + 1))" -- "$1"'
-# A stream starts with the size on a line of its own, once the file is open: what
-# fails later (it shrank, grew) is told by the count.
-_READ_STREAM = _READ_CHECKS + 'exec 3< "$1" || exit 1; echo "$s"; exec head -c "$(($2 + 1))" <&3'
-# $2 is the temporary file (beside $1, so the rename is atomic), $3 the mode; a new
-# file gets the umask's mode, a replaced one keeps its own.
-_WRITE_TEMP = (
-    f'test -d "$1" && fail {_IS_DIR}; test -e "$1" && ! test -f "$1" && fail {_NOT_FILE}; '
-    'mkdir -p -- "$(dirname -- "$1")" || fail 1; set -C; : > "$2" || fail 1; set +C; '
-    'if [ -e "$1" ]; then chmod --reference="$1" -- "$2" || fail 1; fi; '
-    'if [ "$3" = append ] && [ -e "$1" ]; then cat -- "$1" >> "$2" || fail 1; fi; '
-    'cat >> "$2"'
-)
-_COMMIT = f'test -d "$1" && exit {_IS_DIR}; exec mv -fT -- "$2" "$1"'
-_WRITE = (
-    f'test -d "$1" && fail {_IS_DIR}; test -e "$1" && ! test -f "$1" && fail {_NOT_FILE}; '
-    'mkdir -p -- "$(dirname -- "$1")" || fail 1; '
-    'if [ "$2" = append ]; then cat >> "$1" || fail $?; else cat > "$1" || fail $?; fi'
-)
-# '/' separates the fields and NUL ends an entry: neither can be in a file name.
-_LIST = (
-    f'test -e "$1" || exit {_MISSING}; test -d "$1" || exit {_NOT_DIR}; '
-    'find "$1" -mindepth 1 -maxdepth 1 -printf \'%y/%s/%f\\0\' | head -zn "$2"'
-)
-_REMOVE = f'test -e "$1" || test -L "$1" || exit {_MISSING}; rm -rf -- "$1"'
-_MKDIR = 'mkdir -p -- "$1"'
 #: Bytes of one listed entry at most: type, size, a 255-byte name, separators.
 _ENTRY_BYTES = 300
-
-
-def _guard(protected: tuple[str, ...]) -> str:
-    """Shell that refuses ``$1`` when it resolves into one of ``protected``."""
-    if not protected:
-        return ""
-    cases = "|".join(f"{shlex.quote(p)}|{shlex.quote(p)}/*" for p in protected)
-    return (
-        'r=$(realpath -m -- "$1" 2>/dev/null || readlink -f -- "$1"); '
-        f'case "$r" in {cases}) fail {_PROTECTED};; esac; '
-    )
 
 
 class AsyncFiles:
@@ -142,10 +91,7 @@ class AsyncFiles:
         (``moved``: the most bytes that may pass, for the deadline).
         """
         host = self._sandbox.host
-        prelude = ('fail() { cat >/dev/null; exit "$1"; }; ' if drain else _EXIT) + _guard(
-            host.protected_paths
-        )
-        argv = ["sh", "-c", prelude + script, "sh", path, *args]
+        argv = ["sh", "-c", sh.prelude(host.protected_paths, drain) + script, "sh", path, *args]
         if stdout is None and (stdin is None or isinstance(stdin, bytes)):
             moved = len(stdin or b"") + max_output_bytes
             result = await host.exec(
@@ -172,18 +118,18 @@ class AsyncFiles:
         return result.exit_code, result.stdout, result.stderr.decode(errors="replace")
 
     def _fail(self, code: int, path: str, stderr: str, action: str) -> FileOperationError:
-        if code == _MISSING:
+        if code == sh.MISSING:
             return SandboxFileNotFoundError(f"no such file or directory in the sandbox: {path}")
-        if code == _NOT_DIR:
+        if code == sh.NOT_DIR:
             return FileOperationError(f"not a directory: {path}")
-        if code == _IS_DIR:
+        if code == sh.IS_DIR:
             return FileOperationError(f"is a directory, not a file: {path}")
-        if code == _NOT_FILE:
+        if code == sh.NOT_FILE:
             return FileOperationError(
                 f"not a regular file: {path} (devices, FIFOs and sockets are not read or "
                 "written through the file API)"
             )
-        if code == _PROTECTED:
+        if code == sh.PROTECTED:
             places = ", ".join(self._sandbox.host.protected_paths)
             return FileOperationError(
                 f"cannot {action} {path}: it is in {places}, the sandbox's kernel "
@@ -257,8 +203,8 @@ class AsyncFiles:
 
     async def _read(self, full: str) -> bytes:
         limit = self._sandbox.config.max_file_bytes
-        code, out, err = await self._sh(_READ, full, str(limit), max_output_bytes=limit + 1)
-        if code == _TOO_LARGE:
+        code, out, err = await self._sh(sh.READ, full, str(limit), max_output_bytes=limit + 1)
+        if code == sh.TOO_LARGE:
             size = err.strip().splitlines()[-1] if err.strip() else ""
             raise self._too_large(full, int(size) if size.isdigit() else None)
         if code != 0:
@@ -290,7 +236,7 @@ class AsyncFiles:
         payload = data.encode(encoding) if isinstance(data, str) else data
 
         async def put(full: str) -> int:
-            code, _, err = await self._sh(_WRITE, full, mode, stdin=payload, drain=True)
+            code, _, err = await self._sh(sh.WRITE, full, mode, stdin=payload, drain=True)
             if code == 0:
                 return len(payload)
             if "no space left on device" in err.lower():
@@ -309,7 +255,7 @@ class AsyncFiles:
 
         async def listing(full: str) -> list[FileInfo]:
             code, out, err = await self._sh(
-                _LIST, full, str(limit + 1), max_output_bytes=(limit + 1) * _ENTRY_BYTES
+                sh.LIST, full, str(limit + 1), max_output_bytes=(limit + 1) * _ENTRY_BYTES
             )
             if code != 0:
                 raise self._fail(code, full, err, "list")
@@ -343,7 +289,7 @@ class AsyncFiles:
         """Delete a file, or a directory with everything in it (reported as ``delete``)."""
 
         async def remove(full: str) -> None:
-            code, _, err = await self._sh(_REMOVE, full)
+            code, _, err = await self._sh(sh.REMOVE, full)
             if code != 0:
                 raise self._fail(code, full, err, "remove")
 
@@ -353,7 +299,7 @@ class AsyncFiles:
         """Create a directory and its parents; an existing directory is fine."""
 
         async def mkdir(full: str) -> None:
-            code, _, err = await self._sh(_MKDIR, full)
+            code, _, err = await self._sh(sh.MKDIR, full)
             if code != 0:
                 raise self._fail(code, full, err, "create directory")
 
@@ -373,7 +319,7 @@ class AsyncFiles:
         started, full = time.time(), sb.resolve_path(path)
         limit = max_bytes or sb.config.max_file_bytes
         queue: asyncio.Queue[bytes | None] = asyncio.Queue(_STREAM_QUEUE)
-        reading = self._sh(_READ_STREAM, full, str(limit), stdout=queue.put, moved=limit)
+        reading = self._sh(sh.READ_STREAM, full, str(limit), stdout=queue.put, moved=limit)
         task = asyncio.ensure_future(finished(reading, queue))
         try:
             size, rest = await self._stream_size(full, queue, task)
@@ -418,7 +364,7 @@ class AsyncFiles:
             piece = await queue.get()
             if piece is None:  # it ended before the file was open: a refusal
                 code, _, err = await task
-                if code == _TOO_LARGE:
+                if code == sh.TOO_LARGE:
                     size = err.strip().splitlines()[-1] if err.strip() else ""
                     raise self._too_large(full, int(size) if size.isdigit() else None)
                 raise self._fail(code or 1, full, err, "read")
@@ -464,7 +410,7 @@ class AsyncFiles:
 
         try:
             code, _, err = await self._sh(
-                _WRITE_TEMP, full, temp, operation, stdin=counted(), drain=True, moved=limit
+                sh.WRITE_TEMP, full, temp, operation, stdin=counted(), drain=True, moved=limit
             )
             if received > limit:
                 raise FileOperationError(
@@ -472,7 +418,7 @@ class AsyncFiles:
                     "(the transfer's cap); nothing was changed"
                 )
             if code == 0:
-                code, _, err = await self._sh(_COMMIT, full, temp)
+                code, _, err = await self._sh(sh.COMMIT, full, temp)
             if code != 0:
                 if "no space left on device" in err.lower():
                     raise self._full(full, received)
