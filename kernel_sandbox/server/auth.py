@@ -14,12 +14,13 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
-import json
 from collections.abc import Iterable
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from .limits import send_json_error
 
 __all__ = ["ANONYMOUS", "COOKIE", "AuthMiddleware", "Keyring", "key_id", "principal_of"]
 
@@ -98,21 +99,12 @@ class AuthMiddleware:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 4401})
                 return
-            body = json.dumps(
-                {"detail": "missing or wrong API key: send X-API-Key or Authorization: Bearer"}
-            ).encode()
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 401,
-                    "headers": [
-                        (b"content-type", b"application/json"),
-                        (b"content-length", str(len(body)).encode()),
-                        (b"www-authenticate", b'Bearer realm="kernel-sandbox"'),
-                    ],
-                }
+            await send_json_error(
+                send,
+                401,
+                "missing or wrong API key: send X-API-Key or Authorization: Bearer",
+                [(b"www-authenticate", b'Bearer realm="kernel-sandbox"')],
             )
-            await send({"type": "http.response.body", "body": body})
             return
         scope.setdefault("state", {})["key_id"] = kid
         await self.app(scope, receive, send)

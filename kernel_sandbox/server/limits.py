@@ -12,7 +12,7 @@ import re
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["BodyLimitMiddleware", "is_upload_path"]
+__all__ = ["BodyLimitMiddleware", "is_upload_path", "send_json_error"]
 
 _UPLOAD = re.compile(r"^/(v1/sandboxes/[^/]+/file|sandbox/[^/]+/archive)$")
 
@@ -36,22 +36,29 @@ async def _drain(receive: Receive) -> None:
         drained += len(message.get("body", b""))
 
 
-async def _send_413(send: Send, limit: int) -> None:
-    body = json.dumps(
-        {"detail": f"request body larger than {limit} bytes; the server's cap refuses it"}
-    ).encode()
+async def send_json_error(
+    send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]]
+) -> None:
+    """Answer ``{"detail": ...}`` with ``status`` from a raw ASGI middleware (before any
+    route runs), with ``headers`` besides its type and length."""
+    body = json.dumps({"detail": detail}).encode()
     await send(
         {
             "type": "http.response.start",
-            "status": 413,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),
-                (b"connection", b"close"),
+                *headers,
             ],
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+async def _send_413(send: Send, limit: int) -> None:
+    detail = f"request body larger than {limit} bytes; the server's cap refuses it"
+    await send_json_error(send, 413, detail, [(b"connection", b"close")])
 
 
 class BodyLimitMiddleware:
