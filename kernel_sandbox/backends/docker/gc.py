@@ -54,13 +54,19 @@ def _orphan_containers(
         async def remove(
             container_id: str = row.resource_id, run_dir: str | None = run_dir
         ) -> None:
-            await engine.remove(container_id)
-            if run_dir and Path(run_dir).parent == rundirs.runtime_root():
-                shutil.rmtree(run_dir, ignore_errors=True)
+            await _remove_container(engine, container_id, run_dir)
 
         name = row.labels.get(f"{LABEL_PREFIX}.id", row.resource_id[:12])
         found.append(Leftover(f"sandbox {name}", remove))
     return found
+
+
+async def _remove_container(engine: DockerEngine, container_id: str, run_dir: str | None) -> None:
+    """Remove a sandbox's container, then its run directory (only one in the runtime
+    root: a label names it, and labels are not to be trusted further)."""
+    await engine.remove(container_id)
+    if run_dir and Path(run_dir).parent == rundirs.runtime_root():
+        await asyncio.to_thread(shutil.rmtree, run_dir, True)
 
 
 def _adopted(run_dir: str | None) -> bool:
@@ -156,13 +162,11 @@ async def remove_labelled(
     ]
     for row in rows:
         try:
-            await engine.remove(row.resource_id)
+            await _remove_container(
+                engine, row.resource_id, row.labels.get(f"{LABEL_PREFIX}.run-dir")
+            )
         except Exception as exc:
             log.warning("could not remove leftover container %s: %s", row.resource_id, exc)
-            continue
-        run_dir = row.labels.get(f"{LABEL_PREFIX}.run-dir")
-        if run_dir and Path(run_dir).parent == rundirs.runtime_root():
-            await asyncio.to_thread(shutil.rmtree, run_dir, True)
     if volumes:
         try:
             await engine.remove_volumes(volumes)
