@@ -214,6 +214,12 @@ load() { # images from Docker into our containerd; one loaded already (same id) 
 up() {
   if status >/dev/null 2>&1; then log "already up"; echo "$RUN/admin.kubeconfig"; return; fi
   local T0; T0=$(now)
+  if [ -d "$RUN" ]; then
+    # an earlier cluster that was never taken down (its processes killed, its mounts,
+    # bridge, rule and sysctls left): undo it first, as `down` would have
+    log "leftovers of an earlier cluster in $RUN: taking them down first"
+    ( down ) >&2
+  fi
   setup; prepare
   start etcd "$BIN/etcd" --name ks --data-dir "$RUN/etcd" \
     --listen-client-urls http://127.0.0.1:$ETCD_PORT --advertise-client-urls http://127.0.0.1:$ETCD_PORT \
@@ -267,11 +273,12 @@ status() {
     $KUBECTL get node $NODE >/dev/null 2>&1
 }
 
-stop_pid() { # name
+stop_pid() { # name; a pid is signalled only while its command line names $RUN (pids are reused)
   local f=$RUN/$1.pid p
   [ -f "$f" ] || return 0
   p=$(cat "$f")
-  kill "$p" 2>/dev/null || return 0
+  if ! grep -qF -- "$RUN/" "/proc/$p/cmdline" 2>/dev/null; then rm -f "$f"; return 0; fi
+  kill "$p" 2>/dev/null || { rm -f "$f"; return 0; }
   for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || { rm -f "$f"; return 0; }; sleep 0.1; done
   kill -KILL "$p" 2>/dev/null; rm -f "$f"
 }
