@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import tempfile
 from pathlib import Path
 
-__all__ = ["OWNER_FILE", "claim", "is_claimed", "release", "runtime_root"]
+__all__ = ["OWNER_FILE", "adoption_dir", "claim", "is_claimed", "release", "runtime_root"]
 
 #: Marker file inside a run directory; readable by its owner only (not by sandbox code).
 OWNER_FILE = ".owner"
@@ -29,6 +30,15 @@ def runtime_root() -> Path:
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(root, 0o700)
     return root
+
+
+def adoption_dir(sandbox_id: str) -> Path | None:
+    """Where the adopter of a sandbox without a run directory (``tcp``) holds its claim:
+    the sandbox's labels still name its dead first owner, and Docker cannot relabel.
+    None for an id that could not be a sandbox's (ids come from labels)."""
+    if not re.fullmatch(r"[0-9A-Za-z_-]{1,64}", sandbox_id):
+        return None
+    return runtime_root() / f"{sandbox_id}.adopted"
 
 
 def claim(run_dir: Path) -> int:

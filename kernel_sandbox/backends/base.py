@@ -75,6 +75,7 @@ __all__ = [
     "SandboxRecord",
     "owner_alive",
     "owner_labels",
+    "this_owner",
 ]
 
 #: The entry-point group hosts register under: ``name = "package.module:HostClass"``.
@@ -165,9 +166,16 @@ def owner_labels(sandbox_id: str, config: SandboxConfig) -> dict[str, str]:
     return {
         LABEL_PREFIX: "true",
         f"{LABEL_PREFIX}.id": sandbox_id,
+        **this_owner(),
+        **config.labels,
+    }
+
+
+def this_owner() -> dict[str, str]:
+    """The owner labels naming this process (an adopter that can relabel puts these on)."""
+    return {
         f"{LABEL_PREFIX}.owner-pid": str(os.getpid()),
         f"{LABEL_PREFIX}.owner-host": socket.gethostname(),
-        **config.labels,
     }
 
 

@@ -68,7 +68,7 @@ def install_kernelspec(
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
         where = KernelSpecManager().install_kernel_spec(
-            tmp, kernel_name=name, user=user, prefix=prefix, replace=True
+            tmp, kernel_name=name, user=user, prefix=prefix
         )
     return Path(where)
 

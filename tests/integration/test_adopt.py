@@ -48,9 +48,16 @@ def _owner(transport: str) -> tuple[subprocess.Popen[str], str]:
 async def test_adopted_after_owner_sigkill_keeps_variables(transport: str) -> None:
     program = OWNER.replace("sys.argv[1]", repr(transport))
     sandbox_id = await asyncio.to_thread(orphan_of_killed_owner, program)
+    orphan = f"sandbox {sandbox_id}"
+    assert orphan in await _gc_finds()  # its owner is gone
     sb = await AsyncSandbox.adopt(sandbox_id)
     try:
         assert sb.config.transport == transport
+        # held now: gc keeps it and its volumes (ipc: the run directory's claim; tcp: an
+        # adoption claim, the labels still name the dead owner); a second owner is refused
+        assert [found for found in await _gc_finds() if sandbox_id in found] == []
+        with pytest.raises(KernelError, match="held by a live process"):
+            await AsyncSandbox.adopt(sandbox_id)
         result = await sb.run_python("secret += 1; secret")
         assert result.status == "ok" and result.text == "42"  # same kernel, not a new one
         assert await sb.files.read_text("kept.txt") == "files too"
@@ -62,6 +69,11 @@ async def test_adopted_after_owner_sigkill_keeps_variables(transport: str) -> No
         await sb.close()
     rows = await DockerHost.list_sandboxes({"kernel-sandbox.id": sandbox_id})
     assert rows == []  # the adopter owns it: close removed it
+
+
+async def _gc_finds() -> list[str]:
+    """What ``kernel-sandbox gc`` would remove now (nothing is removed)."""
+    return [leftover.what for leftover in await DockerHost.gc()]
 
 
 async def test_guest_beside_a_live_owner_touches_nothing() -> None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from click.testing import CliRunner
 
 from kernel_sandbox.cli.main import cli
-from tests.integration.conftest import orphan_of_killed_owner
+from tests.integration.conftest import ORPHAN_MAKER, orphan_of_killed_owner
 
 pytestmark = pytest.mark.integration
 
@@ -38,3 +40,16 @@ def test_gc_removes_sandboxes_whose_owner_was_killed(docker_engine) -> None:  # 
     result = CliRunner().invoke(cli, ["gc"])
     assert result.exit_code == 0 and f"removing sandbox {sandbox_id}" in result.output
     assert not docker_engine.containers.list(all=True, filters={"label": label})
+
+
+@pytest.mark.tcp_transport
+def test_gc_removes_the_network_of_a_killed_owners_tcp_sandbox(docker_engine: object) -> None:
+    sandbox_id = orphan_of_killed_owner(ORPHAN_MAKER.replace("labels=", 'transport="tcp", labels='))
+    network = f"kernel-sandbox-{sandbox_id}"
+    client: Any = docker_engine
+    assert client.networks.list(names=[network])
+    result = CliRunner().invoke(cli, ["gc"])
+    assert f"removing network {network}" in result.output, result.output
+    assert not client.networks.list(names=[network])
+    label = f"kernel-sandbox.id={sandbox_id}"
+    assert not client.containers.list(all=True, filters={"label": label})

@@ -19,15 +19,11 @@ import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import pytest_asyncio
 import zmq
-from click.testing import CliRunner
 
-from kernel_sandbox.backends.docker.statedir import HostRunDir
-from kernel_sandbox.cli.main import cli
 from kernel_sandbox.errors import FileOperationError, KernelError, SandboxFileNotFoundError
 from kernel_sandbox.kernel.client import KernelSession
 from kernel_sandbox.kernel.connection import new_connection_info
@@ -36,10 +32,8 @@ from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.tools import ToolSet
 from tests.conftest import TEST_LABEL
 from tests.integration.conftest import (
-    ORPHAN_MAKER,
     PYTHON_IMAGE,
     TRANSPORTS,
-    orphan_of_killed_owner,
 )
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -380,26 +374,6 @@ async def test_close_never_connects_to_planted_links(tmp_path: Path, canary: Can
     assert canary.connections == 0
 
 
-def test_a_folder_planted_in_a_sockets_place(tmp_path: Path) -> None:
-    state = HostRunDir(tmp_path / "run", set(SOCKET_NAMES))
-    try:
-        state.seal()
-        os.chmod(state.path, 0o1777)  # as a container restart opened it
-        (state.path / "k-1").mkdir()
-        (state.path / "k-1" / "junk").write_bytes(b"x" * 1000)
-        (state.path / "k-2").symlink_to("/etc")
-        state.open_for_kernel()  # no IsADirectoryError, nothing followed
-        assert sorted(os.listdir(state.path)) == [".owner", "status"]
-        assert stat.S_IMODE(state.path.stat().st_mode) == 0o1777
-        (state.path / "k-3").mkdir()  # the kernel never came: sealed anyway
-        state.seal()
-        assert stat.S_IMODE(state.path.stat().st_mode) == 0o755
-        assert sorted(os.listdir(state.path)) == [".owner", "status"]
-    finally:
-        state.close()
-    assert not (tmp_path / "run").exists()
-
-
 PLANTER = """
 import os, subprocess, sys
 code = '''
@@ -532,16 +506,3 @@ async def test_listing_is_structured_and_capped(box: AsyncSandbox) -> None:
             await box.files.list("/tmp/many")
         assert len(await box.files.list("/tmp/many", limit=20_000)) == 12_000
     await box.run_shell("rm -rf /tmp/many")
-
-
-@pytest.mark.tcp_transport
-def test_gc_removes_the_network_of_a_killed_owners_tcp_sandbox(docker_engine: object) -> None:
-    sandbox_id = orphan_of_killed_owner(ORPHAN_MAKER.replace("labels=", 'transport="tcp", labels='))
-    network = f"kernel-sandbox-{sandbox_id}"
-    client: Any = docker_engine
-    assert client.networks.list(names=[network])
-    result = CliRunner().invoke(cli, ["gc"])
-    assert f"removing network {network}" in result.output, result.output
-    assert not client.networks.list(names=[network])
-    label = f"kernel-sandbox.id={sandbox_id}"
-    assert not client.containers.list(all=True, filters={"label": label})

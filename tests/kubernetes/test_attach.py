@@ -65,6 +65,11 @@ def _orphan() -> tuple[str, str]:
     return line[0], line[1]
 
 
+async def _gc_finds() -> list[str]:
+    """What ``kernel-sandbox gc`` would remove now (nothing is removed)."""
+    return [leftover.what for leftover in await KubernetesHost.gc()]
+
+
 async def _gone(sandbox_id: str) -> bool:
     rows = await KubernetesHost.list_sandboxes({"kernel-sandbox.id": sandbox_id})
     return not rows
@@ -72,9 +77,15 @@ async def _gone(sandbox_id: str) -> bool:
 
 async def test_adopted_after_owner_sigkill_keeps_kernel_and_files(kube: Any, namespace) -> None:
     sandbox_id, pod = await asyncio.to_thread(_orphan)
+    orphan = f"pod {namespace}/{pod}"
+    assert orphan in await _gc_finds()  # its owner is gone
     sb = await AsyncSandbox.adopt(sandbox_id, host="kubernetes", labels=TEST_LABEL, interrupt=True)
     try:
         assert sb.container_id == pod
+        # relabelled as the adopter's: gc here no longer takes it for an orphan
+        labels = kube.core.read_namespaced_pod(pod, namespace).metadata.labels
+        assert labels["kernel-sandbox.owner-pid"] == str(os.getpid())
+        assert orphan not in await _gc_finds()
         # the settings the pod was made with, read back from the API
         assert (sb.config.transport, sb.config.image) == ("tcp", PYTHON_IMAGE)
         assert sb.config.env_vars == {"MARK": "kept"}

@@ -103,3 +103,23 @@ def test_close_removes_the_directory(tmp_path: Path) -> None:
     state.seal()
     state.close()
     assert not (tmp_path / "run").exists()
+
+
+def test_a_folder_planted_in_a_sockets_place(tmp_path: Path) -> None:
+    state = HostRunDir(tmp_path / "run", {"k-1", "k-2", "k-3"})
+    try:
+        state.seal()
+        os.chmod(state.path, 0o1777)  # as a container restart opened it
+        (state.path / "k-1").mkdir()
+        (state.path / "k-1" / "junk").write_bytes(b"x" * 1000)
+        (state.path / "k-2").symlink_to("/etc")
+        state.open_for_kernel()  # no IsADirectoryError, nothing followed
+        assert sorted(os.listdir(state.path)) == [".owner", "status"]
+        assert stat.S_IMODE(state.path.stat().st_mode) == 0o1777
+        (state.path / "k-3").mkdir()  # the kernel never came: sealed anyway
+        state.seal()
+        assert stat.S_IMODE(state.path.stat().st_mode) == 0o755
+        assert sorted(os.listdir(state.path)) == [".owner", "status"]
+    finally:
+        state.close()
+    assert not (tmp_path / "run").exists()

@@ -32,23 +32,38 @@ STALE_AFTER = 60
 
 
 async def find_leftovers(engine: DockerEngine, *, remove_all: bool = False) -> list[Leftover]:
-    """Containers first, then their volumes (in use until they go), then run directories."""
+    """Containers first, then their volumes (in use until they go), then run directories.
+
+    Volumes and networks of a sandbox whose container is kept (its owner lives, or a
+    live process adopted it) are kept with it.
+    """
     rows = await engine.list({LABEL_PREFIX: "true"})
+    kept = frozenset() if remove_all else _kept_sandboxes(rows)
     return (
-        _orphan_containers(engine, rows, remove_all)
-        + await _orphan_volumes(engine, remove_all)
-        + await _orphan_networks(engine, remove_all)
+        _orphan_containers(engine, rows, kept)
+        + await _orphan_volumes(engine, remove_all, kept)
+        + await _orphan_networks(engine, remove_all, kept)
         + _stale_run_dirs(rows)
     )
 
 
+def _kept_sandboxes(rows: list[SandboxRecord]) -> frozenset[str]:
+    """Ids of the sandboxes whose owner may live (here, or on another host) or that a
+    live process here adopted."""
+    return frozenset(
+        row.labels.get(f"{LABEL_PREFIX}.id", row.resource_id)
+        for row in rows
+        if owner_alive(row.labels) is not False or _adopted(row.labels)
+    )
+
+
 def _orphan_containers(
-    engine: DockerEngine, rows: list[SandboxRecord], remove_all: bool
+    engine: DockerEngine, rows: list[SandboxRecord], kept: frozenset[str]
 ) -> list[Leftover]:
     found = []
     for row in rows:
         run_dir = row.labels.get(f"{LABEL_PREFIX}.run-dir")
-        if not remove_all and (owner_alive(row.labels) is not False or _adopted(run_dir)):
+        if row.labels.get(f"{LABEL_PREFIX}.id", row.resource_id) in kept:
             continue
 
         async def remove(
@@ -69,12 +84,14 @@ async def _remove_container(engine: DockerEngine, container_id: str, run_dir: st
         await asyncio.to_thread(shutil.rmtree, run_dir, True)
 
 
-def _adopted(run_dir: str | None) -> bool:
+def _adopted(labels: dict[str, str]) -> bool:
     """A live process adopted the sandbox (its labels still name the dead first owner):
-    it holds the claim on the run directory (``ipc``)."""
-    if not run_dir or Path(run_dir).parent != rundirs.runtime_root():
-        return False
-    return rundirs.is_claimed(Path(run_dir))
+    it holds the claim on the run directory (``ipc``) or on its adoption directory."""
+    run_dir = labels.get(f"{LABEL_PREFIX}.run-dir")
+    if run_dir and Path(run_dir).parent == rundirs.runtime_root():
+        return rundirs.is_claimed(Path(run_dir))
+    marker = rundirs.adoption_dir(labels.get(f"{LABEL_PREFIX}.id", ""))
+    return marker is not None and rundirs.is_claimed(marker)
 
 
 def _orphan_resources(
@@ -82,9 +99,10 @@ def _orphan_resources(
     listed: list[dict[str, object]],
     remove_one: Callable[[str], Awaitable[None]],
     remove_all: bool,
+    kept: frozenset[str],
 ) -> list[Leftover]:
     """Labelled volumes or networks (a sandbox's writable area, a tcp sandbox's own
-    network) whose owner process is gone.
+    network) whose owner process is gone and whose sandbox is not kept.
 
     Removed after the containers: the engine refuses to remove what a container still
     uses, which is reported, not fatal.
@@ -92,7 +110,9 @@ def _orphan_resources(
     found = []
     for resource in listed:
         labels: dict[str, str] = resource["labels"]  # type: ignore[assignment]
-        if not remove_all and owner_alive(labels) is not False:
+        if not remove_all and (
+            owner_alive(labels) is not False or labels.get(f"{LABEL_PREFIX}.id") in kept
+        ):
             continue
         name = str(resource["name"])
 
@@ -106,17 +126,21 @@ def _orphan_resources(
     return found
 
 
-async def _orphan_volumes(engine: DockerEngine, remove_all: bool) -> list[Leftover]:
+async def _orphan_volumes(
+    engine: DockerEngine, remove_all: bool, kept: frozenset[str]
+) -> list[Leftover]:
     async def remove(name: str) -> None:
         await engine.remove_volumes([name])
 
     volumes = await engine.list_volumes({LABEL_PREFIX: "true"})
-    return _orphan_resources("volume", volumes, remove, remove_all)
+    return _orphan_resources("volume", volumes, remove, remove_all, kept)
 
 
-async def _orphan_networks(engine: DockerEngine, remove_all: bool) -> list[Leftover]:
+async def _orphan_networks(
+    engine: DockerEngine, remove_all: bool, kept: frozenset[str]
+) -> list[Leftover]:
     networks = await engine.list_networks({LABEL_PREFIX: "true"})
-    return _orphan_resources("network", networks, engine.remove_network, remove_all)
+    return _orphan_resources("network", networks, engine.remove_network, remove_all, kept)
 
 
 def _stale_run_dirs(rows: list[SandboxRecord]) -> list[Leftover]:

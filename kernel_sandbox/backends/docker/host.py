@@ -227,10 +227,11 @@ class DockerHost(KernelHost):
         labels carry no key); the ``ipc`` run directory is named by its label and must
         be one of this user's.  The settings the container was made with (transport,
         user, working directory, network) replace this host's config.  An owner takes
-        over the run directory's claim and the supervisor's reports; a guest touches
-        neither.  The supervisor numbers kernels from 1 per container; an adopted one
-        may be further on, so a later in-place restart may fall back to a container
-        restart (files are kept either way).
+        over the run directory's claim (``tcp``: claims a directory of its own there, as
+        Docker cannot relabel the container; gc keeps what is claimed) and the
+        supervisor's reports; a guest touches neither.  The supervisor numbers kernels
+        from 1 per container; an adopted one may be further on, so a later in-place
+        restart may fall back to a container restart (files are kept either way).
         """
         if self._info is not None:
             raise KernelError(f"sandbox {self.sandbox_id} was launched already")
@@ -274,7 +275,9 @@ class DockerHost(KernelHost):
             ip = "127.0.0.1" if self.config.network_enabled else None
             host_info = dict(container_info, ip=ip or await self.engine.address(record.resource_id))
             self._state = (
-                ContainerStateDir(self.engine.api, record.resource_id, self.config.user)
+                ContainerStateDir.adopt(
+                    self.engine.api, record.resource_id, self.config.user, self.sandbox_id
+                )
                 if own
                 else GuestStateDir()
             )

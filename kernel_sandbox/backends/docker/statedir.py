@@ -104,7 +104,7 @@ class StateDir(ABC):
         self.kernel = 1
         self._end = None
 
-    def close(self) -> None:  # noqa: B027 (nothing to do with tcp)
+    def close(self) -> None:  # noqa: B027 (nothing to do for a guest)
         """Release every host-side resource."""
 
 
@@ -288,6 +288,36 @@ class ContainerStateDir(StateDir):
         self._api = api
         self._container_id = container_id
         self._user = user
+        self._adoption: tuple[Path, int] | None = None
+
+    @classmethod
+    def adopt(
+        cls, api: docker.APIClient, container_id: str, user: str, sandbox_id: str
+    ) -> ContainerStateDir:
+        """Take over a ``tcp`` sandbox a dead owner left, with a claim in the runtime root
+        (see :func:`~kernel_sandbox.rundirs.adoption_dir`): gc keeps the container while
+        it is held, and a second live adopter is refused, as with an ``ipc`` run directory.
+        """
+        path = rundirs.adoption_dir(sandbox_id)
+        if path is None:
+            raise KernelError(f"{sandbox_id!r} is not a sandbox id")
+        path.mkdir(mode=0o700, exist_ok=True)
+        if rundirs.is_claimed(path):
+            raise KernelError(
+                f"sandbox {sandbox_id} is held by a live process that adopted it; attach "
+                "as a guest, or stop that process first"
+            )
+        self = cls(api, container_id, user)
+        self._adoption = (path, rundirs.claim(path))
+        return self
+
+    def close(self) -> None:
+        """Give up an adopter's claim (and its directory; gc removes it otherwise)."""
+        if self._adoption is not None:
+            path, fd = self._adoption
+            self._adoption = None
+            rundirs.release(fd)
+            shutil.rmtree(path, ignore_errors=True)
 
     async def _read_end(self) -> KernelEnd | None:
         try:

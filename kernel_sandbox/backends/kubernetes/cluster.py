@@ -17,12 +17,20 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...config import LABEL_PREFIX
-from ..base import HostState, Leftover, SandboxRecord, owner_alive
-from .api import REMOVED_REASON, ApiException, api_call, kube
+from ..base import HostState, Leftover, SandboxRecord, owner_alive, this_owner
+from .api import REMOVED_REASON, ApiException, Kube, api_call, kube
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PodState", "default_namespace", "gc", "list_sandboxes", "pod_state", "remove_named"]
+__all__ = [
+    "PodState",
+    "default_namespace",
+    "gc",
+    "list_sandboxes",
+    "pod_state",
+    "relabel_owner",
+    "remove_named",
+]
 
 #: Seconds a Secret or policy may exist before its pod does (a sandbox being made).
 STARTING = 60.0
@@ -173,6 +181,18 @@ async def remove_named(name: str) -> None:
         _leftover("pod", name, api.core.delete_namespaced_pod, ns).remove(),
         _leftover("secret", name, api.core.delete_namespaced_secret, ns).remove(),
         _leftover("policy", name, api.networking.delete_namespaced_network_policy, ns).remove(),
+    )
+
+
+async def relabel_owner(kube_: Kube, namespace: str, name: str) -> None:
+    """Label an adopted pod as this process's: its labels named the first owner, who is
+    gone, and gc where that owner ran would take the pod for an orphan."""
+    await api_call(
+        "relabelling the adopted pod as this process's",
+        kube_.core.patch_namespaced_pod,
+        name,
+        namespace,
+        {"metadata": {"labels": this_owner()}},
     )
 
 

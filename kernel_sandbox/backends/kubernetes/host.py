@@ -191,8 +191,9 @@ class KubernetesHost(KernelHost):
         address the pod's IP; image, user, working directory, environment and whether
         it may reach out come from the pod and its policy and replace this host's
         config (limits stay the caller's: they apply to a later whole restart, which
-        makes a new pod).  An owner takes the policy over (it admits this client alone)
-        and counts kernels on from the supervisor's ``go-`` files, so in-place restarts
+        makes a new pod).  An owner takes the policy over (it admits this client alone),
+        relabels the pod as its own (so gc does not take it for an orphan) and counts
+        kernels on from the supervisor's ``go-`` files, so in-place restarts
         go on; a guest changes nothing and can neither restart nor remove.  Refused
         with :class:`ContainerRemovedError` when the pod is gone, and
         :class:`~kernel_sandbox.errors.ContainerStoppedError` when it does not run.
@@ -208,7 +209,10 @@ class KubernetesHost(KernelHost):
         self._kernel = kernel_number(listing.stdout.decode(errors="replace"))
         if own:
             cidr = policy.client_cidr(self._kube, found.info["ip"])
-            await policy.admit(self._kube, ns, name, cidr)
+            await asyncio.gather(
+                policy.admit(self._kube, ns, name, cidr),
+                cluster.relabel_owner(self._kube, ns, name),
+            )
         self._info = found.info
         return found.info
 
