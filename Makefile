@@ -6,6 +6,8 @@ PIP ?= $(PYTHON) -m pip
 #: Run a second time under gVisor (runtime="runsc", README "Stronger isolation"): every
 #: hostile-code suite (the glob takes new ones too) and the core sandbox tests.
 RUNSC_TESTS ?= tests/integration/test_hostile*.py tests/integration/test_sandbox.py
+#: The slowest tests of a run, listed at its end (what CI's time goes to).
+DURATIONS ?= --durations=15
 
 install:            ## install kernel_sandbox with its dev tools
 	$(PIP) install -q -e ".[dev]"
@@ -23,11 +25,11 @@ demo:
 	kernel-sandbox demo
 
 test:               ## both tiers, then the hostile and core suites again under gVisor
-	$(PYTHON) -m pytest -q -rfEs
+	$(PYTHON) -m pytest -q -rfEs $(DURATIONS)
 	$(MAKE) --no-print-directory test-runsc
 
 test-runsc:         ## the hostile and core suites with KERNEL_SANDBOX_RUNTIME=runsc (tcp is refused there)
-	KERNEL_SANDBOX_RUNTIME=runsc $(PYTHON) -m pytest -q -rfEs -m "not tcp_transport" $(RUNSC_TESTS)
+	KERNEL_SANDBOX_RUNTIME=runsc $(PYTHON) -m pytest -q -rfEs $(DURATIONS) -m "not tcp_transport" $(RUNSC_TESTS)
 
 test-unit:
 	$(PYTHON) -m pytest -q tests/unit
