@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from kernel_sandbox.backends.docker.statedir import HostRunDir
+from kernel_sandbox import rundirs
+from kernel_sandbox.backends.docker.statedir import ContainerStateDir, HostRunDir
+from kernel_sandbox.errors import KernelError
 from kernel_sandbox.kernel.supervisor import KernelEnd
 from kernel_sandbox.rundirs import OWNER_FILE
 
@@ -123,3 +125,19 @@ def test_a_folder_planted_in_a_sockets_place(tmp_path: Path) -> None:
     finally:
         state.close()
     assert not (tmp_path / "run").exists()
+
+
+def test_a_tcp_adopters_claim_is_held_refused_twice_and_released(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KERNEL_SANDBOX_RUNTIME_DIR", str(tmp_path))
+    marker = rundirs.adoption_dir("0123456789ab")
+    assert marker is not None and not rundirs.is_claimed(marker)
+    first = ContainerStateDir.adopt(None, "container", "sandbox", "0123456789ab")  # type: ignore[arg-type]
+    assert rundirs.is_claimed(marker)  # what gc reads
+    with pytest.raises(KernelError, match="held by a live process"):
+        ContainerStateDir.adopt(None, "container", "sandbox", "0123456789ab")  # type: ignore[arg-type]
+    first.release()  # detach (and close) give it up
+    assert not rundirs.is_claimed(marker) and not marker.exists()
+    with pytest.raises(KernelError, match="not a sandbox id"):
+        ContainerStateDir.adopt(None, "container", "sandbox", "../up")  # type: ignore[arg-type]

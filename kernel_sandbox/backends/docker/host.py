@@ -389,10 +389,11 @@ class DockerHost(KernelHost):
                 await self.egress.close()
 
     async def detach(self) -> None:
-        """Release the run directory's claim and the status channel; remove nothing."""
+        """Release the claim (run directory or adoption) and the status channel; remove
+        nothing."""
         _unclosed.pop(self.sandbox_id, None)
         self._own = False
-        if isinstance(self._state, HostRunDir):
+        if self._state is not None:
             self._state.release()
         self._state = GuestStateDir()
 

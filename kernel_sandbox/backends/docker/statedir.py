@@ -104,8 +104,12 @@ class StateDir(ABC):
         self.kernel = 1
         self._end = None
 
-    def close(self) -> None:  # noqa: B027 (nothing to do for a guest)
-        """Release every host-side resource."""
+    def release(self) -> None:  # noqa: B027 (nothing to do for a guest)
+        """Give up what this process holds on the sandbox (detach); the sandbox stays."""
+
+    def close(self) -> None:
+        """Release every host-side resource (the sandbox is being removed)."""
+        self.release()
 
 
 class HostRunDir(StateDir):
@@ -311,8 +315,8 @@ class ContainerStateDir(StateDir):
         self._adoption = (path, rundirs.claim(path))
         return self
 
-    def close(self) -> None:
-        """Give up an adopter's claim (and its directory; gc removes it otherwise)."""
+    def release(self) -> None:
+        """Give up an adopter's claim, and its directory (nothing else holds it)."""
         if self._adoption is not None:
             path, fd = self._adoption
             self._adoption = None
