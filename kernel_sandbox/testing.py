@@ -294,9 +294,12 @@ class LocalKernelHost(KernelHost):
                 f"the process did not finish within {deadline:g}s; it was killed"
             ) from exc
         finally:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                if proc.returncode is None:
+            if proc.returncode is None:  # timed out, or the caller gave up (cancelled)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(proc.pid, signal.SIGKILL)
+                # its pipes may be paused (a reader that left): close them now, not at
+                # GC after the loop closed (asyncio has no public handle for this)
+                proc._transport.close()  # type: ignore[attr-defined]
             self._groups.discard(proc.pid)
         return ExecResult(
             128 - code if code < 0 else code, out.value(), err.value(), out.dropped + err.dropped
