@@ -41,6 +41,8 @@ Interface history (hosts outside this package are written against it):
   a file larger than the host would hold moves through it.
 * 2.4 — added :meth:`KernelHost.remove_sandboxes` (additive; the default removes
   nothing and says so): a server removes what a killed predecessor left on any host.
+* 2.5 — added :func:`this_owner` (additive): the owner labels an adopter that can
+  relabel puts on, so gc does not take what it adopted for an orphan.
 """
 
 from __future__ import annotations
