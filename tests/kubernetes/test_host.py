@@ -210,6 +210,27 @@ async def test_missing_image_names_the_image(make_host) -> None:
     assert any(r in message for r in ("ImagePullBackOff", "ErrImagePull", "ErrImageNeverPull"))
 
 
+async def _quota_enforced(kube, namespace) -> bool:
+    """Whether the API server's admission refuses a pod over the new quota yet.
+
+    Admission reads quotas from a cache, and remembers for 30 s that a namespace had
+    none: a quota made a moment ago can let a pod through, so ask with a dry run first.
+    """
+    probe = {
+        "metadata": {"generateName": "ks-quota-probe-"},
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "none", "resources": {"limits": {"memory": "1Gi"}}}
+            ]
+        },
+    }
+    try:
+        await asyncio.to_thread(kube.core.create_namespaced_pod, namespace, probe, dry_run="All")
+    except api.ApiException as exc:
+        return exc.status == 403 and "exceeded quota" in api.message_of(exc)
+    return False
+
+
 async def test_quota_exceeded_is_a_clear_start_error(make_host, kube, namespace) -> None:
     quota = {
         "metadata": {"name": "ks-test-quota", "labels": TEST_LABEL},
@@ -217,6 +238,7 @@ async def test_quota_exceeded_is_a_clear_start_error(make_host, kube, namespace)
     }
     kube.core.create_namespaced_resource_quota(namespace, quota)
     try:
+        await wait_until(lambda: _quota_enforced(kube, namespace), timeout=60)
         host = await make_host("quota", launch=False, memory_limit="1g")
         with pytest.raises(SandboxStartError, match=r"ResourceQuota.*memory_limit"):
             await host.launch()

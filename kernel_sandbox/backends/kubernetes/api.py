@@ -115,6 +115,13 @@ def _translate(exc: BaseException, what: str) -> SandboxError | None:
                 f"the namespace's ResourceQuota refuses {what}: {message}. Close sandboxes you "
                 "no longer need, lower memory_limit / cpu_limit, or raise the quota"
             )
+        if exc.status == 403 and "status unknown for quota" in message:
+            # a quota made a moment ago that the cluster's quota controller has not
+            # counted yet: admission refuses everything it covers until then
+            return SandboxStartError(
+                f"the namespace's ResourceQuota refuses {what} until the cluster has counted "
+                f"it: {message}. Try again in a few seconds"
+            )
         if exc.status == 403 and "forbidden" in message.lower():
             return SandboxStartError(
                 f"the API server forbids {what}: {message}. Give the service account or user "
