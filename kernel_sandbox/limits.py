@@ -9,6 +9,7 @@ cut this way and both use :func:`cap_notice`, so a user reads the same sentence.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 
 from .results import format_size
@@ -16,8 +17,21 @@ from .results import format_size
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "HEADER_TIMEOUT",
+    "KEEP_ALIVE_TIMEOUT",
+    "MAX_CALLS_PER_KEY",
+    "MAX_CONNECTIONS",
+    "MAX_HEAD_BYTES",
+    "MAX_JSON_DEPTH",
+    "MAX_JSON_VALUES",
+    "MAX_MCP_LINE_BYTES",
+    "MAX_MCP_SESSIONS_PER_KEY",
+    "MAX_STREAMS_PER_KEY",
+    "SESSION_TTL",
+    "STREAM_QUEUE_BYTES",
     "HeadTail",
     "cap_notice",
+    "json_shape_error",
     "split_bytes",
     "utf8_len",
 ]
@@ -26,6 +40,44 @@ __all__ = [
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024**2
 #: ``SandboxConfig.max_file_bytes`` by default: a file read is held whole in memory.
 DEFAULT_MAX_FILE_BYTES = 100 * 1024**2
+
+# The server's edge: what one client may spend on ``kernel-sandbox serve``.  The first
+# group holds without a key (before anyone is known); the rest is per key.
+
+#: Seconds a connection has to send a whole request head (line and headers), counted
+#: from the moment it connects or its previous response ended; past it, it is closed.
+HEADER_TIMEOUT = 10.0
+#: Seconds an idle keep-alive connection stays open between requests (uvicorn's own).
+KEEP_ALIVE_TIMEOUT = 5.0
+#: Bytes of one request head (URL and headers); past it the connection gets a 431.
+MAX_HEAD_BYTES = 64 * 1024
+#: Open client connections; at the cap the oldest one that is idle or still sending its
+#: head is closed for a new one (a request being served is never cut).  Clamped below
+#: the process's open-file limit, so sandboxes and the engine always get descriptors.
+MAX_CONNECTIONS = 1000
+#: Most nesting of arrays and objects in a JSON body (400 above), checked before parsing.
+MAX_JSON_DEPTH = 64
+#: Most values (array items, object members, strings) in one JSON body (413 above),
+#: counted on the raw bytes before parsing: a parsed value costs ~50-100 bytes of memory,
+#: so a 16 MiB body of ``{}`` (5.6 million objects, ~500 MB) is refused unparsed.
+MAX_JSON_VALUES = 100_000
+#: Requests one key may have in flight at once (429 past it), streams included.
+MAX_CALLS_PER_KEY = 16
+#: Server-Sent-Event streams (``?stream=true`` calls, MCP's GET streams) one key may
+#: hold open at once (429 past it).
+MAX_STREAMS_PER_KEY = 4
+#: Bytes of outputs one SSE stream holds for a reader that is slower than the kernel;
+#: past it outputs are dropped from the stream (counted, reported in a ``dropped`` event)
+#: and the final ``result`` event still carries them all, within ``max_output_bytes``.
+STREAM_QUEUE_BYTES = 1024 * 1024
+#: MCP sessions one key may hold open over HTTP; a new one past it ends the key's
+#: longest-idle session.
+MAX_MCP_SESSIONS_PER_KEY = 16
+#: Seconds a live-page session cookie (``/ui?api_key=``) stays valid.
+SESSION_TTL = 12 * 3600.0
+#: Characters of one JSON-RPC line ``kernel-sandbox mcp`` reads from stdin; a longer
+#: line is skipped without being held and answered with an error.
+MAX_MCP_LINE_BYTES = 16 * 1024**2
 
 
 def utf8_len(text: str) -> int:
@@ -102,3 +154,35 @@ class HeadTail:
         newline = b"" if self._head.endswith(b"\n") else b"\n"
         notice = cap_notice(self.dropped, self.dropped_lines, self.limit).encode()
         return bytes(self._head) + newline + notice + tail
+
+
+_BRACKETS = re.compile(rb"[\[\]{}]")
+
+
+def json_shape_error(
+    body: bytes | bytearray, max_depth: int = MAX_JSON_DEPTH, max_values: int = MAX_JSON_VALUES
+) -> str | None:
+    """Why a JSON body is refused before it is parsed (too deep, too many values), or None.
+
+    Parsing is what costs memory (a Python object per value), so this only counts, in
+    linear time on the raw bytes and without building anything: string contents are
+    taken out (escapes first, so an escaped quote never ends a string), then commas and
+    brackets outside strings are counted and the nesting followed.  The count is an
+    upper bound for valid JSON; whatever is not JSON is left for the parser to refuse.
+    """
+    if b"[" not in body and b"{" not in body:
+        return None
+    bare = body.replace(b"\\\\", b"").replace(b'\\"', b"") if b"\\" in body else body
+    strings = bare.count(b'"') // 2
+    if strings > max_values:
+        return f"the JSON body holds more than {max_values:,} values"
+    outside = b"".join(bare.split(b'"')[::2]) if strings else bare
+    brackets = sum(outside.count(c) for c in (b"[", b"]", b"{", b"}"))
+    if strings + outside.count(b",") + brackets // 2 > max_values:
+        return f"the JSON body holds more than {max_values:,} values"
+    depth = 0
+    for match in _BRACKETS.finditer(outside):
+        depth += 1 if match[0] in b"[{" else -1
+        if depth > max_depth:
+            return f"the JSON body nests deeper than {max_depth} arrays or objects"
+    return None

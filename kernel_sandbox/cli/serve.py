@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from .. import limits
 from ..config import DEFAULT_IMAGE
 from .run import parse_network
 
@@ -116,6 +117,45 @@ def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ..
     help="Seconds a recorded step may wait before its notebook is rewritten (steps in "
     "between coalesce; 0: on every step, on the request path).",
 )
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="A host name (fnmatch pattern; '*': any) requests may name in Host (repeatable; "
+    "default: the loopback names on a loopback bind, else any).",
+)
+@click.option("--max-calls-per-key", default=limits.MAX_CALLS_PER_KEY, show_default=True, type=int)
+@click.option(
+    "--max-streams-per-key", default=limits.MAX_STREAMS_PER_KEY, show_default=True, type=int
+)
+@click.option(
+    "--max-mcp-sessions-per-key",
+    default=limits.MAX_MCP_SESSIONS_PER_KEY,
+    show_default=True,
+    type=int,
+)
+@click.option(
+    "--max-connections",
+    default=limits.MAX_CONNECTIONS,
+    show_default=True,
+    type=int,
+    help="Open client connections (at most half the open-file limit).",
+)
+@click.option(
+    "--header-timeout",
+    default=limits.HEADER_TIMEOUT,
+    show_default=True,
+    type=float,
+    help="Seconds a connection has to send a whole request head.",
+)
+@click.option(
+    "--keep-alive-timeout",
+    default=limits.KEEP_ALIVE_TIMEOUT,
+    show_default=True,
+    type=float,
+    help="Seconds an idle keep-alive connection stays open.",
+)
 @click.option("--no-mcp", is_flag=True, help="Do not serve MCP at /mcp.")
 def serve(
     host: str,
@@ -140,12 +180,20 @@ def serve(
     on_restart: str,
     record_dir: Path,
     record_flush_delay: float,
+    allowed_hosts: tuple[str, ...],
+    max_calls_per_key: int,
+    max_streams_per_key: int,
+    max_mcp_sessions_per_key: int,
+    max_connections: int,
+    header_timeout: float,
+    keep_alive_timeout: float,
     no_mcp: bool,
 ) -> None:
     """Serve sandboxes over HTTP: ms-enclave's REST API, /v1 (streaming) and MCP at /mcp."""
     import uvicorn
 
     from ..server.app import build_app
+    from ..server.connections import connection_cap, guarded_protocol
     from ..server.settings import ServerSettings
 
     keys = read_keys(api_keys, api_key_file)
@@ -172,6 +220,13 @@ def serve(
         on_restart=on_restart,  # type: ignore[arg-type]
         record_dir=record_dir,
         record_flush_delay=record_flush_delay,
+        allowed_hosts=allowed_hosts,
+        max_calls_per_key=max_calls_per_key,
+        max_streams_per_key=max_streams_per_key,
+        max_mcp_sessions_per_key=max_mcp_sessions_per_key,
+        max_connections=max_connections,
+        header_timeout=header_timeout,
+        keep_alive_timeout=keep_alive_timeout,
     )
     settings.check_bind()
     click.echo(
@@ -189,4 +244,10 @@ def serve(
         port=port,
         log_level="warning",
         timeout_graceful_shutdown=10,
+        timeout_keep_alive=int(max(1, settings.keep_alive_timeout)),
+        http=guarded_protocol(
+            header_timeout=settings.header_timeout,
+            max_head_bytes=limits.MAX_HEAD_BYTES,
+            max_connections=connection_cap(settings.max_connections),
+        ),
     )

@@ -1,10 +1,14 @@
 """The ASGI application of ``kernel-sandbox serve``.
 
-Layers, outermost first: the API-key check (every path, ``/docs`` and ``/mcp``
-included), the body caps (413), then FastAPI with ms-enclave's routes, the native
-``/v1`` routes and MCP's streamable HTTP endpoint at ``/mcp``.  The lifespan starts
-the tenancy (restart policy, pool, idle reaper) and MCP's session manager, and on a
-graceful stop removes every sandbox.
+Layers, outermost first: the browser rules (Host allow-list, Origin check, security
+headers: :mod:`.browser`), the API-key check and CSRF token (every path, ``/docs`` and
+``/mcp`` included: :mod:`.auth`), the per-key caps on requests and streams in flight,
+MCP's per-key session cap, the body caps (413, and the JSON shape before parsing:
+:mod:`.limits`), then FastAPI with ms-enclave's routes, the native ``/v1`` routes and
+MCP's streamable HTTP endpoint at ``/mcp``.  A refused body is answered without its
+content (422s name the field, never echo the input).  The lifespan starts the tenancy
+(restart policy, pool, idle reaper) and MCP's session manager, and on a graceful stop
+removes every sandbox.
 """
 
 from __future__ import annotations
@@ -13,19 +17,20 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
-from fastapi.openapi.docs import get_swagger_ui_html
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp
 
 from .. import __version__
 from ..errors import SandboxError
-from . import enclave, live, native
+from . import docs, enclave, live, native
 from .auth import AuthMiddleware, Keyring
+from .browser import BrowserGuard, allowed_hosts_for
 from .deps import error_response
-from .limits import BodyLimitMiddleware
+from .limits import BodyLimitMiddleware, KeyConcurrency
+from .mcp_sessions import McpSessionCap
 from .settings import ServerSettings
 from .tenancy import Tenancy
 
@@ -39,12 +44,38 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, status_code=500)
 
 
+#: Errors one 422 lists, and characters of each part: the answer never grows with the input.
+MAX_ERRORS, MAX_PART = 20, 200
+
+
+async def _invalid(request: Request, exc: Exception) -> JSONResponse:
+    """A 422 that names what is wrong and where, without echoing the input back."""
+    assert isinstance(exc, RequestValidationError)
+    errors = exc.errors()
+    detail = [
+        {
+            "type": str(error.get("type", ""))[:MAX_PART],
+            "loc": [
+                part if isinstance(part, int) else str(part)[:MAX_PART]
+                for part in list(error.get("loc", ()))[:10]
+            ],
+            "msg": str(error.get("msg", ""))[:MAX_PART],
+        }
+        for error in errors[:MAX_ERRORS]
+    ]
+    if len(errors) > MAX_ERRORS:
+        detail.append({"type": "more", "loc": [], "msg": f"{len(errors) - MAX_ERRORS} more"})
+    return JSONResponse({"detail": detail}, status_code=422)
+
+
 def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
-    """The whole server as one ASGI app (wrapped in auth and size limits)."""
+    """The whole server as one ASGI app (wrapped in the browser rules, auth and limits)."""
     tenancy = Tenancy(settings)
     keyring = Keyring(settings.api_keys)
     mcp_server: Any = None
     if mcp:
+        from mcp.server.transport_security import TransportSecuritySettings
+
         from ..mcp import SessionSandboxes, build_mcp_server
 
         mcp_server = build_mcp_server(
@@ -55,6 +86,8 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
             host=settings.host,
             max_request_body_size=settings.max_request_bytes,
             session_idle_timeout=settings.idle_timeout or None,
+            # the Host and Origin rules are the BrowserGuard's, the same on every path
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         ).routes
 
     @contextlib.asynccontextmanager
@@ -77,23 +110,25 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
         "Authorization: Bearer) when the server has one.",
         lifespan=lifespan,
         docs_url=None,
+        redoc_url=None,
     )
-
-    @app.get("/docs", include_in_schema=False)
-    async def docs(request: Request) -> HTMLResponse:
-        """Swagger UI; with ``?api_key=`` the page fetches the document with it too."""
-        key = request.query_params.get("api_key")
-        url = "/openapi.json" + (f"?{urlencode({'api_key': key})}" if key else "")
-        return get_swagger_ui_html(openapi_url=url, title="kernel-sandbox API")
 
     app.state.tenancy = tenancy
     app.state.settings = settings
+    app.state.keyring = keyring
     app.add_exception_handler(SandboxError, error_response)
+    app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(Exception, _unexpected)
     app.include_router(enclave.router)
     app.include_router(native.router)
     app.include_router(live.router)
+    app.include_router(docs.router)
     if mcp_server is not None:
         app.router.routes.extend(mcp_routes)
-    limited = BodyLimitMiddleware(app, settings.max_request_bytes, settings.max_upload_bytes)
-    return AuthMiddleware(limited, keyring)
+    inner: ASGIApp = BodyLimitMiddleware(app, settings.max_request_bytes, settings.max_upload_bytes)
+    if mcp_server is not None:
+        idle = settings.idle_timeout or None
+        inner = McpSessionCap(inner, settings.max_mcp_sessions_per_key, idle)
+    inner = KeyConcurrency(inner, settings.max_calls_per_key, settings.max_streams_per_key)
+    hosts = allowed_hosts_for(settings.host, settings.allowed_hosts)
+    return BrowserGuard(AuthMiddleware(inner, keyring), hosts)

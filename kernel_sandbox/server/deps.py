@@ -1,4 +1,5 @@
-"""What every route needs: the tenancy, the caller's key id, and errors as status codes.
+"""What every route needs: the tenancy, the caller's key id, errors as status codes,
+and for the pages a session cookie and a CSP.
 
 The dependencies are ``async def`` though they never wait: FastAPI runs a plain
 ``def`` dependency in a worker thread, three thread hops on every request.
@@ -6,10 +7,11 @@ The dependencies are ``async def`` though they never wait: FastAPI runs a plain
 
 from __future__ import annotations
 
+import secrets
 from typing import Annotated
 
 from fastapi import Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from ..errors import (
     CapacityError,
@@ -22,11 +24,23 @@ from ..errors import (
     SandboxFileNotFoundError,
     SandboxNotFoundError,
 )
-from .auth import principal_of
+from ..limits import SESSION_TTL
+from .auth import COOKIE, csrf_token_of, principal_of
+from .browser import page_csp
 from .settings import ServerSettings
 from .tenancy import Tenancy
 
-__all__ = ["Key", "Opts", "Ten", "error_response", "owner", "status_of", "tenancy"]
+__all__ = [
+    "Key",
+    "Opts",
+    "Ten",
+    "error_response",
+    "keep_key",
+    "owner",
+    "page",
+    "status_of",
+    "tenancy",
+]
 
 
 async def tenancy(request: Request) -> Tenancy:
@@ -67,3 +81,35 @@ def error_response(request: Request, exc: Exception) -> JSONResponse:
 Ten = Annotated[Tenancy, Depends(tenancy)]
 Opts = Annotated[ServerSettings, Depends(settings)]
 Key = Annotated[str, Depends(owner)]
+
+
+def keep_key(request: Request, path: str) -> Response | None:
+    """With ``?api_key=``: a 303 to ``path`` that trades the key for a session cookie.
+
+    The key was checked already (a wrong one is refused before any route, whatever
+    cookie the browser holds); the cookie holds a signed session id, never the key.
+    """
+    if "api_key" not in request.query_params:
+        return None
+    response = RedirectResponse(path, status_code=303)
+    keyring = request.app.state.keyring
+    if keyring.enabled:
+        response.set_cookie(
+            COOKIE,
+            keyring.new_session(principal_of(request.scope)),
+            max_age=int(SESSION_TTL),
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path="/",
+        )
+    return response
+
+
+def page(markup: str, request: Request) -> HTMLResponse:
+    """An HTML page of this server: its one script gets a nonce, the CSRF token of the
+    caller's session is filled in, and the CSP allows nothing else."""
+    nonce = secrets.token_urlsafe(16)
+    body = markup.replace("{{NONCE}}", nonce).replace("{{CSRF}}", csrf_token_of(request.scope))
+    headers = {"cache-control": "no-store", "content-security-policy": page_csp(nonce)}
+    return HTMLResponse(body, headers=headers)

@@ -1,25 +1,51 @@
-"""Request size limits: bodies past their cap are refused with 413, never buffered.
+"""Request limits: what one request, and one key's requests together, may cost.
 
-A declared ``Content-Length`` over the cap is refused before the body is read; a
-chunked body is counted as it arrives and cut off at the cap.  File uploads and tar
-archives get ``max_upload_bytes``, everything else ``max_request_bytes``.
+Bodies past their cap are refused with 413, never buffered: a declared
+``Content-Length`` over the cap is refused before the body is read, a chunked body is
+counted as it arrives and cut off at the cap.  File uploads and tar archives get
+``max_upload_bytes`` and stream on; every other body (JSON for the routes, JSON-RPC for
+``/mcp``) is read whole within ``max_request_bytes`` and its shape checked *before*
+anything parses it (:func:`~kernel_sandbox.limits.json_shape_error`): parsing is where
+a small body becomes a large cost.  Past the body, :class:`KeyConcurrency` caps the
+requests and the event streams one key has in flight (429, with the setting to change).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections import Counter
+from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["BodyLimitMiddleware", "is_upload_path", "send_json_error"]
+from ..limits import json_shape_error
+
+__all__ = [
+    "BodyLimitMiddleware",
+    "KeyConcurrency",
+    "is_stream",
+    "is_upload_path",
+    "send_json_error",
+]
 
 _UPLOAD = re.compile(r"^/(v1/sandboxes/[^/]+/file|sandbox/[^/]+/archive)$")
+_TRUE = frozenset({"1", "true", "on", "yes"})
 
 
 def is_upload_path(path: str) -> bool:
-    """Routes whose body is a file (the larger cap applies)."""
+    """Routes whose body is a file (the larger cap applies, and it streams)."""
     return bool(_UPLOAD.match(path))
+
+
+def is_stream(scope: Scope) -> bool:
+    """Whether a request opens an event stream: a ``?stream=true`` call, MCP's GET."""
+    if scope["method"] == "GET" and scope["path"].rstrip("/") == "/mcp":
+        return True
+    if b"stream=" not in scope.get("query_string", b""):
+        return False
+    query = parse_qs(scope["query_string"].decode("latin-1"))
+    return any(v.lower() in _TRUE for v in query.get("stream", []))
 
 
 #: Bytes of a refused body read and thrown away, so that the client, still sending,
@@ -62,7 +88,7 @@ async def _send_413(send: Send, limit: int) -> None:
 
 
 class BodyLimitMiddleware:
-    """Enforces the body caps of :class:`~.settings.ServerSettings`."""
+    """Enforces the body caps of :class:`~.settings.ServerSettings` and the JSON shape."""
 
     def __init__(self, app: ASGIApp, max_request_bytes: int, max_upload_bytes: int) -> None:
         self.app = app
@@ -73,7 +99,8 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        limit = self.max_upload if is_upload_path(scope["path"]) else self.max_request
+        upload = is_upload_path(scope["path"])
+        limit = self.max_upload if upload else self.max_request
         for name, value in scope.get("headers", []):
             if name.lower() == b"content-length":
                 try:
@@ -84,6 +111,48 @@ class BodyLimitMiddleware:
                     await _drain(receive)
                     await _send_413(send, limit)
                     return
+        if upload:
+            await self._streamed(scope, receive, send, limit)
+        else:
+            await self._whole(scope, receive, send, limit)
+
+    async def _whole(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        """Read the body within ``limit``, check its shape, then hand it on in one piece."""
+        buffer = bytearray()  # grows in place: a refused body never exists twice
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return  # the client went away before its body was whole
+            buffer += message.get("body", b"")
+            if len(buffer) > limit:
+                if message.get("more_body"):
+                    await _drain(receive)
+                await _send_413(send, limit)
+                return
+            if not message.get("more_body"):
+                break
+        problem = json_shape_error(buffer)
+        if problem is not None:
+            detail = f"{problem}; the server refuses it unparsed (send a smaller body)"
+            await send_json_error(send, 413, detail, [])
+            return
+        body = bytes(buffer)
+        del buffer
+        given = False
+
+        async def replay() -> Message:
+            nonlocal given, body
+            if given:
+                return await receive()
+            given = True
+            message: Message = {"type": "http.request", "body": body, "more_body": False}
+            body = b""
+            return message
+
+        await self.app(scope, replay, send)
+
+    async def _streamed(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
+        """Pass the body on as it arrives, answering 413 once it passes ``limit``."""
         seen = 0
         over = False
         answered = False
@@ -120,3 +189,52 @@ class BodyLimitMiddleware:
                 raise
         if over and not answered:
             await _send_413(send, limit)
+
+
+class KeyConcurrency:
+    """Caps what one key has in flight: requests (``max_calls``) and, among them, event
+    streams (``max_streams``).  Past either the request gets a 429 that names the
+    setting; the count is released when the response ends or the client leaves."""
+
+    def __init__(self, app: ASGIApp, max_calls: int, max_streams: int) -> None:
+        self.app = app
+        self.max_calls = max_calls
+        self.max_streams = max_streams
+        self.calls: Counter[str] = Counter()
+        self.streams: Counter[str] = Counter()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        key = str(scope.get("state", {}).get("key_id", ""))  # set by the auth middleware
+        stream = is_stream(scope)
+        if self.calls[key] >= self.max_calls:
+            await _send_429(
+                send,
+                f"this API key has {self.max_calls} requests in flight, the server's cap "
+                "(--max-calls-per-key); wait for one to end, or ask the operator to raise it",
+            )
+            return
+        if stream and self.streams[key] >= self.max_streams:
+            await _send_429(
+                send,
+                f"this API key has {self.max_streams} event streams open, the server's cap "
+                "(--max-streams-per-key); close one (or call without ?stream=true)",
+            )
+            return
+        self.calls[key] += 1
+        self.streams[key] += stream
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.calls[key] -= 1
+            self.streams[key] -= stream
+            if not self.calls[key]:
+                del self.calls[key]
+            if not self.streams[key]:
+                del self.streams[key]
+
+
+async def _send_429(send: Send, detail: str) -> None:
+    await send_json_error(send, 429, detail, [(b"retry-after", b"1")])

@@ -10,9 +10,10 @@ the notebook's write-behind delay.  Interrupt is the API's own ``POST
 /v1/sandboxes/{id}/interrupt``; downloads are the ``.ipynb`` (flushed first) and its
 offline HTML export.
 
-Same keys as the API: open ``/ui?api_key=KEY`` once; the page then keeps the key in an
-HttpOnly, SameSite=Strict cookie (see :mod:`.auth`) and drops it from the address bar.
-A key sees only its own sandboxes and notebooks.
+Same keys as the API: open ``/ui?api_key=KEY`` once; the page then keeps a signed
+session (never the key) in an HttpOnly, SameSite=Strict cookie (see :mod:`.auth`) and
+drops the key from the address bar; its interrupt button sends the session's CSRF
+token.  A key sees only its own sandboxes and notebooks.
 """
 
 from __future__ import annotations
@@ -27,14 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
 from ..errors import SandboxNotFoundError
 from ..notebook.cells import META_KEY
 from ..notebook.export import export_notebook
 from ..notebook.storage import read_notebook
-from .auth import COOKIE
-from .deps import Key, Ten
+from .deps import Key, Ten, keep_key, page
 from .live_page import LIST_PAGE, SESSION_PAGE
 from .live_render import render_cell
 from .tenancy import Lease, Tenancy
@@ -49,19 +49,8 @@ _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 @router.get("", response_class=HTMLResponse)
 async def index(request: Request) -> Response:
-    """The list page; ``?api_key=`` is moved into the cookie and out of the URL."""
-    return _keep_key(request, "/ui") or HTMLResponse(LIST_PAGE, headers=_NO_STORE)
-
-
-def _keep_key(request: Request, path: str) -> Response | None:
-    """With ``?api_key=``: a redirect to ``path`` that keeps the key in the cookie."""
-    key = request.query_params.get("api_key")
-    if not key:
-        return None
-    response = RedirectResponse(path, status_code=303)
-    secure = request.url.scheme == "https"
-    response.set_cookie(COOKIE, key, httponly=True, samesite="strict", secure=secure, path="/")
-    return response
+    """The list page; ``?api_key=`` is moved into the session cookie and out of the URL."""
+    return keep_key(request, "/ui") or page(LIST_PAGE, request)
 
 
 @router.get("/list.json")
@@ -102,11 +91,8 @@ def _row(lease: Lease, now: float) -> dict[str, Any]:
 async def session_page(sandbox_id: str, request: Request, ten: Ten, key: Key) -> Response:
     """One session as a notebook page (it fills and grows through ``cells``)."""
     _source(ten, key, sandbox_id)  # 404 for another key's or an unknown id
-    kept = _keep_key(request, f"/ui/s/{sandbox_id}")
-    if kept is not None:
-        return kept
-    page = SESSION_PAGE.replace("{{ID}}", html.escape(sandbox_id))
-    return HTMLResponse(page, headers=_NO_STORE)
+    kept = keep_key(request, f"/ui/s/{sandbox_id}")
+    return kept or page(SESSION_PAGE.replace("{{ID}}", html.escape(sandbox_id)), request)
 
 
 @router.get("/s/{sandbox_id}/cells")

@@ -2,6 +2,8 @@
 
 No CDN and no framework: the pages work on an air-gapped machine and load nothing but
 this server's own JSON.  Every fragment shown comes escaped from :mod:`.live_render`.
+``{{NONCE}}`` (the CSP's nonce of the page's one script) and ``{{CSRF}}`` (the
+session's token, sent with the interrupt) are filled in per response by ``deps.page``.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ LIST_PAGE = (
 <h3>Finished sessions</h3>
 <table id="done"><thead><tr><th>id</th><th>modified</th><th>size</th><th></th></tr></thead>
 <tbody></tbody></table></main>
-<script>
+<script nonce="{{NONCE}}">
 "use strict";
 const esc = s => String(s).replace(/[&<>"']/g, c => "&#" + c.charCodeAt(0) + ";");
 const age = s => s < 90 ? Math.round(s) + " s" : s < 5400 ? Math.round(s / 60) + " min"
@@ -77,9 +79,9 @@ SESSION_PAGE = (
 <a href="/ui/s/{{ID}}/notebook.ipynb">download .ipynb</a>
 <a href="/ui/s/{{ID}}/notebook.html">download HTML</a></header>
 <main id="cells"></main>
-<script>
+<script nonce="{{NONCE}}">
 "use strict";
-const id = "{{ID}}";
+const id = "{{ID}}", csrf = "{{CSRF}}";
 const box = document.getElementById("cells");
 let version = -2, shown = [];
 function show(cells) {
@@ -117,7 +119,7 @@ async function poll() {
 }
 document.getElementById("interrupt").onclick = async () => {
   await fetch(`/v1/sandboxes/${id}/interrupt`, {method: "POST", credentials: "same-origin",
-    headers: {"X-Requested-With": "kernel-sandbox-ui"}});
+    headers: {"X-CSRF-Token": csrf}});
 };
 poll();
 </script></body></html>"""

@@ -3,7 +3,8 @@
 ``POST /v1/sandboxes/{id}/python`` answers with the whole :class:`Execution` as JSON, or
 with ``?stream=true`` as Server-Sent Events: one ``output`` event per nbformat output as
 the kernel sends it, then one ``result`` event (the Execution).  Streamed outputs are
-capped by the sandbox's ``max_output_bytes`` like the result itself.  Files go up and
+capped by the sandbox's ``max_output_bytes`` like the result itself, and what waits for
+a slow reader by ``STREAM_QUEUE_BYTES`` (see :func:`_streamed`).  Files go up and
 down as raw bytes at ``file?path=...`` (relative paths start at the working
 directory), streamed both ways (never held whole by the server) and capped by the
 server's ``max_upload_bytes``.
@@ -22,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import KernelError
 from ..files import LIST_LIMIT
+from ..limits import STREAM_QUEUE_BYTES
 from ..results import Execution
 from .deps import Key, Opts, Ten
 from .policy import client_config
@@ -156,23 +158,34 @@ async def _streamed(
     """Outputs as the kernel sends them, then the result; bounded like the result.
 
     The call runs in a task of its own that holds the sandbox (it is not reaped while
-    it runs) and finishes, recorded, even if the client goes away mid-stream.
+    it runs) and finishes, recorded, even if the client goes away mid-stream.  A reader
+    slower than the kernel costs its own stream, never the server's memory: at most
+    ``STREAM_QUEUE_BYTES`` of events wait for it; outputs past that are dropped from
+    the stream (a ``dropped`` event counts them before the result) while the ``result``
+    event still carries every output, within ``max_output_bytes``.  A reader that left
+    stops the queueing at once.
     """
-    queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
     budget = lease.sandbox.config.max_output_bytes
-    dropped = 0
+    waiting = 0  # bytes queued for the reader
+    dropped = dropped_outputs = 0
+    gone = False
 
     shown = lease.watch_outputs(body.code)
 
     def on_output(output: dict[str, Any]) -> None:
-        nonlocal budget, dropped
+        nonlocal budget, waiting, dropped, dropped_outputs
         shown(output)
-        size = len(dumps(output))
-        if size > budget:
-            dropped += size
+        if gone:
             return
-        budget -= size
-        queue.put_nowait(output)
+        event = _sse("output", output)
+        if len(event) > budget or waiting + len(event) > STREAM_QUEUE_BYTES:
+            dropped += len(event)
+            dropped_outputs += 1
+            return
+        budget -= len(event)
+        waiting += len(event)
+        queue.put_nowait(event)
 
     async def run() -> Execution:
         try:
@@ -183,11 +196,17 @@ async def _streamed(
             queue.put_nowait(None)
 
     task = asyncio.ensure_future(run())
-    while (item := await queue.get()) is not None:
-        yield _sse("output", item)
-    if dropped:
-        yield _sse("dropped", {"bytes": dropped})
-    yield _sse("result", await task)
+    try:
+        while (item := await queue.get()) is not None:
+            waiting -= len(item)
+            yield item
+        if dropped:
+            yield _sse("dropped", {"bytes": dropped, "outputs": dropped_outputs})
+        yield _sse("result", await task)
+    finally:
+        gone = True
+        while not queue.empty():  # what the reader left behind is freed now
+            queue.get_nowait()
 
 
 @router.post("/sandboxes/{sandbox_id}/python", response_model=None)

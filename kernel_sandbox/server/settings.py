@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from .. import limits
 from ..config import DEFAULT_IMAGE, SandboxConfig
 from ..errors import ConfigError
 
@@ -73,6 +74,37 @@ class ServerSettings(BaseModel):
         default=100 * MiB,
         ge=1024,
         description="Largest file upload, download or archive (streamed; an upload past it: 413).",
+    )
+    allowed_hosts: tuple[str, ...] = Field(
+        default=(),
+        description="Host names (fnmatch patterns) requests may name in their Host header "
+        "(421 otherwise); empty: the loopback names on a loopback bind, else any.",
+    )
+    max_calls_per_key: int = Field(
+        default=limits.MAX_CALLS_PER_KEY, ge=1, description="Requests one key has in flight."
+    )
+    max_streams_per_key: int = Field(
+        default=limits.MAX_STREAMS_PER_KEY, ge=1, description="Event streams one key holds open."
+    )
+    max_mcp_sessions_per_key: int = Field(
+        default=limits.MAX_MCP_SESSIONS_PER_KEY,
+        ge=1,
+        description="MCP sessions one key holds open (its longest-idle one ends past it).",
+    )
+    max_connections: int = Field(
+        default=limits.MAX_CONNECTIONS,
+        ge=1,
+        description="Open client connections (kept under half the open-file limit).",
+    )
+    header_timeout: float = Field(
+        default=limits.HEADER_TIMEOUT,
+        gt=0,
+        description="Seconds a connection has to send a whole request head.",
+    )
+    keep_alive_timeout: float = Field(
+        default=limits.KEEP_ALIVE_TIMEOUT,
+        gt=0,
+        description="Seconds an idle keep-alive connection stays open.",
     )
     idle_timeout: float | None = Field(
         default=1800.0, gt=0, description="Seconds unused before a sandbox is removed."

@@ -10,7 +10,7 @@ import pytest
 from kernel_sandbox import AsyncFiles, AsyncSandbox
 from kernel_sandbox.errors import ConfigError
 from kernel_sandbox.server.app import build_app
-from kernel_sandbox.server.auth import Keyring, key_id
+from kernel_sandbox.server.auth import COOKIE, Keyring, key_id
 from kernel_sandbox.server.limits import is_upload_path
 from kernel_sandbox.server.policy import client_config
 from kernel_sandbox.server.remote import RemoteFiles, RemoteSandbox
@@ -27,7 +27,7 @@ REMOTE_ONLY = {"notebook", "url"}
 def _client(settings: ServerSettings) -> httpx2.AsyncClient:
     # no lifespan: the auth and size checks come before any sandbox exists
     app = build_app(settings)
-    return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://t")
+    return httpx2.AsyncClient(transport=httpx2.ASGITransport(app=app), base_url="http://127.0.0.1")
 
 
 def test_keys_are_known_by_id_and_both_headers_work() -> None:
@@ -44,9 +44,19 @@ async def test_docs_open_in_a_browser_with_the_key_in_the_query() -> None:
     async with _client(ServerSettings(api_keys=KEYS)) as client:
         assert (await client.get("/docs")).status_code == 401
         assert (await client.get("/docs?api_key=wrong")).status_code == 401
-        page = await client.get("/docs?api_key=key-a")
-        assert page.status_code == 200 and "/openapi.json?api_key=key-a" in page.text
-        assert (await client.get("/openapi.json?api_key=key-b")).status_code == 200
+        moved = await client.get("/docs?api_key=key-a")
+        assert moved.status_code == 303 and moved.headers["location"] == "/docs"
+        session = moved.cookies[COOKIE]
+        assert "key-a" not in session and key_id("key-a") in session  # a signed id
+        page = await client.get("/docs")
+        assert page.status_code == 200 and "key-a" not in page.text
+        assert "/docs/assets/swagger-ui-bundle.js" in page.text and "cdn" not in page.text
+        assert "frame-ancestors 'none'" in page.headers["content-security-policy"]
+        assert page.headers["x-content-type-options"] == "nosniff"
+        bundle = await client.get("/docs/assets/swagger-ui-bundle.js")
+        assert bundle.status_code == 200 and "SwaggerUIBundle" in bundle.text
+        assert (await client.get("/openapi.json")).status_code == 200  # the cookie's GET
+        assert (await client.get("/docs/assets/index.html")).status_code == 404
 
 
 def test_no_key_on_a_public_address_is_refused() -> None:
