@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",
     "HEADER_TIMEOUT",
     "KEEP_ALIVE_TIMEOUT",
+    "MAX_BODY_BYTES_PER_KEY",
     "MAX_CALLS_PER_KEY",
     "MAX_CONNECTIONS",
     "MAX_HEAD_BYTES",
@@ -26,6 +27,7 @@ __all__ = [
     "MAX_JSON_VALUES",
     "MAX_MCP_LINE_BYTES",
     "MAX_MCP_SESSIONS_PER_KEY",
+    "MAX_REQUEST_BYTES",
     "MAX_STREAMS_PER_KEY",
     "SESSION_TTL",
     "STREAM_QUEUE_BYTES",
@@ -61,6 +63,14 @@ MAX_JSON_DEPTH = 64
 #: counted on the raw bytes before parsing: a parsed value costs ~50-100 bytes of memory,
 #: so a 16 MiB body of ``{}`` (5.6 million objects, ~500 MB) is refused unparsed.
 MAX_JSON_VALUES = 100_000
+#: Bytes of one request body (413 past it), file uploads aside: a JSON body is parsed
+#: whole, and parsing costs about four times the body (the bytes, the decoded text, the
+#: values), so 8 MiB of JSON costs ~32 MB to read (code itself is capped at 1 MB).
+MAX_REQUEST_BYTES = 8 * 1024**2
+#: Bytes of JSON request bodies one key may have read in at once (429 past it; never
+#: below ``max_request_bytes``): one full-size body and some small ones side by side,
+#: ~50 MB of memory at most, however many the key sends.
+MAX_BODY_BYTES_PER_KEY = 12 * 1024**2
 #: Requests one key may have in flight at once (429 past it), streams included.
 MAX_CALLS_PER_KEY = 16
 #: Server-Sent-Event streams (``?stream=true`` calls, MCP's GET streams) one key may

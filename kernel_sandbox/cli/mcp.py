@@ -43,6 +43,7 @@ def mcp(
 
     from ..config import SandboxConfig
     from ..mcp import StdioSandbox, build_mcp_server
+    from ..mcp.stdio import run_stdio
 
     if allow_network and network == "none":
         network = "full"
@@ -52,7 +53,7 @@ def mcp(
 
     async def main() -> None:
         try:
-            await server.run_stdio_async()
+            await run_stdio(server)  # lines bounded (MAX_MCP_LINE_BYTES), else the SDK's
         finally:
             with anyio.CancelScope(shield=True):
                 await source.close()

@@ -82,7 +82,13 @@ def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ..
 )
 @click.option("--max-sandboxes", default=64, show_default=True, type=int)
 @click.option("--max-sandboxes-per-key", default=16, show_default=True, type=int)
-@click.option("--max-request-bytes", default=16 * 1024 * 1024, show_default=True, type=int)
+@click.option(
+    "--max-request-bytes",
+    default=limits.MAX_REQUEST_BYTES,
+    show_default=True,
+    type=int,
+    help="Largest request body (JSON is parsed whole); file uploads: --max-upload-bytes.",
+)
 @click.option("--max-upload-bytes", default=100 * 1024 * 1024, show_default=True, type=int)
 @click.option(
     "--idle-timeout", default=1800.0, show_default=True, type=float, help="Seconds; 0: never reap."

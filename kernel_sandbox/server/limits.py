@@ -19,7 +19,7 @@ from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..limits import json_shape_error
+from ..limits import MAX_BODY_BYTES_PER_KEY, json_shape_error
 
 __all__ = [
     "BodyLimitMiddleware",
@@ -90,10 +90,19 @@ async def _send_413(send: Send, limit: int) -> None:
 class BodyLimitMiddleware:
     """Enforces the body caps of :class:`~.settings.ServerSettings` and the JSON shape."""
 
-    def __init__(self, app: ASGIApp, max_request_bytes: int, max_upload_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_request_bytes: int,
+        max_upload_bytes: int,
+        max_key_bytes: int = MAX_BODY_BYTES_PER_KEY,
+    ) -> None:
         self.app = app
         self.max_request = max_request_bytes
         self.max_upload = max_upload_bytes
+        self.max_key_bytes = max(max_key_bytes, max_request_bytes)
+        #: Bytes of bodies each key has read in and not yet done with.
+        self.held: Counter[str] = Counter()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -117,39 +126,50 @@ class BodyLimitMiddleware:
             await self._whole(scope, receive, send, limit)
 
     async def _whole(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
-        """Read the body within ``limit``, check its shape, then hand it on in one piece."""
+        """Read the body within ``limit`` (and the key's budget), check its shape, then
+        hand it on in one piece; the budget is given back when the response ends."""
+        key = str(scope.get("state", {}).get("key_id", ""))
         buffer = bytearray()  # grows in place: a refused body never exists twice
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client went away before its body was whole
-            buffer += message.get("body", b"")
-            if len(buffer) > limit:
-                if message.get("more_body"):
-                    await _drain(receive)
-                await _send_413(send, limit)
+        taken = 0
+        try:
+            while True:
+                message = await receive()
+                if message["type"] != "http.request":
+                    return  # the client went away before its body was whole
+                chunk = message.get("body", b"")
+                buffer += chunk
+                taken += len(chunk)
+                self.held[key] += len(chunk)
+                if len(buffer) > limit or self.held[key] > self.max_key_bytes:
+                    if message.get("more_body"):
+                        await _drain(receive)
+                    if len(buffer) > limit:
+                        await _send_413(send, limit)
+                    else:
+                        await _send_429(send, self._busy)
+                    return
+                if not message.get("more_body"):
+                    break
+            problem = json_shape_error(buffer)
+            if problem is not None:
+                detail = f"{problem}; the server refuses it unparsed (send a smaller body)"
+                await send_json_error(send, 413, detail, [])
                 return
-            if not message.get("more_body"):
-                break
-        problem = json_shape_error(buffer)
-        if problem is not None:
-            detail = f"{problem}; the server refuses it unparsed (send a smaller body)"
-            await send_json_error(send, 413, detail, [])
-            return
-        body = bytes(buffer)
-        del buffer
-        given = False
+            body = bytes(buffer)
+            buffer.clear()  # the one copy left is the app's
+            await self.app(scope, _replay(body, receive), send)
+        finally:
+            self.held[key] -= taken
+            if self.held[key] <= 0:
+                del self.held[key]
 
-        async def replay() -> Message:
-            nonlocal given, body
-            if given:
-                return await receive()
-            given = True
-            message: Message = {"type": "http.request", "body": body, "more_body": False}
-            body = b""
-            return message
-
-        await self.app(scope, replay, send)
+    @property
+    def _busy(self) -> str:
+        return (
+            f"this API key is sending more than {self.max_key_bytes} bytes of request bodies "
+            "at once (MAX_BODY_BYTES_PER_KEY); send them one after another, or upload files "
+            "through the file routes"
+        )
 
     async def _streamed(self, scope: Scope, receive: Receive, send: Send, limit: int) -> None:
         """Pass the body on as it arrives, answering 413 once it passes ``limit``."""
@@ -189,6 +209,22 @@ class BodyLimitMiddleware:
                 raise
         if over and not answered:
             await _send_413(send, limit)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A ``receive`` that gives ``body`` in one message, then what the client sends."""
+    given = False
+
+    async def replay() -> Message:
+        nonlocal given, body
+        if given:
+            return await receive()
+        given = True
+        message: Message = {"type": "http.request", "body": body, "more_body": False}
+        body = b""
+        return message
+
+    return replay
 
 
 class KeyConcurrency:

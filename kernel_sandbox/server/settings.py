@@ -66,7 +66,7 @@ class ServerSettings(BaseModel):
     max_sandboxes: int = Field(default=64, ge=1, description="Live sandboxes on this server.")
     max_sandboxes_per_key: int = Field(default=16, ge=1)
     max_request_bytes: int = Field(
-        default=16 * MiB,
+        default=limits.MAX_REQUEST_BYTES,
         ge=1024,
         description="Largest request body (413 above), uploads aside.",
     )
