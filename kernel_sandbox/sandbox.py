@@ -51,7 +51,7 @@ from .results import CommandResult, Execution
 from .shell import run_command
 
 if TYPE_CHECKING:
-    from .server.remote import RemoteSandbox
+    from .client.remote import RemoteSandbox
 
 __all__ = ["PING_TIMEOUT", "AsyncSandbox"]
 
@@ -176,7 +176,7 @@ class AsyncSandbox:
         server's key decides which sandboxes the caller may see; ``timeout`` bounds
         each HTTP call.
         """
-        from .server.remote import RemoteSandbox
+        from .client.remote import RemoteSandbox
 
         return await RemoteSandbox.connect(url, sandbox_id, api_key=api_key, timeout=timeout)
 
