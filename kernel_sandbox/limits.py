@@ -16,6 +16,11 @@ from .results import format_size
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "MAX_SNAPSHOT_BYTES",
+    "MAX_SNAPSHOT_FILES",
+    "MAX_SNAPSHOT_REPORT_BYTES",
+    "SNAPSHOT_DEADLINE",
+    "SNAPSHOT_RATE",
     "HeadTail",
     "cap_notice",
     "split_bytes",
@@ -26,6 +31,20 @@ __all__ = [
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024**2
 #: ``SandboxConfig.max_file_bytes`` by default: a file read is held whole in memory.
 DEFAULT_MAX_FILE_BYTES = 100 * 1024**2
+
+#: Bytes one snapshot may hold on the host (files, variables and tar headers together):
+#: a sandbox that writes more is refused, its partial blob removed (``snapshot(max_bytes=)``
+#: and a server's settings may lower it).
+MAX_SNAPSHOT_BYTES = 4 * 1024**3
+#: Entries (files, directories, links, variables; tar members) one snapshot may hold.
+MAX_SNAPSHOT_FILES = 100_000
+#: Bytes of the report (what was saved, what was not and why) the kernel may print.
+MAX_SNAPSHOT_REPORT_BYTES = 4 * 1024**2
+#: Seconds a snapshot or restore may take on top of moving its bytes at
+#: :data:`SNAPSHOT_RATE`: a kernel that stops reading or writing never holds the host.
+SNAPSHOT_DEADLINE = 120.0
+#: Bytes per second a snapshot is granted (beyond :data:`SNAPSHOT_DEADLINE`).
+SNAPSHOT_RATE = 20e6
 
 
 def utf8_len(text: str) -> int:
