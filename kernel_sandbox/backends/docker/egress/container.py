@@ -15,7 +15,6 @@ kernel restarts in place (a restart of the whole container empties the writable 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING
 from ....errors import ConfigError, KernelError, SandboxError
 from ....network.pipconf import PipSettings, host_pip_settings
 from ....network.policy import Decision, EgressPolicy, build_policy
+from ....threads import in_thread
 from .proxy import EgressLimits, EgressProxy
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class SandboxEgress:
         from ....rundirs import claim  # the directory lives beside run dirs
 
         # `pip config list` runs once per process, never on the event loop
-        self.pip = await asyncio.to_thread(host_pip_settings)
+        self.pip = await in_thread(host_pip_settings)
         self.policy = build_policy(self.network, self.pip)
         self.host_dir.mkdir(mode=0o755)
         try:
