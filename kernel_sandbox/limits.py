@@ -15,10 +15,14 @@ from collections import deque
 from .results import format_size
 
 __all__ = [
+    "CWD_COPY_MAX_BYTES",
+    "CWD_COPY_MAX_FILES",
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_OUTPUT_BYTES",
     "HEADER_TIMEOUT",
     "KEEP_ALIVE_TIMEOUT",
+    "KERNEL_ARGS_MAX",
+    "KERNEL_ENV_MAX_BYTES",
     "MAX_BODY_BYTES_PER_KEY",
     "MAX_CALLS_PER_KEY",
     "MAX_CONNECTIONS",
@@ -28,8 +32,13 @@ __all__ = [
     "MAX_MCP_LINE_BYTES",
     "MAX_MCP_SESSIONS_PER_KEY",
     "MAX_REQUEST_BYTES",
+    "MAX_SNAPSHOT_BYTES",
+    "MAX_SNAPSHOT_FILES",
+    "MAX_SNAPSHOT_REPORT_BYTES",
     "MAX_STREAMS_PER_KEY",
     "SESSION_TTL",
+    "SNAPSHOT_DEADLINE",
+    "SNAPSHOT_RATE",
     "STREAM_QUEUE_BYTES",
     "HeadTail",
     "cap_notice",
@@ -42,6 +51,32 @@ __all__ = [
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024**2
 #: ``SandboxConfig.max_file_bytes`` by default: a file read is held whole in memory.
 DEFAULT_MAX_FILE_BYTES = 100 * 1024**2
+#: Arguments a Jupyter client's ``extra_arguments`` may give a sandboxed kernel (each at
+#: most 4 KiB); more are refused, with a warning in the client's log.
+KERNEL_ARGS_MAX = 64
+#: Bytes (names and values) of the environment a Jupyter client sets for a sandboxed
+#: kernel that go into the sandbox; variables past it are dropped, with a warning.
+KERNEL_ENV_MAX_BYTES = 64 * 1024
+#: Files (and folders and links) of a notebook's folder copied into its sandbox
+#: (``--cwd-mode copy``); a folder with more is not copied (the kernel starts empty).
+CWD_COPY_MAX_FILES = 2000
+#: Bytes of a notebook's folder copied into its sandbox (also at most the working
+#: directory's share of ``disk_limit``); a larger folder is not copied.
+CWD_COPY_MAX_BYTES = 128 * 1024**2
+
+#: Bytes one snapshot may hold on the host (files, variables and tar headers together):
+#: a sandbox that writes more is refused, its partial blob removed (``snapshot(max_bytes=)``
+#: and a server's settings may lower it).
+MAX_SNAPSHOT_BYTES = 4 * 1024**3
+#: Entries (files, directories, links, variables; tar members) one snapshot may hold.
+MAX_SNAPSHOT_FILES = 100_000
+#: Bytes of the report (what was saved, what was not and why) the kernel may print.
+MAX_SNAPSHOT_REPORT_BYTES = 4 * 1024**2
+#: Seconds a snapshot or restore may take on top of moving its bytes at
+#: :data:`SNAPSHOT_RATE`: a kernel that stops reading or writing never holds the host.
+SNAPSHOT_DEADLINE = 120.0
+#: Bytes per second a snapshot is granted (beyond :data:`SNAPSHOT_DEADLINE`).
+SNAPSHOT_RATE = 20e6
 
 # The server's edge: what one client may spend on ``kernel-sandbox serve``.  The first
 # group holds without a key (before anyone is known); the rest is per key.
@@ -57,7 +92,7 @@ MAX_HEAD_BYTES = 64 * 1024
 #: head is closed for a new one (a request being served is never cut).  Clamped below
 #: the process's open-file limit, so sandboxes and the engine always get descriptors.
 MAX_CONNECTIONS = 1000
-#: Most nesting of arrays and objects in a JSON body (400 above), checked before parsing.
+#: Most nesting of arrays and objects in a JSON body (413 above), checked before parsing.
 MAX_JSON_DEPTH = 64
 #: Most values (array items, object members, strings) in one JSON body (413 above),
 #: counted on the raw bytes before parsing: a parsed value costs ~50-100 bytes of memory,
@@ -85,7 +120,7 @@ STREAM_QUEUE_BYTES = 1024 * 1024
 MAX_MCP_SESSIONS_PER_KEY = 16
 #: Seconds a live-page session cookie (``/ui?api_key=``) stays valid.
 SESSION_TTL = 12 * 3600.0
-#: Characters of one JSON-RPC line ``kernel-sandbox mcp`` reads from stdin; a longer
+#: Bytes of one JSON-RPC line ``kernel-sandbox mcp`` reads from stdin; a longer
 #: line is skipped without being held and answered with an error.
 MAX_MCP_LINE_BYTES = 16 * 1024**2
 

@@ -79,8 +79,7 @@ class SessionSandboxes:
         self._lock = asyncio.Lock()
 
     def _owner(self, ctx: Any) -> str:
-        headers = {k.lower(): v for k, v in (ctx.headers or {}).items()}
-        owner = self.keyring.identify(headers)
+        owner = self.keyring.identify_scope(ctx.request_context.request.scope)
         if owner is None:  # the middleware refused such requests already
             raise PermissionError("missing or wrong API key")
         return str(owner)

@@ -45,6 +45,7 @@ __all__ = [
     "Keyring",
     "csrf_token_of",
     "key_id",
+    "lower_headers",
     "principal_of",
     "read_credential",
 ]
@@ -117,6 +118,11 @@ class Keyring:
         credential = read_credential(headers, query_string)
         return None if credential is None else self.check(credential)
 
+    def identify_scope(self, scope: Scope) -> str | None:
+        """:meth:`identify` for an ASGI request: its headers, query and cookie, read by
+        :func:`read_credential` as the middleware reads them (the MCP tools use it)."""
+        return self.identify(lower_headers(scope), scope.get("query_string", b""))
+
     def check(self, credential: Credential) -> str | None:
         """The key id ``credential`` proves, or None."""
         if credential.via == "cookie":
@@ -150,6 +156,11 @@ class Keyring:
         return kid if hmac.compare_digest(self._sign(kid, body), mac) else None
 
 
+def lower_headers(scope: Scope) -> dict[str, str]:
+    """A request's headers as text, names lower-cased (the last of a repeated one)."""
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+
+
 def principal_of(scope: Scope) -> str:
     """The key id the middleware stored for this request."""
     return str(scope.get("state", {}).get("key_id", ANONYMOUS))
@@ -172,9 +183,7 @@ class AuthMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        headers = {
-            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
-        }
+        headers = lower_headers(scope)
         state = scope.setdefault("state", {})
         credential = read_credential(headers, scope.get("query_string", b""))
         if not self.keyring.enabled:
