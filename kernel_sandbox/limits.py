@@ -23,6 +23,8 @@ __all__ = [
     "KEEP_ALIVE_TIMEOUT",
     "KERNEL_ARGS_MAX",
     "KERNEL_ENV_MAX_BYTES",
+    "MAX_422_ERRORS",
+    "MAX_422_TEXT",
     "MAX_BODY_BYTES_PER_KEY",
     "MAX_CALLS_PER_KEY",
     "MAX_CONNECTIONS",
@@ -106,6 +108,10 @@ MAX_REQUEST_BYTES = 8 * 1024**2
 #: below ``max_request_bytes``): one full-size body and some small ones side by side,
 #: ~50 MB of memory at most, however many the key sends.
 MAX_BODY_BYTES_PER_KEY = 12 * 1024**2
+#: Errors one 422 lists, and characters of each of its parts: what a refused body gets
+#: back never grows with it (and never holds its input).
+MAX_422_ERRORS = 20
+MAX_422_TEXT = 200
 #: Requests one key may have in flight at once (429 past it), streams included.
 MAX_CALLS_PER_KEY = 16
 #: Server-Sent-Event streams (``?stream=true`` calls, MCP's GET streams) one key may

@@ -25,6 +25,7 @@ from starlette.types import ASGIApp
 
 from .. import __version__
 from ..errors import SandboxError
+from ..limits import MAX_422_ERRORS, MAX_422_TEXT
 from . import docs, enclave, live, native
 from .auth import AuthMiddleware, Keyring
 from .browser import BrowserGuard, allowed_hosts_for
@@ -44,27 +45,23 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": f"internal error: {type(exc).__name__}"}, status_code=500)
 
 
-#: Errors one 422 lists, and characters of each part: the answer never grows with the input.
-MAX_ERRORS, MAX_PART = 20, 200
-
-
 async def _invalid(request: Request, exc: Exception) -> JSONResponse:
     """A 422 that names what is wrong and where, without echoing the input back."""
     assert isinstance(exc, RequestValidationError)
     errors = exc.errors()
     detail = [
         {
-            "type": str(error.get("type", ""))[:MAX_PART],
+            "type": str(error.get("type", ""))[:MAX_422_TEXT],
             "loc": [
-                part if isinstance(part, int) else str(part)[:MAX_PART]
+                part if isinstance(part, int) else str(part)[:MAX_422_TEXT]
                 for part in list(error.get("loc", ()))[:10]
             ],
-            "msg": str(error.get("msg", ""))[:MAX_PART],
+            "msg": str(error.get("msg", ""))[:MAX_422_TEXT],
         }
-        for error in errors[:MAX_ERRORS]
+        for error in errors[:MAX_422_ERRORS]
     ]
-    if len(errors) > MAX_ERRORS:
-        detail.append({"type": "more", "loc": [], "msg": f"{len(errors) - MAX_ERRORS} more"})
+    if len(errors) > MAX_422_ERRORS:
+        detail.append({"type": "more", "loc": [], "msg": f"{len(errors) - MAX_422_ERRORS} more"})
     return JSONResponse({"detail": detail}, status_code=422)
 
 
