@@ -54,7 +54,7 @@ class Server:
         ]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # a loaded machine imports the server slowly
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
@@ -65,7 +65,7 @@ class Server:
             except httpx2.HTTPError:
                 pass
             time.sleep(0.2)
-        raise RuntimeError("the server did not answer within 60 s")
+        raise RuntimeError("the server did not answer within 120 s")
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:
