@@ -23,6 +23,7 @@ NAMES = (
     "launcher.py",
     "probe.py",
     "shell_runner.sh",
+    "snapshot.py",
     "supervisor.sh",
 )
 
