@@ -577,7 +577,10 @@ class AsyncSandbox:
         sandbox_id: str,
         overrides: dict[str, Any],
     ) -> AsyncSandbox:
-        config = SandboxConfig(**snap.config).with_overrides(**overrides)
+        # a subclass's config (the manager's DockerSandboxConfig: tools) is saved whole;
+        # the sandbox itself is made of SandboxConfig's settings only
+        saved = {k: v for k, v in snap.config.items() if k in SandboxConfig.model_fields}
+        config = SandboxConfig(**saved).with_overrides(**overrides)
         sandbox = await cls._start(config, host, sandbox_id)
         try:
             async with sandbox._lock:

@@ -32,6 +32,7 @@ from .recording import record_sandbox
 from .settings import ServerSettings
 
 if TYPE_CHECKING:
+    from ..snapshots.store import SnapshotStore
     from .restart import Restorable
 
 __all__ = [
@@ -189,15 +190,8 @@ class Tenancy:
         """The sandboxes of one key."""
         return [lease for lease in self._leases.values() if lease.owner == owner]
 
-    async def create(
-        self,
-        owner: str,
-        config: DockerSandboxConfig,
-        kind: str = "docker",
-        notes: Sequence[str] = (),
-        sandbox_id: str | None = None,
-    ) -> Lease:
-        """Start a sandbox for ``owner`` within the caps; it is recorded from the start."""
+    def _check_caps(self, owner: str) -> None:
+        """Refuse one more sandbox past the per-key or the server's cap."""
         mine = len(self.owned(owner)) + self._creating.get(owner, 0)
         if mine >= self.settings.max_sandboxes_per_key:
             raise CapacityError(
@@ -209,6 +203,17 @@ class Tenancy:
                 f"the server runs its maximum of {self.settings.max_sandboxes} sandboxes; "
                 "try again later"
             )
+
+    async def create(
+        self,
+        owner: str,
+        config: DockerSandboxConfig,
+        kind: str = "docker",
+        notes: Sequence[str] = (),
+        sandbox_id: str | None = None,
+    ) -> Lease:
+        """Start a sandbox for ``owner`` within the caps; it is recorded from the start."""
+        self._check_caps(owner)
         pooled = self.settings.pool_size and _same_sandbox(config, self.pool_config)
         if not pooled:
             labels = {**config.labels, SERVER_KEY_LABEL: owner}
@@ -280,6 +285,52 @@ class Tenancy:
         lease.pooled = item.pooled
         self._leases[item.sandbox_id] = lease
         log.warning("adopted sandbox %s for key %s", item.sandbox_id, item.owner)
+        return lease
+
+    def paused_store(self, owner: str) -> SnapshotStore:
+        """Where the paused sandboxes of ``owner`` keep their state (one store per key,
+        beside the notebooks)."""
+        from ..snapshots.store import LocalSnapshotStore
+
+        return LocalSnapshotStore(self.settings.record_dir / owner / ".paused")
+
+    async def pause(self, owner: str, sandbox_id: str) -> str:
+        """Pause the caller's sandbox (:meth:`AsyncSandbox.pause`): its state is saved
+        in the key's store and its container removed; its notebook says ``paused``.
+        Returns the id the store knows the pause by (the sandbox's own, which the
+        manager's id for it is not); a pause that fails leaves the sandbox running."""
+        lease = self.get(owner, sandbox_id)
+        paused_as = lease.sandbox.id
+        await lease.sandbox.pause(store=self.paused_store(owner))
+        await self._remove(lease, "paused")
+        return paused_as
+
+    async def resume(
+        self, owner: str, sandbox_id: str, paused_as: str, kind: str = "docker"
+    ) -> Lease:
+        """Bring back a sandbox :meth:`pause` saved (``paused_as``: what it returned),
+        under the same id, within the caps; its notebook goes on (the old cells stay).
+        ``SnapshotNotFoundError`` when the key has no such paused sandbox."""
+        self._check_caps(owner)
+        sandbox = await AsyncSandbox.resume(paused_as, store=self.paused_store(owner))
+        try:
+            self.manager.add_sandbox(sandbox, sandbox.config, sandbox_id)
+        except BaseException:
+            await sandbox.close()
+            raise
+        path = self.settings.record_dir / owner / f"{sandbox_id}.ipynb"
+        recorder = await asyncio.to_thread(
+            record_sandbox,
+            sandbox,
+            path,
+            "",
+            {"status": "running"},
+            self.settings.record_flush_delay,
+        )
+        note = "resumed after a pause: files and variables restored from its snapshot"
+        await asyncio.to_thread(recorder.add_note, note)
+        lease = Lease(sandbox_id, owner, kind, sandbox, recorder, [note])
+        self._leases[sandbox_id] = lease
         return lease
 
     def _session_metadata(self, config: DockerSandboxConfig, kind: str) -> dict[str, object]:
