@@ -16,6 +16,8 @@ from .results import format_size
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "MAX_CONTEXTS",
+    "MAX_KERNELSPECS_BYTES",
     "HeadTail",
     "cap_notice",
     "split_bytes",
@@ -26,6 +28,11 @@ __all__ = [
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024**2
 #: ``SandboxConfig.max_file_bytes`` by default: a file read is held whole in memory.
 DEFAULT_MAX_FILE_BYTES = 100 * 1024**2
+#: Contexts (kernels) a sandbox may run beside its own: each is a kernel process within
+#: the sandbox's memory limit, and each holds a session (sockets, a reader) on the host.
+MAX_CONTEXTS = 8
+#: Bytes of the image's kernelspec listing the host reads (a few hundred per kernel).
+MAX_KERNELSPECS_BYTES = 64 * 1024
 
 
 def utf8_len(text: str) -> int:

@@ -3,6 +3,7 @@
 They live in ``kernel_sandbox/programs/`` (package data, not a Python package: nothing
 there may be imported on the host): ``supervisor.sh`` (the container's main process),
 ``binder.py`` and ``launcher.py`` (the kernel's sockets and the kernel itself),
+``relay.py`` (any other kernelspec, behind a relay),
 ``shell_runner.sh`` (one shell command with its timeout) and ``probe.py`` (what Python
 an image has).  ruff checks the Python ones and shellcheck the shell ones (``make lint``).
 """
@@ -15,7 +16,14 @@ from importlib import resources
 __all__ = ["NAMES", "program"]
 
 #: Every program shipped in ``kernel_sandbox/programs/``.
-NAMES = ("binder.py", "launcher.py", "probe.py", "shell_runner.sh", "supervisor.sh")
+NAMES = (
+    "binder.py",
+    "launcher.py",
+    "probe.py",
+    "relay.py",
+    "shell_runner.sh",
+    "supervisor.sh",
+)
 
 
 @functools.cache
