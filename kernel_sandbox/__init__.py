@@ -25,6 +25,8 @@ from .errors import (
     SandboxFileNotFoundError,
     SandboxNotFoundError,
     SandboxStartError,
+    SnapshotError,
+    SnapshotNotFoundError,
 )
 from .events import (
     ContextChanged,
@@ -49,6 +51,7 @@ from .manager import (
 )
 from .results import CommandResult, Execution, ExecutionError, FileInfo
 from .sandbox import AsyncSandbox
+from .snapshots import LocalSnapshotStore, Restored, Snapshot, SnapshotStore
 from .sync import Files, Sandbox
 from .tools import Tool, ToolResult, ToolSet, register_tool
 
@@ -69,8 +72,8 @@ _LAZY = {
     "replay": "notebook",
     "areplay": "notebook",
     "SandboxPool": "pool",
-    "RemoteSandbox": "server.remote",
-    "HttpSandboxManager": "server.http_manager",
+    "RemoteSandbox": "client.remote",
+    "HttpSandboxManager": "client.manager",
 }
 
 
@@ -121,11 +124,13 @@ __all__ = [
     "KernelRestarted",
     "KernelSpecInfo",
     "LocalSandboxManager",
+    "LocalSnapshotStore",
     "NotebookError",
     "NotebookRecorder",
     "PythonExecuted",
     "RemoteSandbox",
     "ReplayReport",
+    "Restored",
     "ResumeDivergedError",
     "RetryPolicy",
     "Sandbox",
@@ -143,6 +148,10 @@ __all__ = [
     "SandboxStatus",
     "SandboxType",
     "ShellExecuted",
+    "Snapshot",
+    "SnapshotError",
+    "SnapshotNotFoundError",
+    "SnapshotStore",
     "Tolerance",
     "Tool",
     "ToolResult",

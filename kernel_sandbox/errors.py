@@ -17,6 +17,8 @@ caller and for failures of the machinery underneath::
     ├── SandboxNotFoundError(KeyError)   unknown sandbox id (manager API)
     ├── KernelError                      the kernel could not be reached or restarted
     ├── ContextNotFoundError(KeyError)   unknown context id in a sandbox
+    ├── SnapshotError                    a snapshot cannot be made, stored or restored
+    │   └── SnapshotNotFoundError(KeyError)  no such snapshot (for this owner)
     ├── NotebookError(ValueError)        a notebook file cannot be read or is not valid
     │   └── ResumeDivergedError          resuming: a replayed cell gave another result
     └── FileOperationError(OSError)      a file operation inside the sandbox failed
@@ -48,6 +50,8 @@ __all__ = [
     "SandboxFileNotFoundError",
     "SandboxNotFoundError",
     "SandboxStartError",
+    "SnapshotError",
+    "SnapshotNotFoundError",
 ]
 
 
@@ -113,6 +117,16 @@ class ContextNotFoundError(SandboxError, KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its argument; we want the sentence
         return str(self.args[0]) if self.args else "context not found"
+class SnapshotError(SandboxError):
+    """A snapshot could not be made, stored or restored (over a cap, a digest that does
+    not match, a kernel that could not save or load it); the message says which."""
+
+
+class SnapshotNotFoundError(SnapshotError, KeyError):
+    """No snapshot (or paused sandbox) with this id is in the store for this owner."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "snapshot not found"
 
 
 class NotebookError(SandboxError, ValueError):

@@ -22,6 +22,7 @@ NAMES = (
     "probe.py",
     "relay.py",
     "shell_runner.sh",
+    "snapshot.py",
     "supervisor.sh",
 )
 
