@@ -117,6 +117,8 @@ class ContextNotFoundError(SandboxError, KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its argument; we want the sentence
         return str(self.args[0]) if self.args else "context not found"
+
+
 class SnapshotError(SandboxError):
     """A snapshot could not be made, stored or restored (over a cap, a digest that does
     not match, a kernel that could not save or load it); the message says which."""

@@ -108,6 +108,7 @@ class LocalKernelHost(KernelHost):
         host = LocalKernelHost(f"{self.sandbox_id}-{context_id}", config, python=self.python)
         host._work = Path(cwd)
         return host
+
     def snapshot_places(self, tmp: bool = False) -> dict[str, str]:
         """Only the working directory: $HOME and /tmp here are the machine's own."""
         return {"work": self.working_dir}

@@ -249,6 +249,7 @@ class KernelHost(abc.ABC):
         if tmp:
             places["tmp"] = "/tmp"
         return places
+
     @property
     def kernel_python(self) -> str:
         """The sandbox's Python with jupyter_client (its kernelspecs are listed with it)."""
