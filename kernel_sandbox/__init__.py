@@ -69,6 +69,7 @@ _LAZY = {
     "areplay": "notebook",
     "SandboxPool": "pool",
     "RemoteSandbox": "server.remote",
+    "RemoteSnapshots": "server.remote",
     "HttpSandboxManager": "server.http_manager",
 }
 
@@ -121,6 +122,7 @@ __all__ = [
     "NotebookRecorder",
     "PythonExecuted",
     "RemoteSandbox",
+    "RemoteSnapshots",
     "ReplayReport",
     "Restored",
     "ResumeDivergedError",

@@ -577,7 +577,8 @@ class AsyncSandbox:
         sandbox_id: str,
         overrides: dict[str, Any],
     ) -> AsyncSandbox:
-        config = SandboxConfig(**snap.config).with_overrides(**overrides)
+        saved = {k: v for k, v in snap.config.items() if k in SandboxConfig.model_fields}
+        config = SandboxConfig(**saved).with_overrides(**overrides)
         sandbox = await cls._start(config, host, sandbox_id)
         try:
             async with sandbox._lock:

@@ -116,6 +116,20 @@ def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ..
     help="Seconds a recorded step may wait before its notebook is rewritten (steps in "
     "between coalesce; 0: on every step, on the request path).",
 )
+@click.option(
+    "--pause-after",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds unused before a sandbox is paused (snapshot, container removed); the "
+    "next call resumes it under the same id. Default: never.",
+)
+@click.option(
+    "--snapshot-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where snapshots and paused sandboxes are kept (a volume; they survive a "
+    "restart). Default: $KERNEL_SANDBOX_SNAPSHOTS, else snapshots/server.",
+)
 @click.option("--no-mcp", is_flag=True, help="Do not serve MCP at /mcp.")
 def serve(
     host: str,
@@ -140,6 +154,8 @@ def serve(
     on_restart: str,
     record_dir: Path,
     record_flush_delay: float,
+    pause_after: float | None,
+    snapshot_dir: Path | None,
     no_mcp: bool,
 ) -> None:
     """Serve sandboxes over HTTP: ms-enclave's REST API, /v1 (streaming) and MCP at /mcp."""
@@ -172,7 +188,10 @@ def serve(
         on_restart=on_restart,  # type: ignore[arg-type]
         record_dir=record_dir,
         record_flush_delay=record_flush_delay,
+        pause_after=pause_after,
     )
+    if snapshot_dir is not None:
+        settings = settings.model_copy(update={"snapshot_dir": snapshot_dir})
     settings.check_bind()
     click.echo(
         f"kernel-sandbox serving on http://{host}:{port} "

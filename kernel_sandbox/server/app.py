@@ -22,7 +22,7 @@ from starlette.types import ASGIApp
 
 from .. import __version__
 from ..errors import SandboxError
-from . import enclave, live, native
+from . import enclave, live, native, snapshots
 from .auth import AuthMiddleware, Keyring
 from .deps import error_response
 from .limits import BodyLimitMiddleware
@@ -92,6 +92,7 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
     app.add_exception_handler(Exception, _unexpected)
     app.include_router(enclave.router)
     app.include_router(native.router)
+    app.include_router(snapshots.router)
     app.include_router(live.router)
     if mcp_server is not None:
         app.router.routes.extend(mcp_routes)
