@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import time
 
 import nbformat
 import pytest
 
-from kernel_sandbox import RemoteSandbox, RemoteSnapshots, SnapshotNotFoundError
+from kernel_sandbox import (
+    RemoteSandbox,
+    RemoteSnapshots,
+    SandboxNotFoundError,
+    SnapshotNotFoundError,
+)
 from kernel_sandbox.notebook import META_KEY
 from kernel_sandbox.server.restart import leftovers
 from tests.integration.serving import KEY_A, KEY_B, Server, client
@@ -89,7 +93,7 @@ async def test_a_paused_sandbox_survives_sigkill_and_forks_are_independent(
         assert await store_b.list() == []
         with pytest.raises(SnapshotNotFoundError):
             await store_b.get(snap.id)
-        with pytest.raises(Exception):  # another key's paused sandbox is unknown to it
+        with pytest.raises(SandboxNotFoundError):  # another key's paused sandbox: unknown
             await RemoteSandbox.resume(sb.id, store=store_b)
         resumed = await RemoteSandbox.resume(sb.id, store=store_a)
         assert resumed.id == sb.id
