@@ -256,6 +256,17 @@ class AsyncSandbox:
             self._session = None
         await self.host.cleanup()
 
+    async def detach(self) -> None:
+        """Let go of the sandbox without removing it: it runs on (e.g. after a CLI
+        command restored it); :meth:`adopt` takes it over again.  Calls are refused."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+        await self.host.detach()
+
     async def __aenter__(self) -> AsyncSandbox:
         return self
 

@@ -304,6 +304,12 @@ class RemoteSandbox:
         finally:
             await self._client.aclose()
 
+    async def detach(self) -> None:
+        """Let go of the sandbox without removing it (it stays on the server)."""
+        if not self._closed:
+            self._closed = True
+            await self._client.aclose()
+
     async def __aenter__(self) -> RemoteSandbox:
         return self
 
