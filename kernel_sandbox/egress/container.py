@@ -15,7 +15,6 @@ kernel restarts in place (a restart of the whole container empties the writable 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import os
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError, KernelError, SandboxError
+from ..threads import in_thread
 from .pipconf import PipSettings, host_pip_settings
 from .policy import EgressPolicy
 from .proxy import Decision, EgressLimits, EgressProxy
@@ -136,7 +136,7 @@ class SandboxEgress:
         from ..rundirs import claim  # the directory lives beside run dirs
 
         # `pip config list` runs once per process, never on the event loop
-        self.pip = await asyncio.to_thread(host_pip_settings)
+        self.pip = await in_thread(host_pip_settings)
         self.policy = build_policy(self.network, self.pip)
         self.host_dir.mkdir(mode=0o755)
         try:

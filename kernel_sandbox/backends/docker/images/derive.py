@@ -9,7 +9,6 @@ the user ``sandbox`` and /sandbox.  The build runs without network.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import threading
@@ -22,6 +21,7 @@ from docker.utils import parse_repository_tag
 
 from ....config import KERNEL_PYTHON, LABEL_PREFIX
 from ....errors import ImageError, ImageNotFoundError
+from ....threads import in_thread
 from ..engine import docker_client
 from .builder import DEFAULT_PATH, REPOSITORY
 from .engine_build import image_exists, run_build
@@ -73,7 +73,7 @@ async def resolve_kernel_image(
     hit = _resolved.get((image, derive))
     if hit is not None:
         return hit
-    return await asyncio.to_thread(_resolve, image, derive, progress or log.info, client)
+    return await in_thread(_resolve, image, derive, progress or log.info, client)
 
 
 def forget_resolved() -> None:
