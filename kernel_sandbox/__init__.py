@@ -68,9 +68,9 @@ _LAZY = {
     "replay": "notebook",
     "areplay": "notebook",
     "SandboxPool": "pool",
-    "RemoteSandbox": "server.remote",
-    "RemoteSnapshots": "server.remote",
-    "HttpSandboxManager": "server.http_manager",
+    "RemoteSandbox": "client.remote",
+    "RemoteSnapshots": "client.remote",
+    "HttpSandboxManager": "client.manager",
 }
 
 

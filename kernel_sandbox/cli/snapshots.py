@@ -112,7 +112,7 @@ def resume(sandbox_id: str, url: str | None, api_key: str | None) -> None:
 
     async def work() -> str:
         if url:
-            from ..server.remote import RemoteSandbox, RemoteSnapshots
+            from ..client.remote import RemoteSandbox, RemoteSnapshots
 
             store = RemoteSnapshots(url, api_key=api_key)
             return await _keep_running(await RemoteSandbox.resume(sandbox_id, store=store))
@@ -130,7 +130,7 @@ def restore(snapshot_id: str, url: str | None, api_key: str | None) -> None:
 
     async def work() -> str:
         if url:
-            from ..server.remote import RemoteSandbox, RemoteSnapshots
+            from ..client.remote import RemoteSandbox, RemoteSnapshots
 
             store = RemoteSnapshots(url, api_key=api_key)
             return await _keep_running(await RemoteSandbox.restore(snapshot_id, store=store))
@@ -180,7 +180,7 @@ def snapshots(ctx: click.Context) -> None:
 
 def _store(url: str | None, api_key: str | None) -> Any:
     if url:
-        from ..server.remote import RemoteSnapshots
+        from ..client.remote import RemoteSnapshots
 
         return RemoteSnapshots(url, api_key=api_key)
     return default_store()

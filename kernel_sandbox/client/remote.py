@@ -46,7 +46,7 @@ from ..limits import MAX_SNAPSHOT_BYTES
 from ..results import CommandResult, Execution, FileInfo
 from ..snapshots import Snapshot
 from ..transfer import AsyncReadStream, download_file, upload_file
-from .wire import command_from, execution_from, file_info_from
+from ..wire import command_from, execution_from, file_info_from
 
 __all__ = ["RemoteFiles", "RemoteSandbox", "RemoteSnapshots", "raise_for"]
 
