@@ -114,6 +114,11 @@ class ServerSettings(BaseModel):
     max_snapshots_per_key: int = Field(
         default=32, ge=1, description="Snapshots a key may keep (paused sandboxes aside)."
     )
+    e2b_templates: dict[str, str] = Field(
+        default_factory=dict,
+        description="E2B template name -> image, for the E2B API (/e2b); 'base' and "
+        "'code-interpreter-v1' are the default image unless named here.",
+    )
     record_flush_delay: float = Field(
         default=0.25,
         ge=0,
