@@ -69,8 +69,6 @@ class E2bSandbox:
     on_timeout: Literal["kill", "pause"] = "kill"
     #: Paused (its state in the key's store, no container) until connect resumes it.
     paused: bool = False
-    #: The id the key's store knows its pause by (see ``Tenancy.pause``).
-    paused_as: str = ""
     access_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     started_at: float = field(default_factory=time.time)
     commands: dict[int, Command] = field(default_factory=dict)
@@ -206,9 +204,7 @@ class E2bRegistry:
         """Remove a sandbox (a paused one's saved state too); its notebook stays."""
         await self.forget(record.id)
         if record.paused:
-            store = self.tenancy.paused_store(record.owner)
-            with contextlib.suppress(SandboxError):
-                await store.delete((await store.paused(record.paused_as)).id)
+            await self.tenancy.durable.delete_paused(record.owner, record.id)
             return
         with contextlib.suppress(SandboxNotFoundError):
             await self.tenancy.delete(record.owner, record.id)
@@ -217,12 +213,12 @@ class E2bRegistry:
         """Pause a running sandbox: commands and watchers end, its state is saved."""
         await self._stop_streams(record)
         record.contexts.clear()
-        record.paused_as = await self.tenancy.pause(record.owner, record.id)
+        await self.tenancy.durable.pause(self.tenancy.get(record.owner, record.id))
         record.paused = True
 
     async def resume(self, record: E2bSandbox, timeout: float) -> Lease:
         """Bring a paused sandbox back, with ``timeout`` seconds to live."""
-        lease = await self.tenancy.resume(record.owner, record.id, record.paused_as, "e2b")
+        lease = await self.tenancy.durable.resume(record.owner, record.id)
         record.paused = False
         record.end_at = time.time() + timeout
         return lease
