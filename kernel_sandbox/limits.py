@@ -9,6 +9,8 @@ cut this way and both use :func:`cap_notice`, so a user reads the same sentence.
 
 from __future__ import annotations
 
+import math
+import re
 from collections import deque
 
 from .results import format_size
@@ -16,8 +18,13 @@ from .results import format_size
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "MAX_SIZE_BYTES",
+    "MIN_DISK_BYTES",
+    "MIN_MEMORY_BYTES",
     "HeadTail",
     "cap_notice",
+    "parse_positive",
+    "parse_size",
     "split_bytes",
     "utf8_len",
 ]
@@ -26,6 +33,59 @@ __all__ = [
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024**2
 #: ``SandboxConfig.max_file_bytes`` by default: a file read is held whole in memory.
 DEFAULT_MAX_FILE_BYTES = 100 * 1024**2
+#: Smallest ``memory_limit`` in bytes: the engine refuses less than 6 MiB and a kernel
+#: cannot start in less; below it a value is refused (never read as "no limit").
+MIN_MEMORY_BYTES = 32 * 1024**2
+#: Smallest ``disk_limit`` in bytes: below it a sandbox cannot even start (the kernel
+#: writes to /tmp and $HOME).
+MIN_DISK_BYTES = 16 * 1024**2
+#: Largest size in bytes any limit may name (1 PiB): past it a number is a typo or an
+#: attempt to overflow the engine's 64-bit fields, refused instead of wrapped.
+MAX_SIZE_BYTES = 1024**5
+
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([bkmg]?)$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def parse_size(value: object, field: str = "size", minimum: int = 1) -> int:
+    """Bytes in a size such as ``"512m"`` (binary units: k, m and g are powers of 1024).
+
+    The one parser of every size limit (memory, disk, the server's maxima): what it
+    returns is a whole number of bytes from ``minimum`` to :data:`MAX_SIZE_BYTES`.
+    Zero in any spelling (``"0"``, ``"0k"``, ``"0.0g"``, ``" 0"``) is refused with a
+    ``ValueError`` naming ``field``, since an engine reads a zero limit as none.
+    """
+    text = str(value).strip()
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(
+            f"{field}={value!r} is not a size; use a number with b, k, m or g, e.g. '512m'"
+        )
+    number = float(match[1]) * _UNITS[match[2].lower()]
+    if not math.isfinite(number) or number > MAX_SIZE_BYTES:
+        raise ValueError(f"{field}={value!r} is too large (at most {format_size(MAX_SIZE_BYTES)})")
+    size = int(number)
+    if size < max(minimum, 1):
+        least = "more than zero" if minimum <= 1 else f"at least {format_size(minimum)}"
+        raise ValueError(f"{field}={value!r} is too small: give {least} (zero is not 'unlimited')")
+    return size
+
+
+def parse_positive(value: object, field: str) -> float:
+    """A finite number of CPUs or seconds above zero; ``ValueError`` naming ``field`` else.
+
+    Booleans, NaN, infinities, zero and negative numbers are refused: each would read
+    as "no limit" (or crash a comparison) further down.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"{field}={value!r} is not a number")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"{field}={value!r} is not a number") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"{field}={value!r} must be a finite number above zero")
+    return number
 
 
 def utf8_len(text: str) -> int:

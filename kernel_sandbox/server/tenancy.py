@@ -28,6 +28,7 @@ from ..notebook.cells import META_KEY
 from ..notebook.recorder import NotebookRecorder
 from ..sandbox import AsyncSandbox
 from .labels import SERVER_ID_LABEL, SERVER_KEY_LABEL, SERVER_LABEL
+from .policy import client_config
 from .recording import record_sandbox
 from .settings import ServerSettings
 
@@ -100,7 +101,7 @@ class Tenancy:
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
         labels = {SERVER_LABEL: settings.name}
-        pool_config = DockerSandboxConfig(image=settings.default_image)
+        pool_config = client_config({}, settings)[0]  # what a client omitting fields gets
         self.manager = SandboxManager(
             SandboxManagerConfig(
                 labels=labels,
@@ -242,7 +243,6 @@ class Tenancy:
         :mod:`kernel_sandbox.notebook.shared`).
         """
         from ..notebook.storage import read_notebook
-        from .policy import client_config
 
         old = await asyncio.to_thread(read_notebook, item.notebook)
         session = dict(old.metadata.get(META_KEY, {}))

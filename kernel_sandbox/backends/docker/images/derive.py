@@ -57,6 +57,7 @@ async def resolve_kernel_image(
     image: str,
     *,
     derive: bool,
+    pull: bool = True,
     progress: Progress | None = None,
     client: docker.DockerClient | None = None,
 ) -> str:
@@ -66,13 +67,14 @@ async def resolve_kernel_image(
     the first call for an image, no engine call is made.  ``client`` is the engine to
     ask (default: the process-wide one).  With ``derive=False`` an
     image without the label is returned unchanged (its kernel must be at
-    /opt/venv/bin/python).  Raises ImageNotFoundError when the image is neither local
+    /opt/venv/bin/python).  With ``pull=False`` an image the engine lacks is refused
+    instead of pulled.  Raises ImageNotFoundError when the image is neither local
     nor pullable, ImageError when it has no usable Python.
     """
     hit = _resolved.get((image, derive))
     if hit is not None:
         return hit
-    return await asyncio.to_thread(_resolve, image, derive, progress or log.info, client)
+    return await asyncio.to_thread(_resolve, image, derive, pull, progress or log.info, client)
 
 
 def forget_resolved() -> None:
@@ -81,7 +83,7 @@ def forget_resolved() -> None:
 
 
 def _resolve(
-    image: str, derive: bool, progress: Progress, client: docker.DockerClient | None
+    image: str, derive: bool, pull: bool, progress: Progress, client: docker.DockerClient | None
 ) -> str:
     with _locks_guard:
         lock = _locks.setdefault(image, threading.Lock())
@@ -90,7 +92,7 @@ def _resolve(
         if hit is not None:
             return hit
         client = client or docker_client()
-        attrs = _inspect_or_pull(client, image, progress)
+        attrs = _inspect_or_pull(client, image, progress, pull)
         labels = (attrs.get("Config") or {}).get("Labels") or {}
         if KERNEL_LABEL in labels:
             result = image
@@ -103,7 +105,9 @@ def _resolve(
         return result
 
 
-def _inspect_or_pull(client: docker.DockerClient, image: str, progress: Progress) -> Any:
+def _inspect_or_pull(
+    client: docker.DockerClient, image: str, progress: Progress, pull: bool = True
+) -> Any:
     attrs = image_exists(client, image)
     if attrs is not None:
         return attrs
@@ -113,7 +117,12 @@ def _inspect_or_pull(client: docker.DockerClient, image: str, progress: Progress
         if repository == REPOSITORY
         else "pull it (`docker pull`), load it (`docker load`) or build it"
     )
-    if repository != REPOSITORY:  # ours are never on a registry
+    if not pull:
+        advice = (
+            f"this engine does not pull images (a server's --pull never); ask its operator "
+            f"to {advice.replace(' it', ' it there', 1)}"
+        )
+    elif repository != REPOSITORY:  # ours are never on a registry
         try:
             progress(f"image {image} is not here; pulling it")
             client.images.pull(repository, tag=tag or "latest")
