@@ -18,6 +18,18 @@ from .results import format_size
 __all__ = [
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "IMAGE_ACCOUNT_FILE_BYTES",
+    "IMAGE_DERIVE_SECONDS",
+    "IMAGE_PROBE_SECONDS",
+    "IMAGE_QUEUE_PER_KEY",
+    "IMAGE_RESOLVE_WORKERS",
+    "IMAGE_STEP_CHATTER_BYTES",
+    "IMAGE_STEP_CPUS",
+    "IMAGE_STEP_MEMORY_BYTES",
+    "IMAGE_STEP_OUTPUT_BYTES",
+    "IMAGE_STEP_PIDS",
+    "IMAGE_STEP_TMP_BYTES",
+    "IMAGE_VENV_BYTES",
     "MAX_SIZE_BYTES",
     "MIN_DISK_BYTES",
     "MIN_MEMORY_BYTES",
@@ -43,6 +55,33 @@ MIN_DISK_BYTES = 16 * 1024**2
 #: attempt to overflow the engine's 64-bit fields, refused instead of wrapped.
 MAX_SIZE_BYTES = 1024**5
 
+#: Memory (bytes, swap included) of a container that runs a tenant image's code to
+#: probe or derive it: the probe, the venv build and pip's check.
+IMAGE_STEP_MEMORY_BYTES = 512 * 1024**2
+#: Processes and threads of such a container.
+IMAGE_STEP_PIDS = 64
+#: CPUs of such a container.
+IMAGE_STEP_CPUS = 1.0
+#: Bytes of its /tmp (an in-memory filesystem; counts toward its memory).
+IMAGE_STEP_TMP_BYTES = 256 * 1024**2
+#: Seconds the probe of an image's Python may take before it is killed.
+IMAGE_PROBE_SECONDS = 30.0
+#: Seconds the venv build (or pip's check) of a derived image may take.
+IMAGE_DERIVE_SECONDS = 300.0
+#: Bytes of a probe's (or step's) printed output kept; the rest is dropped unread.
+IMAGE_STEP_OUTPUT_BYTES = 64 * 1024
+#: Bytes of such output after which the step is killed (a probe prints a line).
+IMAGE_STEP_CHATTER_BYTES = 4 * 1024**2
+#: Bytes of the venv a derive step hands back (its tar on stdout); past it: refused.
+IMAGE_VENV_BYTES = 512 * 1024**2
+#: Bytes of /etc/passwd or /etc/group read from an image to add the sandbox user.
+IMAGE_ACCOUNT_FILE_BYTES = 1024**2
+#: Threads that resolve (inspect, pull, probe, derive) images at once, apart from the
+#: shared pool; on a server one key holds at most one of them (``IMAGE_QUEUE_PER_KEY``).
+IMAGE_RESOLVE_WORKERS = 4
+#: Image resolutions one key may have waiting on a server (one runs at a time per key).
+IMAGE_QUEUE_PER_KEY = 4
+
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)([bkmg]?)$", re.IGNORECASE)
 _UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 
@@ -56,7 +95,7 @@ def parse_size(value: object, field: str = "size", minimum: int = 1) -> int:
     ``ValueError`` naming ``field``, since an engine reads a zero limit as none.
     """
     text = str(value).strip()
-    match = _SIZE.match(text)
+    match = _SIZE.fullmatch(text)
     if not match:
         raise ValueError(
             f"{field}={value!r} is not a size; use a number with b, k, m or g, e.g. '512m'"

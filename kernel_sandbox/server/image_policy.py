@@ -44,7 +44,7 @@ def parse_reference(ref: str, *, pattern: bool = False) -> ImageReference:
 
     A pattern without a tag gets the tag ``*`` (any); a reference without one, ``latest``.
     """
-    if not _REFERENCE.match(ref) or "//" in ref or ref.startswith("/"):
+    if not _REFERENCE.fullmatch(ref) or "//" in ref or ref.startswith("/"):
         raise ConfigError(f"image {ref!r} is not an image reference (e.g. 'python:3.11-slim')")
     name, at, digest = ref.partition("@")
     slash, colon = name.rfind("/"), name.rfind(":")
@@ -63,8 +63,8 @@ def parse_reference(ref: str, *, pattern: bool = False) -> ImageReference:
         path = ("library", *path)
     parts_ok = all(path) and tag != ""
     if not pattern:
-        parts_ok = parts_ok and all(_PART.match(part) for part in path)
-        parts_ok = parts_ok and bool(_TAG.match(tag) and _REGISTRY.match(registry))
+        parts_ok = parts_ok and all(_PART.fullmatch(part) for part in path)
+        parts_ok = parts_ok and bool(_TAG.fullmatch(tag) and _REGISTRY.fullmatch(registry))
     if not parts_ok:
         raise ConfigError(f"image {ref!r} is not an image reference (e.g. 'python:3.11-slim')")
     return ImageReference(registry, path, tag)

@@ -27,6 +27,7 @@ from ..manager import DockerSandboxConfig, SandboxManager, SandboxManagerConfig
 from ..notebook.cells import META_KEY
 from ..notebook.recorder import NotebookRecorder
 from ..sandbox import AsyncSandbox
+from .image_queue import ImageQueue, needs_preparation
 from .labels import SERVER_ID_LABEL, SERVER_KEY_LABEL, SERVER_LABEL
 from .policy import client_config
 from .recording import record_sandbox
@@ -116,6 +117,7 @@ class Tenancy:
         self._pool_free: dict[str, asyncio.Queue[str]] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._creating: dict[str, int] = {}
+        self._images = ImageQueue()
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -218,7 +220,9 @@ class Tenancy:
             config = config.model_copy(update={"labels": labels})
         self._creating[owner] = self._creating.get(owner, 0) + 1
         try:
-            sid = await self.manager.create_sandbox("docker", config, sandbox_id)
+            prepare = needs_preparation(config.image, config.host, config.derive_image)
+            async with self._images.turn(owner) if prepare else contextlib.nullcontext():
+                sid = await self.manager.create_sandbox("docker", config, sandbox_id)
         finally:
             self._creating[owner] -= 1
         sandbox = await self.manager.get_sandbox(sid)
