@@ -30,6 +30,7 @@ __all__ = [
     "IMAGE_STEP_PIDS",
     "IMAGE_STEP_TMP_BYTES",
     "IMAGE_VENV_BYTES",
+    "MALFORMED_WARNING_SECONDS",
     "MAX_SIZE_BYTES",
     "MIN_DISK_BYTES",
     "MIN_MEMORY_BYTES",
@@ -55,6 +56,9 @@ MIN_DISK_BYTES = 16 * 1024**2
 #: attempt to overflow the engine's 64-bit fields, refused instead of wrapped.
 MAX_SIZE_BYTES = 1024**5
 
+#: Seconds between two warnings in the host's log about malformed messages from a
+#: kernel (those in between are counted in the next): a sandbox cannot fill the log.
+MALFORMED_WARNING_SECONDS = 10.0
 #: Memory (bytes, swap included) of a container that runs a tenant image's code to
 #: probe or derive it: the probe, the venv build and pip's check.
 IMAGE_STEP_MEMORY_BYTES = 512 * 1024**2
