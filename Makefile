@@ -1,9 +1,9 @@
-# One task runner; the README names these targets.
+# One task runner; the README and docs/development.md name these targets.
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: install engine images run demo test test-unit test-integration test-runsc test-kubernetes cluster-up cluster-down soak lint bench bench-server bench-quick
-#: Run a second time under gVisor (runtime="runsc", README "Stronger isolation"): every
+.PHONY: docs install engine images run demo test test-unit test-integration test-runsc test-kubernetes cluster-up cluster-down soak lint bench bench-server bench-quick
+#: Run a second time under gVisor (runtime="runsc", docs/how-to/gvisor.md): every
 #: hostile-code suite (the glob takes new ones too) and the core sandbox tests.
 RUNSC_TESTS ?= tests/integration/test_hostile*.py tests/integration/test_sandbox.py
 #: The slowest tests of a run, listed at its end (what CI's time goes to).
@@ -50,8 +50,8 @@ soak:               ## full load test: 10 000 checked calls on 20 sandboxes (tab
 	KS_SOAK_EXECUTIONS=10000 $(PYTHON) -m pytest -q -rfEs -s tests/integration/test_soak.py
 
 lint:               ## ruff, mypy (strict), and shellcheck on the programs that run inside sandboxes
-	ruff check kernel_sandbox tests bench
-	ruff format --check kernel_sandbox tests bench
+	ruff check kernel_sandbox tests bench docs/hooks.py
+	ruff format --check kernel_sandbox tests bench docs/hooks.py
 	mypy
 	shellcheck kernel_sandbox/programs/*.sh
 
@@ -63,3 +63,6 @@ bench-quick:        ## the key ratios in < 2 min; exits 1 if one regressed past 
 
 bench-server:       ## print(1+1) through HTTP and MCP vs in-process; 50 clients on 50 sandboxes
 	$(PYTHON) bench/server.py
+
+docs:               ## the docs site, built with --strict (a broken link or reference fails); site/
+	$(PYTHON) -m mkdocs build --strict

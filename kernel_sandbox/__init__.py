@@ -22,6 +22,8 @@ from .errors import (
     SandboxFileNotFoundError,
     SandboxNotFoundError,
     SandboxStartError,
+    SnapshotError,
+    SnapshotNotFoundError,
 )
 from .events import (
     EgressRefused,
@@ -45,6 +47,7 @@ from .manager import (
 )
 from .results import CommandResult, Execution, ExecutionError, FileInfo
 from .sandbox import AsyncSandbox
+from .snapshots import LocalSnapshotStore, Restored, Snapshot, SnapshotStore
 from .sync import Files, Sandbox
 from .tools import Tool, ToolResult, ToolSet, register_tool
 
@@ -113,11 +116,13 @@ __all__ = [
     "KernelError",
     "KernelRestarted",
     "LocalSandboxManager",
+    "LocalSnapshotStore",
     "NotebookError",
     "NotebookRecorder",
     "PythonExecuted",
     "RemoteSandbox",
     "ReplayReport",
+    "Restored",
     "ResumeDivergedError",
     "RetryPolicy",
     "Sandbox",
@@ -135,6 +140,10 @@ __all__ = [
     "SandboxStatus",
     "SandboxType",
     "ShellExecuted",
+    "Snapshot",
+    "SnapshotError",
+    "SnapshotNotFoundError",
+    "SnapshotStore",
     "Tolerance",
     "Tool",
     "ToolResult",

@@ -16,6 +16,8 @@ caller and for failures of the machinery underneath::
     │   └── ContainerRemovedError        the container is gone (removed from outside)
     ├── SandboxNotFoundError(KeyError)   unknown sandbox id (manager API)
     ├── KernelError                      the kernel could not be reached or restarted
+    ├── SnapshotError                    a snapshot cannot be made, stored or restored
+    │   └── SnapshotNotFoundError(KeyError)  no such snapshot (for this owner)
     ├── NotebookError(ValueError)        a notebook file cannot be read or is not valid
     │   └── ResumeDivergedError          resuming: a replayed cell gave another result
     └── FileOperationError(OSError)      a file operation inside the sandbox failed
@@ -46,6 +48,8 @@ __all__ = [
     "SandboxFileNotFoundError",
     "SandboxNotFoundError",
     "SandboxStartError",
+    "SnapshotError",
+    "SnapshotNotFoundError",
 ]
 
 
@@ -104,6 +108,18 @@ class SandboxNotFoundError(SandboxError, KeyError):
 
 class KernelError(SandboxError):
     """The kernel could not be reached, interrupted or restarted."""
+
+
+class SnapshotError(SandboxError):
+    """A snapshot could not be made, stored or restored (over a cap, a digest that does
+    not match, a kernel that could not save or load it); the message says which."""
+
+
+class SnapshotNotFoundError(SnapshotError, KeyError):
+    """No snapshot (or paused sandbox) with this id is in the store for this owner."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "snapshot not found"
 
 
 class NotebookError(SandboxError, ValueError):

@@ -16,6 +16,8 @@ from collections import deque
 from .results import format_size
 
 __all__ = [
+    "CWD_COPY_MAX_BYTES",
+    "CWD_COPY_MAX_FILES",
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_OUTPUT_BYTES",
     "IMAGE_ACCOUNT_FILE_BYTES",
@@ -30,10 +32,17 @@ __all__ = [
     "IMAGE_STEP_PIDS",
     "IMAGE_STEP_TMP_BYTES",
     "IMAGE_VENV_BYTES",
+    "KERNEL_ARGS_MAX",
+    "KERNEL_ENV_MAX_BYTES",
     "MALFORMED_WARNING_SECONDS",
     "MAX_SIZE_BYTES",
+    "MAX_SNAPSHOT_BYTES",
+    "MAX_SNAPSHOT_FILES",
+    "MAX_SNAPSHOT_REPORT_BYTES",
     "MIN_DISK_BYTES",
     "MIN_MEMORY_BYTES",
+    "SNAPSHOT_DEADLINE",
+    "SNAPSHOT_RATE",
     "HeadTail",
     "cap_notice",
     "parse_positive",
@@ -129,6 +138,34 @@ def parse_positive(value: object, field: str) -> float:
     if not math.isfinite(number) or number <= 0:
         raise ValueError(f"{field}={value!r} must be a finite number above zero")
     return number
+
+
+#: Arguments a Jupyter client's ``extra_arguments`` may give a sandboxed kernel (each at
+#: most 4 KiB); more are refused, with a warning in the client's log.
+KERNEL_ARGS_MAX = 64
+#: Bytes (names and values) of the environment a Jupyter client sets for a sandboxed
+#: kernel that go into the sandbox; variables past it are dropped, with a warning.
+KERNEL_ENV_MAX_BYTES = 64 * 1024
+#: Files (and folders and links) of a notebook's folder copied into its sandbox
+#: (``--cwd-mode copy``); a folder with more is not copied (the kernel starts empty).
+CWD_COPY_MAX_FILES = 2000
+#: Bytes of a notebook's folder copied into its sandbox (also at most the working
+#: directory's share of ``disk_limit``); a larger folder is not copied.
+CWD_COPY_MAX_BYTES = 128 * 1024**2
+
+#: Bytes one snapshot may hold on the host (files, variables and tar headers together):
+#: a sandbox that writes more is refused, its partial blob removed (``snapshot(max_bytes=)``
+#: and a server's settings may lower it).
+MAX_SNAPSHOT_BYTES = 4 * 1024**3
+#: Entries (files, directories, links, variables; tar members) one snapshot may hold.
+MAX_SNAPSHOT_FILES = 100_000
+#: Bytes of the report (what was saved, what was not and why) the kernel may print.
+MAX_SNAPSHOT_REPORT_BYTES = 4 * 1024**2
+#: Seconds a snapshot or restore may take on top of moving its bytes at
+#: :data:`SNAPSHOT_RATE`: a kernel that stops reading or writing never holds the host.
+SNAPSHOT_DEADLINE = 120.0
+#: Bytes per second a snapshot is granted (beyond :data:`SNAPSHOT_DEADLINE`).
+SNAPSHOT_RATE = 20e6
 
 
 def utf8_len(text: str) -> int:

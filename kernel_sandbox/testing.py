@@ -95,6 +95,10 @@ class LocalKernelHost(KernelHost):
         """A fresh temporary directory of this host (removed by cleanup)."""
         return str(self._work)
 
+    def snapshot_places(self, tmp: bool = False) -> dict[str, str]:
+        """Only the working directory: $HOME and /tmp here are the machine's own."""
+        return {"work": self.working_dir}
+
     # -- lifecycle ---------------------------------------------------------------------
 
     async def launch(self) -> ConnectionInfo:

@@ -66,7 +66,7 @@ def replay(
     Prints one line per cell (its index, In [n], verdict and the line that raised or
     its first code line) with a short diff, writes the replayed notebook (recorded
     outputs and diffs in each cell's metadata), and exits with status 1 when any
-    cell's outputs differ.  What is tolerated is listed in the README; cell tags
+    cell's outputs differ.  What is tolerated is listed in docs/concepts/notebooks.md; cell tags
     (nbval-skip, nbval-ignore-output, raises-exception, nondeterministic) steer it.
     """
     from ..config import DEFAULT_IMAGE

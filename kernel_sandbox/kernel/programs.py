@@ -15,7 +15,14 @@ from importlib import resources
 __all__ = ["NAMES", "program"]
 
 #: Every program shipped in ``kernel_sandbox/programs/``.
-NAMES = ("binder.py", "launcher.py", "probe.py", "shell_runner.sh", "supervisor.sh")
+NAMES = (
+    "binder.py",
+    "launcher.py",
+    "probe.py",
+    "shell_runner.sh",
+    "snapshot.py",
+    "supervisor.sh",
+)
 
 
 @functools.cache

@@ -36,7 +36,8 @@ def error_result(text: str) -> CallToolResult:
 def execution_result(execution: Execution) -> CallToolResult:
     """Text of the cell (with the whole traceback on error) and each PNG as an image."""
     text = execution.text
-    if execution.error is not None and execution.error.traceback:
+    shown = any(o["output_type"] == "error" for o in execution.outputs)  # in text already
+    if execution.error is not None and execution.error.traceback and not shown:
         text = "\n".join([text, "Traceback:", *map(strip_ansi, execution.error.traceback)])
     content: list[ContentBlock] = [
         TextContent(type="text", text=_cut(text or f"[{execution.status}, no output]"))

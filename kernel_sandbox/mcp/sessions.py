@@ -79,8 +79,9 @@ class SessionSandboxes:
         self._lock = asyncio.Lock()
 
     def _owner(self, ctx: Any) -> str:
-        headers = {k.lower(): v for k, v in (ctx.headers or {}).items()}
-        owner = self.keyring.identify(headers)
+        from ..server.auth import key_headers
+
+        owner = self.keyring.identify(key_headers(ctx.request_context.request.scope))
         if owner is None:  # the middleware refused such requests already
             raise PermissionError("missing or wrong API key")
         return str(owner)

@@ -8,7 +8,7 @@ that Jupyter shows instead (an image, HTML, LaTeX...): readers never see it, and
 a plot it is a repr like ``<Figure size 640x480 with 1 Axes>``.  Text goes through
 :func:`~.normalise.normalise_text` and then matches when it differs only in floats
 within :class:`Tolerance`; images, SVG and HTML are compared as :mod:`.media`
-describes.  ``execution_count`` and output metadata are ignored.  The README's
+describes.  ``execution_count`` and output metadata are ignored.  The docs'
 "What replay ignores" table sums this up.
 
 Verdicts: ``same``; ``differs``; ``size only`` (every difference is a raster image

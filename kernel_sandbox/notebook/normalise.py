@@ -10,8 +10,8 @@ design is tagged ``nondeterministic`` instead (see :mod:`.tags`).
 
 Numbers are then compared with a relative tolerance (floats only; integers exactly),
 so ``0.30000000000000004`` and ``0.3`` match while ``1500000000`` and ``1999999999``
-do not.  The README's "What replay ignores" table lists every rule; each one has a
-test that a changed value still differs.
+do not.  The "What replay ignores" table (docs/concepts/notebooks.md) lists every
+rule; each one has a test that a changed value still differs.
 """
 
 from __future__ import annotations

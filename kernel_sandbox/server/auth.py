@@ -22,7 +22,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .limits import send_json_error
 
-__all__ = ["ANONYMOUS", "COOKIE", "AuthMiddleware", "Keyring", "key_id", "principal_of"]
+__all__ = [
+    "ANONYMOUS",
+    "COOKIE",
+    "AuthMiddleware",
+    "Keyring",
+    "key_headers",
+    "key_id",
+    "principal_of",
+]
 
 #: The cookie the live page (``/ui``) keeps the key in, once opened with ``?api_key=``.
 COOKIE = "ks_api_key"
@@ -64,6 +72,27 @@ class Keyring:
         return found
 
 
+def key_headers(scope: Scope) -> dict[str, str]:
+    """A request's headers (lower-cased names) with its key, wherever it came, as
+    ``x-api-key``: the one reading of the key for every route (the middleware and the
+    MCP tools alike), so a key that opens one door opens them all."""
+    headers = {
+        k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
+    }
+    if "x-api-key" not in headers and "authorization" not in headers:
+        # the live page (/ui) keeps the key in an HttpOnly, SameSite=Strict cookie
+        cookie = SimpleCookie()
+        with contextlib.suppress(CookieError):
+            cookie.load(headers.get("cookie", ""))
+        if COOKIE in cookie and cookie[COOKIE].value:
+            headers["x-api-key"] = cookie[COOKIE].value
+    if "x-api-key" not in headers and b"api_key=" in scope.get("query_string", b""):
+        query = parse_qs(scope["query_string"].decode("latin-1"))
+        if query.get("api_key"):
+            headers["x-api-key"] = query["api_key"][0]
+    return headers
+
+
 def principal_of(scope: Scope) -> str:
     """The key id the middleware stored for this request."""
     return str(scope.get("state", {}).get("key_id", ANONYMOUS))
@@ -80,21 +109,7 @@ class AuthMiddleware:
         if scope["type"] not in ("http", "websocket"):
             await self.app(scope, receive, send)
             return
-        headers = {
-            k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])
-        }
-        if "x-api-key" not in headers and "authorization" not in headers:
-            # the live page (/ui) keeps the key in an HttpOnly, SameSite=Strict cookie
-            cookie = SimpleCookie()
-            with contextlib.suppress(CookieError):
-                cookie.load(headers.get("cookie", ""))
-            if COOKIE in cookie and cookie[COOKIE].value:
-                headers["x-api-key"] = cookie[COOKIE].value
-        if "x-api-key" not in headers and b"api_key=" in scope.get("query_string", b""):
-            query = parse_qs(scope["query_string"].decode("latin-1"))
-            if query.get("api_key"):
-                headers["x-api-key"] = query["api_key"][0]
-        kid = self.keyring.identify(headers)
+        kid = self.keyring.identify(key_headers(scope))
         if kid is None:
             if scope["type"] == "websocket":
                 await send({"type": "websocket.close", "code": 4401})

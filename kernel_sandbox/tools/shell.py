@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -36,6 +37,17 @@ class ShellParams(BaseModel):
     cwd: OsText | None = Field(
         default=None, max_length=PATH_MAX, description="Directory to run in."
     )
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _argv_as_line(cls, value: Any) -> Any:
+        # ms-enclave's schema also takes an argument list (run as that program with
+        # those arguments, as `docker exec` runs a list): the same as its shell-quoted line
+        if isinstance(value, list):
+            if not value or not all(isinstance(arg, str) for arg in value):
+                raise ValueError("as a list, must be one or more strings (program, arguments)")
+            return shlex.join(value)
+        return value
 
     @field_validator("command")
     @classmethod

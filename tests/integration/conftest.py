@@ -75,7 +75,7 @@ def docker_engine():  # type: ignore[no-untyped-def]
         require(
             RUNTIME in offered,
             f"{RUNTIME_ENV}={RUNTIME} but the engine has no such runtime (it has "
-            f"{', '.join(offered)}): see the README's 'Stronger isolation'",
+            f"{', '.join(offered)}): see docs/how-to/gvisor.md",
         )
     for image in (PYTHON_IMAGE, DATASCIENCE_IMAGE):
         try:

@@ -95,7 +95,8 @@ def standin(docker_engine) -> str:  # type: ignore[no-untyped-def]
 async def test_custom_image_from_python_image_runs_its_package(
     make_sandbox, docker_engine, test_images, tmp_path: Path
 ) -> None:
-    # The README's air-gapped recipe: wheels from the host, installed with --no-index.
+    # The air-gapped recipe of docs/how-to/custom-images.md: wheels from the host,
+    # installed with --no-index.
     (tmp_path / "wheels").mkdir()
     _tiny_wheel(tmp_path / "wheels")
     (tmp_path / "Dockerfile").write_text(

@@ -4,8 +4,8 @@ A real ``kernel-sandbox serve`` process, a sandbox made and driven through the A
 (RemoteSandbox), and a headless Chromium on ``/ui``: the list shows the sandbox with
 its owner, image and state; the session page grows when a cell runs through the API,
 shows a matplotlib plot, interrupts a running cell, and offers the downloads.  The
-README's screenshot ``bench/live-page.png`` is made anew with
-``KERNEL_SANDBOX_SCREENSHOT=bench/live-page.png`` (otherwise the shot goes to a
+The docs' screenshot ``docs/live-page.png`` is made anew with
+``KERNEL_SANDBOX_SCREENSHOT=docs/live-page.png`` (otherwise the shot goes to a
 temporary file: tests leave the checkout as it was).
 """
 

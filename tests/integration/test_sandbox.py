@@ -323,7 +323,7 @@ async def test_fork_bomb_is_ended_by_a_restart_in_place(  # type: ignore[no-unty
     make_sandbox, pids_limit: int, timeout: float, code: str
 ) -> None:
     # Under gVisor each fork of the kernel costs ~18 MB of host memory: 64 of them need
-    # more than the default 1g to meet the pids limit first (README "Stronger isolation").
+    # more than the default 1g to meet the pids limit first (docs/how-to/gvisor.md).
     roomy = {"memory_limit": "2g"} if GVISOR else {}
     sb = await make_sandbox(
         image="kernel-sandbox:python", pids_limit=pids_limit, interrupt_grace=0.5, **roomy
@@ -348,7 +348,7 @@ async def test_signals_to_pid_1_leave_the_sandbox_working(
     )
     if GVISOR and signal_name == "SIGKILL":
         # gVisor does not shield a namespace's init from SIGKILL: the container ends,
-        # which is reported and repaired (README "Stronger isolation")
+        # which is reported and repaired (docs/how-to/gvisor.md)
         assert ex.status == "kernel_died" and "whole container was restarted" in ex.message
         assert (await py_sandbox.run_python("2 * 21")).text == "42"
         return

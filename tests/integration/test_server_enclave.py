@@ -45,6 +45,9 @@ async def main(url, key):
             {"operation": "read", "file_path": "hello.txt"})
         s = await manager.execute_tool(sid, "shell_executor", {"command": "cat hello.txt; id -un"})
         out["files"] = [c.status.value, r.output, s.output]
+        listed = await manager.execute_tool(
+            sid, "shell_executor", {"command": ["cat", "hello.txt", "no such file"]})
+        out["argv"] = [listed.status.value, listed.output, listed.error]
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w") as tar:
             data = b"print('from the archive')"
@@ -106,6 +109,10 @@ def test_ms_enclave_http_manager_drives_the_server_unmodified(
     assert "ZeroDivisionError" in error  # state kept across python_executor calls
     assert out["files"][0] == "success" and "hi there" in out["files"][1]
     assert "hi there" in out["files"][2] and "sandbox" in out["files"][2]
+    # a command as a list (ms-enclave's schema allows one): program and verbatim arguments
+    status, text, error = out["argv"]
+    assert status == "error" and "exited with status 1" in error
+    assert "hi there" in text and "cat: 'no such file': No such file" in text  # one argument
     assert out["archive"] is True and "from the archive" in out["archive_run"]
     assert out["sid"] in out["listed"]
     status, value, nb_tools = out["notebook"]

@@ -37,6 +37,7 @@ async def _exercise(session: ClientSession, *, plot: bool) -> None:
     assert failed.is_error
     text = failed.content[0].text  # type: ignore[union-attr]
     assert "ZeroDivisionError" in text and "Traceback" in text and "f()" in text
+    assert text.count("division by zero") == 1  # the traceback once
     shell = await session.call_tool("run_shell", {"command": "echo hi > note.txt; cat note.txt"})
     assert not shell.is_error and "hi" in shell.content[0].text  # type: ignore[union-attr]
     assert (await session.call_tool("run_shell", {"command": "exit 4"})).is_error
@@ -97,6 +98,20 @@ async def test_mcp_over_streamable_http_a_sandbox_per_session(server: Server) ->
         await other.initialize()
         refused = await other.call_tool("run_python", {"code": "x", "sandbox_id": sid})
         assert refused.is_error and "no sandbox" in refused.content[0].text  # type: ignore[union-attr]
+    # the key as ?api_key= (the MCP Inspector's way) authorises tool calls too
+    async with (
+        httpx2.AsyncClient(timeout=120) as http,
+        streamable_http_client(f"{server.url}/mcp?api_key={KEY_A}", http_client=http) as (
+            read,
+            write,
+        ),
+        ClientSession(read, write) as by_query,
+    ):
+        await by_query.initialize()
+        mine_again = await by_query.call_tool("run_python", {"code": "x", "sandbox_id": sid})
+        assert not mine_again.is_error and mine_again.content[0].text == "40"  # type: ignore[union-attr]
+        wrong = f"{server.url}/mcp?api_key=not-a-key"
+        assert (await http.post(wrong, json={})).status_code == 401
     async with httpx2.AsyncClient() as anonymous:
         assert (await anonymous.post(f"{server.url}/mcp", json={})).status_code == 401
     notebooks = list(server.record_dir.rglob(f"{sid}.ipynb"))

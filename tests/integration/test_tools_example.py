@@ -1,4 +1,4 @@
-"""ms-enclave's OpenAI-tools program runs unchanged: the README's copy and the example file.
+"""ms-enclave's OpenAI-tools program runs unchanged: the docs' copy and the example file.
 
 Each run is a separate Python process (as a user would run it) talking to the scripted
 OpenAI-compatible server through OPENAI_BASE_URL; the model asks for a Python and a
@@ -25,16 +25,12 @@ EXAMPLE = ROOT / "examples" / "openai_tools.py"
 PLAIN_IMAGE = "python:3.11-slim"
 
 
-def readme_example() -> str:
-    """The Python block of the README's openai-tools section that uses the manager."""
-    readme = (ROOT / "README.md").read_text()
-    section = re.search(
-        r"<!-- section:openai-tools -->(.*?)<!-- /section:openai-tools -->", readme, re.S
-    )
-    assert section, "README has no openai-tools section"
-    blocks = re.findall(r"```python\n(.*?)```", section.group(1), re.S)
+def docs_example() -> str:
+    """The Python block of the docs' tools page that uses the manager."""
+    page = (ROOT / "docs" / "concepts" / "tools.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", page, re.S)
     found = [b for b in blocks if "SandboxManagerFactory.create_manager()" in b]
-    assert len(found) == 1, "the section should show the example exactly once"
+    assert len(found) == 1, "the tools page should show the example exactly once"
     return found[0]
 
 
@@ -119,11 +115,11 @@ def check_conversation(
     assert "tools" not in second.body  # the final call is a plain completion, as in the guide
 
 
-def test_the_readme_example_runs(docker_engine: docker.DockerClient, tmp_path: Path) -> None:
-    code = readme_example()
+def test_the_docs_example_runs(docker_engine: docker.DockerClient, tmp_path: Path) -> None:
+    code = docs_example()
     example_body = EXAMPLE.read_text().split('"""', 2)[2].lstrip("\n")
-    assert code == example_body, "README and examples/openai_tools.py have drifted apart"
-    script = tmp_path / "readme_example.py"
+    assert code == example_body, "docs/concepts/tools.md and examples/openai_tools.py drifted apart"
+    script = tmp_path / "docs_example.py"
     script.write_text(code)
     done, server = run_program(script, tmp_path, docker_engine, PYTHON_IMAGE)
     check_conversation(done, server)

@@ -144,7 +144,7 @@ def test_the_manifests_are_accepted_by_the_api_server(kube) -> None:
             "deployment.apps",
             "service",
         }
-        # both manifest sets as `kubectl apply -k` reads them (the README's commands)
+        # both manifest sets as `kubectl apply -k` reads them (the docs' commands)
         for overlay in ("kubernetes", "kubernetes-host-network"):
             whole = subprocess.run(
                 [*kubectl, "-k", str(DEPLOY.parent / overlay)], capture_output=True, text=True
@@ -156,10 +156,9 @@ def test_the_manifests_are_accepted_by_the_api_server(kube) -> None:
             subprocess.run([KUBECTL, "delete", "-f", files[0], "--wait=false"], check=False)
 
 
-def test_the_readme_path_to_a_first_sandbox(namespace) -> None:
-    """The Python of the README's Kubernetes section, run as a user would run it."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("<!-- section:kubernetes -->")[1].split("<!-- /section:kubernetes")[0]
+def test_the_docs_path_to_a_first_sandbox(namespace) -> None:
+    """The Python of the docs' Kubernetes page, run as a user would run it."""
+    section = (ROOT / "docs" / "how-to" / "kubernetes.md").read_text()
     program = section.split("python - <<'PY'\n")[1].split("PY\n")[0]
     assert "export KERNEL_SANDBOX_HOST=kubernetes" in section
     env = {**os.environ, "KERNEL_SANDBOX_HOST": "kubernetes", "PYTHONPATH": str(ROOT)}

@@ -89,7 +89,7 @@ def server_image(cluster: str) -> str:
 
     Built once (kept while the source is unchanged: the image carries its digest) and
     loaded into the local cluster's containerd (skipped when loaded already).  A cluster
-    named by KUBECONFIG must have it already (README: Kubernetes).
+    named by KUBECONFIG must have it already (docs/how-to/kubernetes.md).
     """
     from kernel_sandbox.backends.docker.images.builder import ImageBuilder
 
@@ -326,12 +326,11 @@ def test_a_killed_server_is_started_again_and_adopts_what_it_left(
         client.close()
 
 
-def test_the_readmes_ms_enclave_program_runs_against_it(
+def test_the_docs_ms_enclave_program_runs_against_it(
     deployed: tuple[str, str], enclave_python: Path
 ) -> None:
-    """The README's ms-enclave program, with the test server's URL and key."""
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("<!-- section:kubernetes -->")[1].split("<!-- /section:kubernetes")[0]
+    """The ms-enclave program of the docs' Kubernetes page, with the test server's URL and key."""
+    section = (ROOT / "docs" / "how-to" / "kubernetes.md").read_text()
     program = section.split("```python\nimport asyncio\n")[1].split("```")[0]
     url, key = deployed
     program = "import asyncio\n" + program.replace('"http://127.0.0.1:8000"', repr(url))

@@ -52,7 +52,7 @@ async def test_manager_tools_on_the_cluster(kube, namespace) -> None:
 
 def test_the_seed_program_runs_through_the_manager(cluster, namespace, tmp_path) -> None:
     """examples/openai_tools.py on the cluster, its host volume left out (a pod cannot
-    bind a directory of this machine; see the README)."""
+    bind a directory of this machine; see docs/how-to/kubernetes.md)."""
     source = (ROOT / "examples" / "openai_tools.py").read_text()
     volume_line = next(line for line in source.splitlines() if "volumes=" in line)
     script = tmp_path / "seed.py"

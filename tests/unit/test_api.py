@@ -105,6 +105,7 @@ SUBMODULE_ONLY: dict[str, set[str]] = {
         "write_notebook_atomic",
     },
     "pool": {"POOL_LABEL", "PoolStats"},
+    "snapshots": {"SNAPSHOTS_ENV", "BlobWriter", "default_store"},
 }
 
 

@@ -125,7 +125,7 @@ def test_describe_says_which_runtime_is_default_and_whether_gvisor_is_ready() ->
     assert line == "engine runtimes: runc (default), runsc (gVisor: runtime='runsc')"
     bare = describe({"Runtimes": {"runsc": {"path": "runsc"}, "runc": {"path": "runc"}}})
     assert "runsc (gVisor, lacks --network=none --host-uds=all --host-fifo=open)" in bare
-    assert "Stronger isolation" in describe({"Runtimes": {"runc": {"path": "runc"}}})
+    assert "docs/how-to/gvisor.md" in describe({"Runtimes": {"runc": {"path": "runc"}}})
 
 
 class _CountingApi:

@@ -297,6 +297,18 @@ async def test_shell_exit_status_and_stderr(live: AsyncSandbox) -> None:
     assert result.metadata["exit_code"] == 2
 
 
+async def test_shell_command_as_an_argument_list(live: AsyncSandbox) -> None:
+    # ms-enclave's schema: a list is a program and its arguments, each passed verbatim
+    result = await ToolSet(live).execute(
+        "shell_executor", {"command": ["printf", "%s|", "two words", "$HOME", "a;b"]}
+    )
+    assert result.status == "success"
+    assert result.output == "two words|$HOME|a;b|"
+    empty = await ToolSet(live).execute("shell_executor", {"command": []})
+    assert empty.status == "error" and "argument 'command'" in (empty.error or "")
+    assert "one or more strings" in (empty.error or "")
+
+
 async def test_shell_timeout(live: AsyncSandbox) -> None:
     result = await ToolSet(live).execute("shell_executor", {"command": "sleep 99", "timeout": 2})
     assert result.status == "timeout"

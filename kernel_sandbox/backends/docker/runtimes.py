@@ -173,5 +173,5 @@ def describe(info: dict[str, Any]) -> str:
         parts.append(f"{name} ({', '.join(notes)})" if notes else name)
     line = f"engine runtimes: {', '.join(parts) or 'none reported'}"
     if not any(r.gvisor for r in engine_runtimes(info).values()):
-        line += " (no gVisor: see the README's 'Stronger isolation' to add runsc)"
+        line += " (no gVisor: see docs/how-to/gvisor.md to add runsc)"
     return line

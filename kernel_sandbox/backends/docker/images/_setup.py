@@ -1,7 +1,7 @@
 """Runs INSIDE an image being derived, with the image's own Python (CPython >= 3.8).
 
 ``venv``: make /opt/venv (seeing the image's own packages), install ipykernel and pip
-into it from the wheelhouse in /tmp/ks/wheels without any index or network, and write
+(and dill) into it from the wheelhouse in /tmp/ks/wheels without any index or network, and write
 the venv as a tar to stdout (the host adds it to the derived image; nothing of the
 image runs during that build).  It runs confined, as uid 65534 with /opt/venv an
 in-memory mount it owns (see ``confined.py``), so pip's own output goes to stderr.
@@ -36,7 +36,7 @@ def make_venv() -> None:
     # pip itself goes into the venv even if the image has one, so `pip install` in
     # the sandbox installs into the venv.
     _run([*pip, "--ignore-installed", "pip"])
-    _run([*pip, "ipykernel"])
+    _run([*pip, "ipykernel", "dill"])
     _run([VENV + "/bin/python", "-c", "import ipykernel"])
     with tarfile.open(fileobj=sys.stdout.buffer, mode="w|") as tar:
         tar.add(VENV, arcname=VENV.lstrip("/"))

@@ -60,8 +60,9 @@ KERNEL_LABEL = f"{LABEL_PREFIX}.kernel-python"
 DERIVED_FROM = f"{LABEL_PREFIX}.derived-from"
 DERIVED_FROM_NAME = f"{LABEL_PREFIX}.derived-from-name"
 DERIVED_REPOSITORY = "kernel-sandbox-derived"
-#: What the derived image installs into its venv (pip too: `pip install` in a sandbox).
-KERNEL_REQUIREMENTS = ["ipykernel", "pip"]
+#: What the derived image installs into its venv (pip too: `pip install` in a sandbox;
+#: dill for portable snapshots of the kernel's variables).
+KERNEL_REQUIREMENTS = ["ipykernel", "dill", "pip"]
 SETUP_SCRIPT = Path(__file__).with_name("_setup.py")
 VENV = "/opt/venv"
 #: The venv's in-memory mount while it is built (owned by the confined user; exec for

@@ -58,7 +58,7 @@ def source_root() -> Path:
         raise ImageError(
             f"the server image is built from a source checkout of kernel-sandbox, and {root} "
             "is not one (no pyproject.toml): run from a git clone, or build your own image "
-            "with `pip install kernel-sandbox` (see README 'Kubernetes')"
+            "with `pip install kernel-sandbox` (see docs/how-to/kubernetes.md)"
         )
     return root
 

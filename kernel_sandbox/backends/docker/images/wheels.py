@@ -203,7 +203,7 @@ def _download(
         raise ImageError(
             f"the host's pip could not download wheels for {target.key}:\n"
             f"{result.stdout[-2000:]}\nCheck the host's pip configuration (index, proxy, "
-            f"`cert`), or copy the wheels into {dest} by hand; see README 'Air-gapped builds'."
+            f"`cert`), or copy the wheels into {dest} by hand; see docs/how-to/air-gapped.md."
         )
 
 
