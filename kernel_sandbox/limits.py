@@ -16,6 +16,9 @@ from collections import deque
 from .results import format_size
 
 __all__ = [
+    "ARCHIVE_CHUNK_BYTES",
+    "ARCHIVE_MAX_MEMBERS",
+    "ARCHIVE_MEMBER_COST_BYTES",
     "CWD_COPY_MAX_BYTES",
     "CWD_COPY_MAX_FILES",
     "DEFAULT_MAX_FILE_BYTES",
@@ -65,6 +68,13 @@ MIN_DISK_BYTES = 16 * 1024**2
 #: attempt to overflow the engine's 64-bit fields, refused instead of wrapped.
 MAX_SIZE_BYTES = 1024**5
 
+#: Members a tar upload (``POST /sandbox/{id}/archive``) may hold; more: refused (400).
+ARCHIVE_MAX_MEMBERS = 1000
+#: Bytes each archive member counts toward the upload cap besides its size (its
+#: header and the writes it costs in the sandbox): many empty members add up too.
+ARCHIVE_MEMBER_COST_BYTES = 64 * 1024
+#: Bytes of an archive member the server holds at once while it writes it.
+ARCHIVE_CHUNK_BYTES = 1024**2
 #: Seconds between two warnings in the host's log about malformed messages from a
 #: kernel (those in between are counted in the next): a sandbox cannot fill the log.
 MALFORMED_WARNING_SECONDS = 10.0

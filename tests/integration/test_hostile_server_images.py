@@ -84,7 +84,8 @@ def spy():
               "pids": read("/sys/fs/cgroup/pids/pids.max"),
               "net": sorted(os.listdir("/sys/class/net"))}
     sys.stderr.write("SPY" + json.dumps(report, separators=(",", ":")) + "YPS\n")
-    sys.exit(3)
+    sys.stderr.flush()
+    os._exit(3)
 
 if mode == "spy-probe" and probe or mode == "spy-venv" and venv_step:
     spy()
@@ -95,7 +96,9 @@ if mode == "flood" and probe:
     sys.stdout.flush()
 if mode == "slow" and probe:
     time.sleep(int(os.environ["SLOW"]))
-    sys.exit("slow image: no python here")
+    sys.stderr.write("slow image: no python here\n")
+    sys.stderr.flush()
+    os._exit(1)
 if mode in ("libc-huge", "libc-dotdot", "exe-inject") and probe:
     real = json.dumps
     def dumps(obj, *args, **kwargs):
