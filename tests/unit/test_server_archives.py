@@ -36,11 +36,11 @@ class _Zeros(io.RawIOBase):
 
 def _bomb(size: int) -> bytes:
     out = io.BytesIO()
-    with gzip.GzipFile(fileobj=out, mode="wb", compresslevel=9) as gz:
-        with tarfile.open(fileobj=gz, mode="w|") as tar:
-            info = tarfile.TarInfo("big.bin")
-            info.size = size
-            tar.addfile(info, io.BufferedReader(_Zeros(size)))
+    gz = gzip.GzipFile(fileobj=out, mode="wb", compresslevel=9)
+    with gz, tarfile.open(fileobj=gz, mode="w|") as tar:
+        info = tarfile.TarInfo("big.bin")
+        info.size = size
+        tar.addfile(info, io.BufferedReader(_Zeros(size)))
     return out.getvalue()
 
 
