@@ -44,6 +44,10 @@ __all__ = [
     "MAX_SNAPSHOT_REPORT_BYTES",
     "MIN_DISK_BYTES",
     "MIN_MEMORY_BYTES",
+    "NOTEBOOK_CALL_IMAGES",
+    "NOTEBOOK_CALL_OUTPUT_BYTES",
+    "NOTEBOOK_IMAGE_BYTES",
+    "NOTEBOOK_MAX_OUTPUT_BYTES",
     "SNAPSHOT_DEADLINE",
     "SNAPSHOT_RATE",
     "HeadTail",
@@ -68,6 +72,16 @@ MIN_DISK_BYTES = 16 * 1024**2
 #: attempt to overflow the engine's 64-bit fields, refused instead of wrapped.
 MAX_SIZE_BYTES = 1024**5
 
+#: Bytes of one call's outputs a session notebook records (the caller gets them all,
+#: up to ``max_output_bytes``); past it a long stream keeps its ends, the rest a note.
+NOTEBOOK_CALL_OUTPUT_BYTES = 2 * 1024**2
+#: Images one call records in the notebook; more keep their text form only.
+NOTEBOOK_CALL_IMAGES = 16
+#: Bytes of one recorded image (base64 as sent); a larger one keeps its text form.
+NOTEBOOK_IMAGE_BYTES = 1024**2
+#: Bytes of outputs one session notebook holds in all; later calls are recorded
+#: without their outputs (a note says so), so a rewrite costs at most about this.
+NOTEBOOK_MAX_OUTPUT_BYTES = 32 * 1024**2
 #: Members a tar upload (``POST /sandbox/{id}/archive``) may hold; more: refused (400).
 ARCHIVE_MAX_MEMBERS = 1000
 #: Bytes each archive member counts toward the upload cap besides its size (its
