@@ -68,8 +68,8 @@ _LAZY = {
     "replay": "notebook",
     "areplay": "notebook",
     "SandboxPool": "pool",
-    "RemoteSandbox": "server.remote",
-    "HttpSandboxManager": "server.http_manager",
+    "RemoteSandbox": "client.remote",
+    "HttpSandboxManager": "client.manager",
 }
 
 

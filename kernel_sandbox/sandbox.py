@@ -57,7 +57,7 @@ from .snapshots.portable import Restored, load_snapshot, take_snapshot
 from .snapshots.store import SnapshotStore, default_store
 
 if TYPE_CHECKING:
-    from .server.remote import RemoteSandbox
+    from .client.remote import RemoteSandbox
 
 __all__ = ["PING_TIMEOUT", "AsyncSandbox"]
 
@@ -189,7 +189,7 @@ class AsyncSandbox:
         server's key decides which sandboxes the caller may see; ``timeout`` bounds
         each HTTP call.
         """
-        from .server.remote import RemoteSandbox
+        from .client.remote import RemoteSandbox
 
         return await RemoteSandbox.connect(url, sandbox_id, api_key=api_key, timeout=timeout)
 

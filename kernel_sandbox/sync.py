@@ -39,6 +39,7 @@ from .limits import MAX_SNAPSHOT_BYTES
 from .results import CommandResult, Execution, FileInfo
 from .sandbox import PING_TIMEOUT, AsyncSandbox
 from .snapshots import Restored, Snapshot, SnapshotStore
+from .threads import after_fork, in_thread
 from .transfer import AsyncReadStream
 
 __all__ = ["Files", "ReadStream", "Sandbox", "run_sync"]
@@ -60,6 +61,15 @@ def _portal() -> asyncio.AbstractEventLoop:
             ).start()
             _portal_loop = loop
         return _portal_loop
+
+
+def _forget_portal() -> None:
+    global _portal_loop, _portal_lock
+    _portal_lock = threading.Lock()
+    _portal_loop = None  # its thread is the parent's: a forked child starts its own
+
+
+after_fork(_forget_portal)
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
@@ -170,7 +180,7 @@ async def _next(pieces: AsyncIterator[bytes]) -> bytes | None:
 async def _pieces(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
     """A blocking iterable as an async one (each chunk taken in a worker thread)."""
     it = iter(chunks)
-    while (chunk := await asyncio.to_thread(next, it, None)) is not None:
+    while (chunk := await in_thread(next, it, None)) is not None:
         yield chunk
 
 

@@ -64,7 +64,7 @@ from ..kernel.connection import ConnectionInfo
 
 if TYPE_CHECKING:
     from ..config import SandboxConfig
-    from ..egress import Decision
+    from ..network import Decision
 
 log = logging.getLogger(__name__)
 
@@ -354,7 +354,7 @@ class KernelHost(abc.ABC):
 
     def egress_refusals(self) -> list[Decision]:
         """Connections the host's egress proxy refused since the last call (``network=``
-        "packages" or a list; see :mod:`kernel_sandbox.egress`): its ``Decision`` records.
+        "packages" or a list; see :mod:`kernel_sandbox.network`): its ``Decision`` records.
         A host without an egress proxy has none."""
         return []
 

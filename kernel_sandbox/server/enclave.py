@@ -21,10 +21,9 @@ from ..errors import ConfigError
 from ..manager import SandboxInfo, SandboxStatus
 from ..tools.results import ToolResult
 from .archives import unpack_archive
-from .deps import Key, Opts, Ten
+from .deps import Key, Opts, Ten, json_response
 from .policy import TOOL_ALIASES, client_config
 from .tenancy import Tenancy
-from .wire import json_response
 
 __all__ = ["router"]
 

@@ -16,10 +16,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..egress.ceiling import cap_network, requested_network
 from ..errors import ConfigError
 from ..limits import MIN_DISK_BYTES, MIN_MEMORY_BYTES, parse_positive, parse_size
 from ..manager import DockerSandboxConfig
+from ..network.ceiling import cap_network, requested_network
 from ..tools.base import available_tools
 from .auth import ANONYMOUS
 from .image_policy import image_allowed

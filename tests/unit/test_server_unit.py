@@ -8,12 +8,12 @@ import httpx2
 import pytest
 
 from kernel_sandbox import AsyncFiles, AsyncSandbox
+from kernel_sandbox.client.remote import RemoteFiles, RemoteSandbox
 from kernel_sandbox.errors import ConfigError
 from kernel_sandbox.server.app import build_app
 from kernel_sandbox.server.auth import Keyring, key_id
 from kernel_sandbox.server.limits import is_upload_path
 from kernel_sandbox.server.policy import client_config
-from kernel_sandbox.server.remote import RemoteFiles, RemoteSandbox
 from kernel_sandbox.server.settings import ServerSettings
 
 KEYS = ("key-a", "key-b")

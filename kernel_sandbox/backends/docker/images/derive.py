@@ -10,6 +10,7 @@ the user ``sandbox`` and /sandbox.  The build runs without network.
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 import json
 import logging
@@ -28,6 +29,7 @@ from docker.utils import parse_repository_tag
 from ....config import KERNEL_PYTHON, LABEL_PREFIX
 from ....errors import ImageError, ImageNotFoundError
 from ....limits import IMAGE_RESOLVE_WORKERS, IMAGE_VENV_BYTES
+from ....threads import after_fork
 from ..engine import docker_client
 from .accounts import SandboxAccount, read_image_file, sandbox_account
 from .builder import DEFAULT_PATH, REPOSITORY
@@ -70,9 +72,22 @@ VENV = "/opt/venv"
 VENV_MOUNT = f"rw,exec,nosuid,nodev,size={IMAGE_VENV_BYTES},uid=65534,gid=65534,mode=0755"
 _IMAGE_ID = re.compile(r"^sha256:[0-9a-f]{64}$")
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_./:+-]{1,1024}$")
-#: Image resolution (engine calls, probes, derivations) runs here, not in the event
-#: loop's shared pool: however many images are being derived, other work goes on.
-_POOL = ThreadPoolExecutor(IMAGE_RESOLVE_WORKERS, thread_name_prefix="kernel-sandbox-image")
+_pools: list[ThreadPoolExecutor] = []
+
+
+def _pool() -> ThreadPoolExecutor:
+    """Where image resolution (engine calls, probes, derivations) runs: not the shared
+    executor, so however many images are being derived, other work goes on (made
+    afresh in a forked child, as :mod:`kernel_sandbox.threads` does)."""
+    with _locks_guard:
+        if not _pools:
+            _pools.append(
+                ThreadPoolExecutor(IMAGE_RESOLVE_WORKERS, thread_name_prefix="kernel-sandbox-image")
+            )
+        return _pools[0]
+
+
+after_fork(_pools.clear)
 
 _resolved: dict[tuple[str, bool], str] = {}
 _locks: dict[str, threading.Lock] = {}
@@ -100,10 +115,8 @@ async def resolve_kernel_image(
     hit = _resolved.get((image, derive))
     if hit is not None:
         return hit
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(
-        _POOL, _resolve, image, derive, pull, progress or log.info, client
-    )
+    call = functools.partial(_resolve, image, derive, pull, progress or log.info, client)
+    return await asyncio.get_running_loop().run_in_executor(_pool(), call)
 
 
 def is_resolved(image: str, derive: bool) -> bool:
