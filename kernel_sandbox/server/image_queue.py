@@ -5,7 +5,9 @@ derivation).  Those run on a small pool of their own (see
 :mod:`kernel_sandbox.backends.docker.images.derive`), and here each key gets one turn
 at a time with at most :data:`~kernel_sandbox.limits.IMAGE_QUEUE_PER_KEY` waiting
 behind it; more are refused with a CapacityError (429).  So one key naming eight slow
-images holds one worker, and other keys' sandboxes start as before.
+images holds one worker, and other keys' sandboxes start as before.  An image is new
+until a sandbox of it started on this server (the server does not ask the engine
+layer, which it must not import); after that, its creates need no turn.
 """
 
 from __future__ import annotations
@@ -17,16 +19,7 @@ from collections.abc import AsyncIterator
 from ..errors import CapacityError
 from ..limits import IMAGE_QUEUE_PER_KEY
 
-__all__ = ["ImageQueue", "needs_preparation"]
-
-
-def needs_preparation(image: str, host: str, derive: bool) -> bool:
-    """Whether starting ``image`` may mean engine work first (not resolved yet)."""
-    if host != "docker":
-        return False  # the cluster's kubelet pulls; nothing runs on this server
-    from ..backends.docker.images.derive import is_resolved
-
-    return not is_resolved(image, derive)
+__all__ = ["ImageQueue"]
 
 
 class ImageQueue:
@@ -36,6 +29,16 @@ class ImageQueue:
         self.waiting = waiting
         self._locks: dict[str, asyncio.Lock] = {}
         self._queued: dict[str, int] = {}
+        #: (image, derive) of the sandboxes that started here: no preparation left.
+        self._ready: set[tuple[str, bool]] = set()
+
+    def is_new(self, image: str, host: str, derive: bool) -> bool:
+        """Whether starting ``image`` may mean engine work first (a pull, a derivation)."""
+        return host == "docker" and (image, derive) not in self._ready
+
+    def started(self, image: str, derive: bool) -> None:
+        """A sandbox of ``image`` started: later ones need no turn."""
+        self._ready.add((image, derive))
 
     @contextlib.asynccontextmanager
     async def turn(self, owner: str) -> AsyncIterator[None]:

@@ -27,7 +27,7 @@ from ..manager import DockerSandboxConfig, SandboxManager, SandboxManagerConfig
 from ..notebook.cells import META_KEY
 from ..notebook.recorder import NotebookRecorder
 from ..sandbox import AsyncSandbox
-from .image_queue import ImageQueue, needs_preparation
+from .image_queue import ImageQueue
 from .labels import SERVER_ID_LABEL, SERVER_KEY_LABEL, SERVER_LABEL
 from .policy import client_config
 from .recording import record_sandbox
@@ -220,9 +220,10 @@ class Tenancy:
             config = config.model_copy(update={"labels": labels})
         self._creating[owner] = self._creating.get(owner, 0) + 1
         try:
-            prepare = needs_preparation(config.image, config.host, config.derive_image)
-            async with self._images.turn(owner) if prepare else contextlib.nullcontext():
+            new = self._images.is_new(config.image, config.host, config.derive_image)
+            async with self._images.turn(owner) if new else contextlib.nullcontext():
                 sid = await self.manager.create_sandbox("docker", config, sandbox_id)
+            self._images.started(config.image, config.derive_image)
         finally:
             self._creating[owner] -= 1
         sandbox = await self.manager.get_sandbox(sid)
