@@ -7,6 +7,7 @@ dropped, ``no-new-privileges`` and resource limits.  Loosen them one field at a 
 from __future__ import annotations
 
 import os
+import posixpath
 from typing import Any, Literal
 
 from pydantic import (
@@ -51,6 +52,11 @@ KERNEL_PYTHON = "/opt/venv/bin/python"
 RUNTIME_ENV = "KERNEL_SANDBOX_RUNTIME"
 #: Prefix of every label kernel_sandbox puts on containers and images.
 LABEL_PREFIX = "kernel-sandbox"
+#: Where the per-sandbox run directory (the kernel's sockets and the supervisor's
+#: state) is mounted inside the container (``ipc``).
+CONTAINER_RUN_DIR = "/run/kernel-sandbox"
+#: The supervisor's state directory inside the container with the tcp transport.
+TCP_STATE_DIR = "/tmp/kernel-sandbox"
 
 #: How ``disk_limit`` is shared out between the writable places of a sandbox.  The
 #: working directory gets half; $HOME a quarter (IPython and matplotlib caches,
@@ -239,6 +245,13 @@ class SandboxConfig(BaseModel):
     def _check_working_dir(cls, value: str) -> str:
         if not value.startswith("/"):
             raise ValueError(f"working_dir={value!r} must be an absolute path inside the sandbox")
+        path = posixpath.normpath(value)
+        for reserved in (CONTAINER_RUN_DIR, TCP_STATE_DIR):
+            if path == reserved or path.startswith(reserved + "/"):
+                raise ValueError(
+                    f"working_dir={value!r} is inside {reserved}, where the kernel's "
+                    "connection lives; choose another directory (e.g. /sandbox)"
+                )
         return value
 
     @field_validator("volumes")
