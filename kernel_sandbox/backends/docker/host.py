@@ -172,7 +172,7 @@ class DockerHost(KernelHost):
             )
         )
         state_dir = CONTAINER_RUN_DIR if cfg.transport == "ipc" else TCP_STATE_DIR
-        command, env = launch_command(KERNEL_PYTHON, container_info, state_dir)
+        command, env = launch_command(KERNEL_PYTHON, container_info, state_dir, cfg.kernel)
         if cfg.egress:
             self.egress = SandboxEgress(
                 cfg.network,
