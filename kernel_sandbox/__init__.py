@@ -73,6 +73,7 @@ _LAZY = {
     "areplay": "notebook",
     "SandboxPool": "pool",
     "RemoteSandbox": "client.remote",
+    "RemoteSnapshots": "client.remote",
     "HttpSandboxManager": "client.manager",
 }
 
@@ -129,6 +130,7 @@ __all__ = [
     "NotebookRecorder",
     "PythonExecuted",
     "RemoteSandbox",
+    "RemoteSnapshots",
     "ReplayReport",
     "Restored",
     "ResumeDivergedError",

@@ -250,6 +250,17 @@ class AsyncSandbox:
         self._kernel.close()
         await self.host.cleanup()
 
+    async def detach(self) -> None:
+        """Let go of the sandbox without removing it: it runs on (e.g. after a CLI
+        command restored it); :meth:`adopt` takes it over again.  Calls are refused."""
+        if self._closed:
+            return
+        self._closed = True
+        for _, kernel in self._contexts.values():
+            kernel.close()
+        self._kernel.close()
+        await self.host.detach()
+
     async def __aenter__(self) -> AsyncSandbox:
         return self
 
@@ -687,7 +698,8 @@ class AsyncSandbox:
         sandbox_id: str,
         overrides: dict[str, Any],
     ) -> AsyncSandbox:
-        config = SandboxConfig(**snap.config).with_overrides(**overrides)
+        saved = {k: v for k, v in snap.config.items() if k in SandboxConfig.model_fields}
+        config = SandboxConfig(**saved).with_overrides(**overrides)
         sandbox = await cls._start(config, host, sandbox_id)
         try:
             async with sandbox._lock:

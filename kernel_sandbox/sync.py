@@ -408,6 +408,9 @@ class Sandbox:
     ) -> Sandbox:
         return cls(run_sync(AsyncSandbox.resume(sandbox_id, store=store, host=host, **overrides)))
 
+    def detach(self) -> None:
+        return run_sync(self._inner.detach())
+
     def close(self) -> None:
         return run_sync(self._inner.close())
 
