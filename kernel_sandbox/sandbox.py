@@ -256,9 +256,9 @@ class AsyncSandbox:
         if self._closed:
             return
         self._closed = True
-        if self._session is not None:
-            self._session.close()
-            self._session = None
+        for _, kernel in self._contexts.values():
+            kernel.close()
+        self._kernel.close()
         await self.host.detach()
 
     async def __aenter__(self) -> AsyncSandbox:
