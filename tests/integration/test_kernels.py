@@ -172,3 +172,39 @@ async def test_deno_display_sends_html_and_png(kernel_sandbox: AsyncSandbox) -> 
     data = [o.get("data", {}) for o in shown.outputs]
     assert data[0]["text/html"] == "<b>bold</b>" and data[1]["image/png"] == png
     assert "<i>tagged</i>" in data[2]["text/html"]
+
+
+async def test_python_and_r_contexts_share_files_not_state(make_sandbox: Any) -> None:
+    _require_image(R_IMAGE)
+    sandbox: AsyncSandbox = await make_sandbox(image=R_IMAGE, timeout=60)
+    await sandbox.run_python("x = 1\nopen('from_python.csv', 'w').write('a,b\\n1,2\\n3,4\\n')")
+    r = await sandbox.run_code(
+        "library(readr); d <- read_csv('from_python.csv', show_col_types = FALSE)\n"
+        "write.csv(data.frame(s = sum(d$b)), 'from_r.csv', row.names = FALSE)\n"
+        "exists('x')",
+        language="r",
+    )
+    assert r.status == "ok" and "FALSE" in r.text
+    back = await sandbox.run_python("import csv; print(list(csv.reader(open('from_r.csv'))))")
+    assert back.stdout.strip() == "[['\"s\"'], ['6']]" or back.stdout.strip() == "[['s'], ['6']]"
+    contexts = sandbox.list_contexts()
+    assert [(c.language, c.kernel) for c in contexts] == [("python", "python3"), ("r", "ir")]
+    await sandbox.restart()  # every kernel afresh, files kept
+    assert (await sandbox.run_code("exists('d')", language="r")).text.endswith("FALSE")
+    assert (await sandbox.run_python("import os; os.path.exists('from_r.csv')")).text == "True"
+
+
+async def test_a_javascript_context_beside_python_reads_its_files(make_sandbox: Any) -> None:
+    _require_image(JS_IMAGE)
+    sandbox: AsyncSandbox = await make_sandbox(image=JS_IMAGE, timeout=60)
+    await sandbox.run_python("open('note.txt', 'w').write('from python')")
+    ctx = await sandbox.create_context(language="typescript")
+    assert (ctx.language, ctx.kernel) == ("typescript", "deno")
+    read = await sandbox.run_code("Deno.readTextFileSync('note.txt')", context=ctx)
+    assert read.status == "ok" and "from python" in read.text
+    crashed = await sandbox.run_code('Deno.kill(Deno.pid, "SIGKILL")', context=ctx)
+    assert crashed.status == "kernel_died" and crashed.state_lost
+    assert (await sandbox.run_code("1 + 1", context=ctx)).text == "2"
+    await sandbox.remove_context(ctx)
+    assert [c.id for c in sandbox.list_contexts()] == ["default"]
+    assert (await sandbox.run_python("print('still here')")).stdout == "still here\n"

@@ -45,6 +45,7 @@ from ...kernel.supervisor import (
 from ...network import Decision
 from ...rundirs import runtime_root
 from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
+from .contexts import DockerContextHost
 from .egress import SandboxEgress
 from .engine import ContainerSpec, DockerEngine
 from .exec import exec_process
@@ -131,6 +132,26 @@ class DockerHost(KernelHost):
     def network(self) -> str | None:
         """The tcp sandbox's own network (no other sandbox on it); None with ipc."""
         return f"kernel-sandbox-{self.sandbox_id}" if self.config.transport == "tcp" else None
+
+    @property
+    def run_dir(self) -> Path | None:
+        """The ``ipc`` run directory on this host (None with ``tcp``)."""
+        return self._run_dir
+
+    async def open_context(self, context_id: str, kernel: str, cwd: str) -> KernelHost:
+        """Another kernel in this container, under a supervisor of its own (``ipc``)."""
+        self._check_own("start a context in it")
+        return DockerContextHost(self, context_id, kernel, cwd)
+
+    def keep_entry(self, name: str) -> None:
+        """Keep ``name`` (a context's directory) when the run directory is sealed."""
+        if isinstance(self._state, HostRunDir):
+            self._state.keep.add(name)
+
+    def release_entry(self, name: str) -> None:
+        """Stop keeping ``name``: the next seal removes whatever is left of it."""
+        if isinstance(self._state, HostRunDir):
+            self._state.keep.discard(name)
 
     @property
     def container_id(self) -> str | None:
