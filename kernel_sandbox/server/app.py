@@ -2,13 +2,14 @@
 
 Layers, outermost first: the browser rules (Host allow-list, Origin check, security
 headers: :mod:`.browser`), the API-key check and CSRF token (every path, ``/docs`` and
-``/mcp`` included: :mod:`.auth`), the per-key caps on requests and streams in flight,
-MCP's per-key session cap, the body caps (413, and the JSON shape before parsing:
-:mod:`.limits`), then FastAPI with ms-enclave's routes, the native ``/v1`` routes and
-MCP's streamable HTTP endpoint at ``/mcp``.  A refused body is answered without its
-content (422s name the field, never echo the input).  The lifespan starts the tenancy
-(restart policy, pool, idle reaper) and MCP's session manager, and on a graceful stop
-removes every sandbox.
+``/mcp`` included: :mod:`.auth`; calls into an E2B sandbox carry its access token
+instead), the per-key caps on requests and streams in flight, MCP's per-key session
+cap, the body caps (413, and the JSON shape before parsing: :mod:`.limits`), then
+FastAPI with ms-enclave's routes, the native ``/v1`` routes, E2B's API under ``/e2b``
+and MCP's streamable HTTP endpoint at ``/mcp``.  A refused body is answered without
+its content (422s name the field, never echo the input).  The lifespan starts the
+tenancy (restart policy, pool, idle reaper) and MCP's session manager, and on a
+graceful stop removes every sandbox.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from starlette.types import ASGIApp
 from .. import __version__
 from ..errors import SandboxError
 from ..limits import MAX_422_ERRORS, MAX_422_TEXT
-from . import docs, enclave, live, native
+from . import docs, e2b, enclave, live, native, snapshots
 from .auth import AuthMiddleware, Keyring
 from .browser import BrowserGuard, allowed_hosts_for
 from .deps import error_response
@@ -69,6 +70,7 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
     """The whole server as one ASGI app (wrapped in the browser rules, auth and limits)."""
     tenancy = Tenancy(settings)
     keyring = Keyring(settings.api_keys)
+    e2b_registry = e2b.make_registry(tenancy, settings)
     mcp_server: Any = None
     if mcp:
         from mcp.server.transport_security import TransportSecuritySettings
@@ -90,6 +92,7 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await tenancy.start()
+        e2b_registry.start()
         try:
             if mcp_server is not None:
                 async with mcp_server.session_manager.run():
@@ -97,6 +100,7 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
             else:
                 yield
         finally:
+            await e2b_registry.stop()
             await tenancy.stop()
 
     app = FastAPI(
@@ -113,13 +117,18 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
     app.state.tenancy = tenancy
     app.state.settings = settings
     app.state.keyring = keyring
+    app.state.e2b = e2b_registry
     app.add_exception_handler(SandboxError, error_response)
     app.add_exception_handler(RequestValidationError, _invalid)
     app.add_exception_handler(Exception, _unexpected)
     app.include_router(enclave.router)
     app.include_router(native.router)
+    app.include_router(snapshots.router)
     app.include_router(live.router)
     app.include_router(docs.router)
+    for router in e2b.routers:
+        app.include_router(router)
+    app.mount(e2b.SANDBOX_PREFIX.rstrip("/"), e2b.EnvdApp(e2b_registry, settings.max_request_bytes))
     if mcp_server is not None:
         app.router.routes.extend(mcp_routes)
     inner: ASGIApp = BodyLimitMiddleware(app, settings.max_request_bytes, settings.max_upload_bytes)
@@ -128,4 +137,4 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
         inner = McpSessionCap(inner, settings.max_mcp_sessions_per_key, idle)
     inner = KeyConcurrency(inner, settings.max_calls_per_key, settings.max_streams_per_key)
     hosts = allowed_hosts_for(settings.host, settings.allowed_hosts)
-    return BrowserGuard(AuthMiddleware(inner, keyring), hosts)
+    return BrowserGuard(AuthMiddleware(inner, keyring, token_paths=(e2b.SANDBOX_PREFIX,)), hosts)

@@ -14,6 +14,10 @@ logs: never the key.  The check is an ASGI middleware in front of *everything*
 (``/docs``, ``/openapi.json`` and ``/mcp`` included), so no route can forget it; it
 also hands the MCP SDK the key id as the request's user, so an MCP session answers
 only the key that opened it.
+
+The one exception is named when the app is built: calls *into* an E2B sandbox
+(``/e2b/sandbox/...``) carry E2B's per-sandbox envd access token instead of a key,
+and :mod:`.e2b.state` checks that token on every one of them.
 """
 
 from __future__ import annotations
@@ -175,12 +179,16 @@ class AuthMiddleware:
     """Answers 401 to any HTTP or WebSocket request without a valid key, and 403 to a
     state change that only a cookie authenticates without its CSRF token."""
 
-    def __init__(self, app: ASGIApp, keyring: Keyring) -> None:
+    def __init__(self, app: ASGIApp, keyring: Keyring, token_paths: tuple[str, ...] = ()) -> None:
         self.app = app
         self.keyring = keyring
+        #: Path prefixes whose routes check a per-sandbox token themselves, not a key.
+        self.token_paths = token_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
+        if scope["type"] not in ("http", "websocket") or (
+            self.token_paths and scope["path"].startswith(self.token_paths)
+        ):
             await self.app(scope, receive, send)
             return
         headers = lower_headers(scope)

@@ -2,12 +2,13 @@
 
 Bodies past their cap are refused with 413, never buffered: a declared
 ``Content-Length`` over the cap is refused before the body is read, a chunked body is
-counted as it arrives and cut off at the cap.  File uploads and tar archives get
-``max_upload_bytes`` and stream on; every other body (JSON for the routes, JSON-RPC for
-``/mcp``) is read whole within ``max_request_bytes`` and its shape checked *before*
-anything parses it (:func:`~kernel_sandbox.limits.json_shape_error`): parsing is where
-a small body becomes a large cost.  Past the body, :class:`KeyConcurrency` caps the
-requests and the event streams one key has in flight (429, with the setting to change).
+counted as it arrives and cut off at the cap.  File uploads, tar archives and bodies
+that are not one JSON document stream on, counted; every JSON body (the routes'
+bodies, JSON-RPC for ``/mcp``) is read whole within ``max_request_bytes`` and its shape
+checked *before* anything parses it (:func:`~kernel_sandbox.limits.json_shape_error`):
+parsing is where a small body becomes a large cost.  Past the body,
+:class:`KeyConcurrency` caps the requests and the event streams one key has in flight
+(429, with the setting to change).
 """
 
 from __future__ import annotations
@@ -29,13 +30,29 @@ __all__ = [
     "send_json_error",
 ]
 
-_UPLOAD = re.compile(r"^/(v1/sandboxes/[^/]+/file|sandbox/[^/]+/archive)$")
+_UPLOAD = re.compile(r"^/(v1/sandboxes/[^/]+/file|sandbox/[^/]+/archive|e2b/sandbox/files)$")
 _TRUE = frozenset({"1", "true", "on", "yes"})
 
 
 def is_upload_path(path: str) -> bool:
     """Routes whose body is a file (the larger cap applies, and it streams)."""
     return bool(_UPLOAD.match(path))
+
+
+def _json_or_none(scope: Scope) -> bool:
+    """Whether a body will be parsed as one JSON document: no type, ``application/json``
+    or ``application/*+json`` (what FastAPI parses as JSON), but not a Connect stream
+    (``application/connect+json``, a sequence of messages); anything else (a file,
+    text) is passed on as it arrives, counted against the cap."""
+    for name, value in scope.get("headers", []):
+        if name.lower() == b"content-type":
+            media: bytes = value.split(b";")[0].strip().lower()
+            if media.startswith(b"application/connect+"):
+                return False
+            return media == b"application/json" or (
+                media.startswith(b"application/") and media.endswith(b"+json")
+            )
+    return True
 
 
 def is_stream(scope: Scope) -> bool:
@@ -120,7 +137,7 @@ class BodyLimitMiddleware:
                     await _drain(receive)
                     await _send_413(send, limit)
                     return
-        if upload:
+        if upload or not _json_or_none(scope):
             await self._streamed(scope, receive, send, limit)
         else:
             await self._whole(scope, receive, send, limit)
@@ -243,7 +260,10 @@ class KeyConcurrency:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        key = str(scope.get("state", {}).get("key_id", ""))  # set by the auth middleware
+        key = scope.get("state", {}).get("key_id")  # set by the auth middleware
+        if key is None:  # a path that checks its own token (E2B's envd): bounded there
+            await self.app(scope, receive, send)
+            return
         stream = is_stream(scope)
         if self.calls[key] >= self.max_calls:
             await _send_429(
