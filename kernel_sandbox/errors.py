@@ -16,6 +16,7 @@ caller and for failures of the machinery underneath::
     │   └── ContainerRemovedError        the container is gone (removed from outside)
     ├── SandboxNotFoundError(KeyError)   unknown sandbox id (manager API)
     ├── KernelError                      the kernel could not be reached or restarted
+    ├── MissingExtraError(ModuleNotFoundError)  an optional part is not installed
     ├── NotebookError(ValueError)        a notebook file cannot be read or is not valid
     │   └── ResumeDivergedError          resuming: a replayed cell gave another result
     └── FileOperationError(OSError)      a file operation inside the sandbox failed
@@ -39,6 +40,7 @@ __all__ = [
     "ImageError",
     "ImageNotFoundError",
     "KernelError",
+    "MissingExtraError",
     "NotebookError",
     "ResumeDivergedError",
     "SandboxClosedError",
@@ -104,6 +106,12 @@ class SandboxNotFoundError(SandboxError, KeyError):
 
 class KernelError(SandboxError):
     """The kernel could not be reached, interrupted or restarted."""
+
+
+class MissingExtraError(SandboxError, ModuleNotFoundError):
+    """A part of kernel_sandbox needs an extra that is not installed; the message names
+    the extra and the command that installs it (``pip install 'kernel-sandbox[EXTRA]'``).
+    """
 
 
 class NotebookError(SandboxError, ValueError):

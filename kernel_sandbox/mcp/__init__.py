@@ -4,7 +4,10 @@
 the same tools at ``/mcp`` (streamable HTTP), a sandbox per MCP session.
 """
 
-from .server import build_mcp_server
-from .sessions import SessionSandboxes, StdioSandbox
+from .._extras import require_extra
+
+with require_extra("server", "kernel_sandbox.mcp"):
+    from .server import build_mcp_server
+    from .sessions import SessionSandboxes, StdioSandbox
 
 __all__ = ["SessionSandboxes", "StdioSandbox", "build_mcp_server"]
