@@ -23,6 +23,8 @@ from .errors import (
     SandboxFileNotFoundError,
     SandboxNotFoundError,
     SandboxStartError,
+    SnapshotError,
+    SnapshotNotFoundError,
 )
 from .events import (
     EgressRefused,
@@ -46,6 +48,7 @@ from .manager import (
 )
 from .results import CommandResult, Execution, ExecutionError, FileInfo
 from .sandbox import AsyncSandbox
+from .snapshots import LocalSnapshotStore, Restored, Snapshot, SnapshotStore
 from .sync import Files, Sandbox
 from .tools import Tool, ToolResult, ToolSet, register_tool
 
@@ -66,8 +69,8 @@ _LAZY = {
     "replay": "notebook",
     "areplay": "notebook",
     "SandboxPool": "pool",
-    "RemoteSandbox": "server.remote",
-    "HttpSandboxManager": "server.http_manager",
+    "RemoteSandbox": "client.remote",
+    "HttpSandboxManager": "client.manager",
 }
 
 
@@ -114,12 +117,14 @@ __all__ = [
     "KernelError",
     "KernelRestarted",
     "LocalSandboxManager",
+    "LocalSnapshotStore",
     "MissingExtraError",
     "NotebookError",
     "NotebookRecorder",
     "PythonExecuted",
     "RemoteSandbox",
     "ReplayReport",
+    "Restored",
     "ResumeDivergedError",
     "RetryPolicy",
     "Sandbox",
@@ -137,6 +142,10 @@ __all__ = [
     "SandboxStatus",
     "SandboxType",
     "ShellExecuted",
+    "Snapshot",
+    "SnapshotError",
+    "SnapshotNotFoundError",
+    "SnapshotStore",
     "Tolerance",
     "Tool",
     "ToolResult",

@@ -24,7 +24,7 @@ __all__ = ["EXTRAS", "missing_modules", "require_extra"]
 EXTRAS: dict[str, tuple[str, ...]] = {
     "agent": ("openai", "tenacity"),
     "client": ("httpx2",),
-    "server": ("fastapi", "starlette", "uvicorn", "mcp", "anyio"),
+    "server": ("fastapi", "starlette", "uvicorn", "mcp", "anyio", "connectrpc", "protobuf"),
     "kubernetes": ("kubernetes", "websocket"),
     "notebook": ("nbconvert", "PIL", "numpy"),
     "attach": ("jupyter_console",),

@@ -203,7 +203,7 @@ class SandboxConfig(BaseModel):
     def _check_network(cls, value: str | list[str]) -> str | list[str]:
         if isinstance(value, str):
             return value
-        from .egress.policy import parse_pattern  # the policy module knows the patterns
+        from .network.policy import parse_pattern  # the policy module knows the patterns
 
         if not value:
             raise ValueError("network=[] allows nothing; use network='none'")

@@ -17,6 +17,8 @@ caller and for failures of the machinery underneath::
     ├── SandboxNotFoundError(KeyError)   unknown sandbox id (manager API)
     ├── KernelError                      the kernel could not be reached or restarted
     ├── MissingExtraError(ModuleNotFoundError)  an optional part is not installed
+    ├── SnapshotError                    a snapshot cannot be made, stored or restored
+    │   └── SnapshotNotFoundError(KeyError)  no such snapshot (for this owner)
     ├── NotebookError(ValueError)        a notebook file cannot be read or is not valid
     │   └── ResumeDivergedError          resuming: a replayed cell gave another result
     └── FileOperationError(OSError)      a file operation inside the sandbox failed
@@ -48,6 +50,8 @@ __all__ = [
     "SandboxFileNotFoundError",
     "SandboxNotFoundError",
     "SandboxStartError",
+    "SnapshotError",
+    "SnapshotNotFoundError",
 ]
 
 
@@ -112,6 +116,18 @@ class MissingExtraError(SandboxError, ModuleNotFoundError):
     """A part of kernel_sandbox needs an extra that is not installed; the message names
     the extra and the command that installs it (``pip install 'kernel-sandbox[EXTRA]'``).
     """
+
+
+class SnapshotError(SandboxError):
+    """A snapshot could not be made, stored or restored (over a cap, a digest that does
+    not match, a kernel that could not save or load it); the message says which."""
+
+
+class SnapshotNotFoundError(SnapshotError, KeyError):
+    """No snapshot (or paused sandbox) with this id is in the store for this owner."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "snapshot not found"
 
 
 class NotebookError(SandboxError, ValueError):

@@ -125,7 +125,7 @@ class KernelRestarted(Event):
 class EgressRefused(Event):
     """The sandbox's egress proxy refused connections during the last call.
 
-    ``refusals`` are :class:`~kernel_sandbox.egress.Decision` records (host, port,
+    ``refusals`` are :class:`~kernel_sandbox.network.Decision` records (host, port,
     why); ``policy`` is the sandbox's ``network`` setting.
     """
 

@@ -14,8 +14,17 @@ from collections import deque
 from .results import format_size
 
 __all__ = [
+    "CWD_COPY_MAX_BYTES",
+    "CWD_COPY_MAX_FILES",
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "KERNEL_ARGS_MAX",
+    "KERNEL_ENV_MAX_BYTES",
+    "MAX_SNAPSHOT_BYTES",
+    "MAX_SNAPSHOT_FILES",
+    "MAX_SNAPSHOT_REPORT_BYTES",
+    "SNAPSHOT_DEADLINE",
+    "SNAPSHOT_RATE",
     "HeadTail",
     "cap_notice",
     "split_bytes",
@@ -26,6 +35,32 @@ __all__ = [
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024**2
 #: ``SandboxConfig.max_file_bytes`` by default: a file read is held whole in memory.
 DEFAULT_MAX_FILE_BYTES = 100 * 1024**2
+#: Arguments a Jupyter client's ``extra_arguments`` may give a sandboxed kernel (each at
+#: most 4 KiB); more are refused, with a warning in the client's log.
+KERNEL_ARGS_MAX = 64
+#: Bytes (names and values) of the environment a Jupyter client sets for a sandboxed
+#: kernel that go into the sandbox; variables past it are dropped, with a warning.
+KERNEL_ENV_MAX_BYTES = 64 * 1024
+#: Files (and folders and links) of a notebook's folder copied into its sandbox
+#: (``--cwd-mode copy``); a folder with more is not copied (the kernel starts empty).
+CWD_COPY_MAX_FILES = 2000
+#: Bytes of a notebook's folder copied into its sandbox (also at most the working
+#: directory's share of ``disk_limit``); a larger folder is not copied.
+CWD_COPY_MAX_BYTES = 128 * 1024**2
+
+#: Bytes one snapshot may hold on the host (files, variables and tar headers together):
+#: a sandbox that writes more is refused, its partial blob removed (``snapshot(max_bytes=)``
+#: and a server's settings may lower it).
+MAX_SNAPSHOT_BYTES = 4 * 1024**3
+#: Entries (files, directories, links, variables; tar members) one snapshot may hold.
+MAX_SNAPSHOT_FILES = 100_000
+#: Bytes of the report (what was saved, what was not and why) the kernel may print.
+MAX_SNAPSHOT_REPORT_BYTES = 4 * 1024**2
+#: Seconds a snapshot or restore may take on top of moving its bytes at
+#: :data:`SNAPSHOT_RATE`: a kernel that stops reading or writing never holds the host.
+SNAPSHOT_DEADLINE = 120.0
+#: Bytes per second a snapshot is granted (beyond :data:`SNAPSHOT_DEADLINE`).
+SNAPSHOT_RATE = 20e6
 
 
 def utf8_len(text: str) -> int:
@@ -102,3 +137,30 @@ class HeadTail:
         newline = b"" if self._head.endswith(b"\n") else b"\n"
         notice = cap_notice(self.dropped, self.dropped_lines, self.limit).encode()
         return bytes(self._head) + newline + notice + tail
+
+
+# -- the E2B-compatible API (kernel_sandbox.server.e2b) -------------------------------
+#: Seconds an E2B sandbox may be given to live (create, connect, set_timeout); longer
+#: asks are clamped (E2B's own cloud allows 24 hours).
+E2B_MAX_TIMEOUT = 24 * 3600.0
+#: Commands (envd ``process.Start``) that may run at once in one E2B sandbox; each holds
+#: one process beside the kernel and one host thread reading it.
+E2B_MAX_PROCESSES = 32
+#: Directory watchers (``WatchDir`` and ``CreateWatcher``) one E2B sandbox may hold.
+E2B_MAX_WATCHERS = 16
+#: Events a non-streaming watcher keeps until ``GetWatcherEvents`` takes them; older
+#: events are dropped past this.
+E2B_WATCHER_EVENTS = 1000
+#: Bytes of one frame from an in-sandbox helper (a 64 KiB output chunk, an event, a
+#: listing record); a larger frame ends the helper: it is not ours.
+E2B_MAX_FRAME = 1 << 20
+#: Output frames of one command buffered for one slow subscriber before it waits.
+E2B_SUBSCRIBER_QUEUE = 64
+#: Entries ``ListDir`` returns at most (all depths together); more is refused.
+E2B_LIST_LIMIT = 10_000
+#: Deepest ``ListDir`` depth honoured (deeper asks are clamped).
+E2B_MAX_DEPTH = 32
+#: Files one multipart ``POST /files`` may carry.
+E2B_MAX_UPLOAD_FILES = 100
+#: Code-interpreter contexts (each its own kernel) one E2B sandbox may have.
+E2B_MAX_CONTEXTS = 8

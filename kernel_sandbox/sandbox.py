@@ -25,6 +25,7 @@ from .backends.base import KernelHost
 from .backends.factory import HostFactory, make_host
 from .config import LABEL_PREFIX, PING_TIMEOUT, SandboxConfig
 from .errors import (
+    ConfigError,
     ContainerStoppedError,
     FileOperationError,
     KernelError,
@@ -32,6 +33,7 @@ from .errors import (
     SandboxError,
     SandboxNotFoundError,
     SandboxStartError,
+    SnapshotError,
 )
 from .events import (
     EgressRefused,
@@ -47,11 +49,15 @@ from .files import AsyncFiles
 from .judgement import judge
 from .kernel.client import KernelSession, OutputCallback
 from .kernel.connection import ConnectionInfo
+from .limits import MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_FILES, MAX_SNAPSHOT_REPORT_BYTES
 from .results import CommandResult, Execution
 from .shell import run_command
+from .snapshots.model import Snapshot
+from .snapshots.portable import Restored, load_snapshot, take_snapshot
+from .snapshots.store import SnapshotStore, default_store
 
 if TYPE_CHECKING:
-    from .server.remote import RemoteSandbox
+    from .client.remote import RemoteSandbox
 
 __all__ = ["PING_TIMEOUT", "AsyncSandbox"]
 
@@ -82,6 +88,8 @@ class AsyncSandbox:
         self.created_at = time.time()
         #: Called with every :mod:`~kernel_sandbox.events` event of this sandbox.
         self.listeners: list[Listener] = []
+        #: What :meth:`restore` (or :meth:`resume`) brought back into this sandbox.
+        self.restored: Restored | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -100,7 +108,12 @@ class AsyncSandbox:
         by default ``config.host``.
         """
         config = (config or SandboxConfig()).with_overrides(**overrides)
-        sandbox_id = secrets.token_hex(6)
+        return await cls._start(config, host, secrets.token_hex(6))
+
+    @classmethod
+    async def _start(
+        cls, config: SandboxConfig, host: str | HostFactory | None, sandbox_id: str
+    ) -> AsyncSandbox:
         sandbox = cls(config, make_host(host, sandbox_id, config), sandbox_id)
         try:
             await sandbox._connect(await sandbox.host.launch())
@@ -176,7 +189,7 @@ class AsyncSandbox:
         server's key decides which sandboxes the caller may see; ``timeout`` bounds
         each HTTP call.
         """
-        from .server.remote import RemoteSandbox
+        from .client.remote import RemoteSandbox
 
         return await RemoteSandbox.connect(url, sandbox_id, api_key=api_key, timeout=timeout)
 
@@ -448,6 +461,192 @@ class AsyncSandbox:
                 await self._restart_kernel(kill_all=True)
             finally:
                 await self._emit_restarts(requested=True)
+
+    # -- durable state: snapshot, restore, fork, pause, resume ----------------------------
+
+    async def snapshot(
+        self,
+        name: str | None = None,
+        exact: bool | None = None,
+        *,
+        store: SnapshotStore | None = None,
+        tmp: bool = False,
+        max_bytes: int = MAX_SNAPSHOT_BYTES,
+    ) -> Snapshot:
+        """Save the sandbox's state into ``store`` (default: :func:`default_store`).
+
+        Portable (every host): the working directory, ``$HOME`` (packages installed
+        at run time included), ``/tmp`` with ``tmp=True``, and every variable of the
+        kernel, pickled *inside* the sandbox by dill one at a time; a variable that
+        cannot be saved (an open file, a socket, a thread, a generator...) is listed
+        in :attr:`Snapshot.not_saved` with the reason, modules are re-imported by name.
+        The host stores the blob as opaque bytes, at most ``max_bytes`` and
+        :data:`~kernel_sandbox.limits.MAX_SNAPSHOT_FILES` entries, with its digest.
+        ``exact=True`` asks for the whole memory (a runtime checkpoint), which no host
+        offers yet: it raises :class:`~kernel_sandbox.errors.SnapshotError`.  The
+        sandbox runs on, unchanged (its history and execution count too).
+        """
+        self.check_open()
+        async with self._lock:
+            self.check_open()
+            return await self._snapshot(name, exact, store, tmp, max_bytes, paused=None)
+
+    async def _snapshot(
+        self,
+        name: str | None,
+        exact: bool | None,
+        store: SnapshotStore | None,
+        tmp: bool,
+        max_bytes: int,
+        paused: str | None,
+    ) -> Snapshot:
+        if exact:
+            raise SnapshotError(
+                f"the {self.host.name or type(self.host).__name__} host cannot take exact "
+                "snapshots (a runtime checkpoint of the whole memory); use exact=None for "
+                "a portable one"
+            )
+        if self._session is None:
+            raise SnapshotError(f"sandbox {self.id} has no running kernel to snapshot")
+        store = store or default_store()
+        base = {
+            "sandbox_id": self.id,
+            "image": self.image,
+            # the host by the name it runs under, so a restore picks the same kind
+            "config": {**self.config.model_dump(mode="json"), "host": self._host_factory()},
+            "name": name,
+            "owner": store.owner or "",
+            "paused": paused,
+            "parent": self.restored.snapshot_id if self.restored else None,
+        }
+        return await take_snapshot(
+            self.host,
+            self._run_hidden,
+            store,
+            base,
+            places=self.host.snapshot_places(tmp),
+            max_bytes=max_bytes,
+            max_entries=MAX_SNAPSHOT_FILES,
+        )
+
+    async def _run_hidden(self, code: str, timeout: float) -> str:
+        """Run the machinery's code in the kernel (no history, no events); its stdout."""
+        assert self._session is not None
+        raw = await self._session.execute(
+            code,
+            timeout=timeout,
+            interrupt_grace=self.config.interrupt_grace,
+            check_alive=self.host.poll,
+            max_output_bytes=MAX_SNAPSHOT_REPORT_BYTES,
+            store_history=False,
+        )
+        errors = [f"{o['ename']}: {o['evalue']}" for o in raw.outputs if "ename" in o]
+        if raw.outcome != "finished" or errors:
+            why = raw.death_reason or "; ".join(errors) or raw.outcome
+            raise SnapshotError(f"the kernel of sandbox {self.id} did not finish: {why}")
+        return "".join(str(o["text"]) for o in raw.outputs if o.get("name") == "stdout")
+
+    @classmethod
+    async def restore(
+        cls,
+        snapshot: Snapshot | str,
+        *,
+        store: SnapshotStore | None = None,
+        host: str | HostFactory | None = None,
+        **overrides: Any,
+    ) -> AsyncSandbox:
+        """A new sandbox with a snapshot's state: files, variables, modules.
+
+        ``snapshot`` is a :class:`Snapshot` or its id in ``store``; its settings are
+        used, changed by ``overrides``.  The blob is checked against its digest as it
+        goes in (a changed blob is refused and the new sandbox removed); the variables
+        are loaded inside the new kernel.  What could not be loaded is in
+        :attr:`restored` (``restored.failed``).
+        """
+        store = store or default_store()
+        snap_id = snapshot.id if isinstance(snapshot, Snapshot) else snapshot
+        snap = await store.get(snap_id)  # the store's record, checked for its owner
+        return await cls._restore(snap, store, host, secrets.token_hex(6), overrides)
+
+    @classmethod
+    async def _restore(
+        cls,
+        snap: Snapshot,
+        store: SnapshotStore,
+        host: str | HostFactory | None,
+        sandbox_id: str,
+        overrides: dict[str, Any],
+    ) -> AsyncSandbox:
+        config = SandboxConfig(**snap.config).with_overrides(**overrides)
+        sandbox = await cls._start(config, host, sandbox_id)
+        try:
+            async with sandbox._lock:
+                places = sandbox.host.snapshot_places(tmp=True)
+                sandbox.restored = await load_snapshot(
+                    sandbox.host, sandbox._run_hidden, store, snap, places=places
+                )
+        except BaseException:
+            await sandbox.close()
+            raise
+        return sandbox
+
+    async def fork(self, n: int, *, store: SnapshotStore | None = None) -> list[AsyncSandbox]:
+        """``n`` new, independent sandboxes with this one's state (one snapshot, ``n``
+        restores); this one runs on.  If one cannot start, those made are removed."""
+        if n < 1:
+            raise ConfigError(f"fork(n={n}): n must be at least 1")
+        store = store or default_store()
+        snap = await self.snapshot(name=f"fork of {self.id}", store=store)
+        made = await asyncio.gather(
+            *(self.restore(snap, store=store) for _ in range(n)),
+            return_exceptions=True,
+        )
+        failed = [m for m in made if isinstance(m, BaseException)]
+        forks = [m for m in made if isinstance(m, AsyncSandbox)]
+        if failed:
+            await asyncio.gather(*(f.close() for f in forks), return_exceptions=True)
+            raise failed[0]
+        return forks
+
+    def _host_factory(self) -> str:
+        return self.host.name or self.config.host
+
+    async def pause(self, *, store: SnapshotStore | None = None, tmp: bool = True) -> Snapshot:
+        """Save the state (a snapshot, ``/tmp`` included), then remove the container:
+        its memory is freed.  :meth:`resume` with this sandbox's id brings it back
+        under the same id.  A pause that fails leaves the sandbox running."""
+        self.check_open()
+        store = store or default_store()
+        async with self._lock:
+            self.check_open()
+            snap = await self._snapshot(None, None, store, tmp, MAX_SNAPSHOT_BYTES, self.id)
+            self.retire("was paused; AsyncSandbox.resume(id) brings it back")
+        for older in await store.list():  # one pause state per sandbox: the newest
+            if older.paused == self.id and older.id != snap.id:
+                await store.delete(older.id)
+        await self.close()
+        return snap
+
+    @classmethod
+    async def resume(
+        cls,
+        sandbox_id: str,
+        *,
+        store: SnapshotStore | None = None,
+        host: str | HostFactory | None = None,
+        **overrides: Any,
+    ) -> AsyncSandbox:
+        """Bring back a paused sandbox, under the same id, with its state.
+
+        The pause snapshot is consumed (deleted once the sandbox is back).  Raises
+        :class:`~kernel_sandbox.errors.SnapshotNotFoundError` when the store holds no
+        paused sandbox of that id.
+        """
+        store = store or default_store()
+        snap = await store.paused(sandbox_id)
+        sandbox = await cls._restore(snap, store, host, sandbox_id, overrides)
+        await store.delete(snap.id)
+        return sandbox
 
     # -- shell -------------------------------------------------------------------
 

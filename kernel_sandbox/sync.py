@@ -35,8 +35,11 @@ from .config import SandboxConfig
 from .files import LIST_LIMIT, AsyncFiles
 from .kernel.client import OutputCallback
 from .kernel.connection import ConnectionInfo
+from .limits import MAX_SNAPSHOT_BYTES
 from .results import CommandResult, Execution, FileInfo
 from .sandbox import PING_TIMEOUT, AsyncSandbox
+from .snapshots import Restored, Snapshot, SnapshotStore
+from .threads import after_fork, in_thread
 from .transfer import AsyncReadStream
 
 __all__ = ["Files", "ReadStream", "Sandbox", "run_sync"]
@@ -58,6 +61,15 @@ def _portal() -> asyncio.AbstractEventLoop:
             ).start()
             _portal_loop = loop
         return _portal_loop
+
+
+def _forget_portal() -> None:
+    global _portal_loop, _portal_lock
+    _portal_lock = threading.Lock()
+    _portal_loop = None  # its thread is the parent's: a forked child starts its own
+
+
+after_fork(_forget_portal)
 
 
 def run_sync(coro: Coroutine[Any, Any, T]) -> T:
@@ -168,7 +180,7 @@ async def _next(pieces: AsyncIterator[bytes]) -> bytes | None:
 async def _pieces(chunks: Iterable[bytes]) -> AsyncIterator[bytes]:
     """A blocking iterable as an async one (each chunk taken in a worker thread)."""
     it = iter(chunks)
-    while (chunk := await asyncio.to_thread(next, it, None)) is not None:
+    while (chunk := await in_thread(next, it, None)) is not None:
         yield chunk
 
 
@@ -306,6 +318,52 @@ class Sandbox:
 
     def resolve_path(self, path: str) -> str:
         return self._inner.resolve_path(path)
+
+    @property
+    def restored(self) -> Restored | None:
+        """What :meth:`restore` (or :meth:`resume`) brought back into this sandbox."""
+        return self._inner.restored
+
+    def snapshot(
+        self,
+        name: str | None = None,
+        exact: bool | None = None,
+        *,
+        store: SnapshotStore | None = None,
+        tmp: bool = False,
+        max_bytes: int = MAX_SNAPSHOT_BYTES,
+    ) -> Snapshot:
+        return run_sync(
+            self._inner.snapshot(name, exact, store=store, tmp=tmp, max_bytes=max_bytes)
+        )
+
+    @classmethod
+    def restore(
+        cls,
+        snapshot: Snapshot | str,
+        *,
+        store: SnapshotStore | None = None,
+        host: str | HostFactory | None = None,
+        **overrides: Any,
+    ) -> Sandbox:
+        return cls(run_sync(AsyncSandbox.restore(snapshot, store=store, host=host, **overrides)))
+
+    def fork(self, n: int, *, store: SnapshotStore | None = None) -> list[Sandbox]:
+        return [type(self)(s) for s in run_sync(self._inner.fork(n, store=store))]
+
+    def pause(self, *, store: SnapshotStore | None = None, tmp: bool = True) -> Snapshot:
+        return run_sync(self._inner.pause(store=store, tmp=tmp))
+
+    @classmethod
+    def resume(
+        cls,
+        sandbox_id: str,
+        *,
+        store: SnapshotStore | None = None,
+        host: str | HostFactory | None = None,
+        **overrides: Any,
+    ) -> Sandbox:
+        return cls(run_sync(AsyncSandbox.resume(sandbox_id, store=store, host=host, **overrides)))
 
     def close(self) -> None:
         return run_sync(self._inner.close())

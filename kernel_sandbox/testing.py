@@ -41,6 +41,7 @@ from .errors import FileOperationError, KernelError, SandboxFileNotFoundError
 from .kernel.connection import LAUNCHER, PORT_NAMES, ConnectionInfo, new_connection_info
 from .limits import HeadTail
 from .results import format_size
+from .threads import in_thread
 
 if TYPE_CHECKING:
     from .config import SandboxConfig
@@ -94,6 +95,10 @@ class LocalKernelHost(KernelHost):
     def working_dir(self) -> str:
         """A fresh temporary directory of this host (removed by cleanup)."""
         return str(self._work)
+
+    def snapshot_places(self, tmp: bool = False) -> dict[str, str]:
+        """Only the working directory: $HOME and /tmp here are the machine's own."""
+        return {"work": self.working_dir}
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -190,14 +195,14 @@ class LocalKernelHost(KernelHost):
         A guest removes only its own (empty) directory."""
         if self._guest:
             if not restart:
-                await asyncio.to_thread(shutil.rmtree, self._dir, ignore_errors=True)
+                await in_thread(shutil.rmtree, self._dir, ignore_errors=True)
             return
         await self.kill()
         if restart:
             return
         self._kill_groups()
         _live.pop(self.sandbox_id, None)
-        await asyncio.to_thread(shutil.rmtree, self._dir, ignore_errors=True)
+        await in_thread(shutil.rmtree, self._dir, ignore_errors=True)
 
     async def logs(self, tail: int) -> str:
         """The last ``tail`` lines the kernels of this host wrote to stdout and stderr."""

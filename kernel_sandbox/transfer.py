@@ -2,7 +2,7 @@
 
 A file larger than the host would like to hold moves through here: the sandbox side
 (:meth:`~kernel_sandbox.files.AsyncFiles.read_stream` / ``write_stream``, and the same
-methods of :class:`~kernel_sandbox.server.remote.RemoteFiles` over HTTP) hands on
+methods of :class:`~kernel_sandbox.client.remote.RemoteFiles` over HTTP) hands on
 pieces as they come, and the host side reads or writes its file a chunk at a time.
 :func:`upload_file` and :func:`download_file` are the one implementation of
 ``files.upload`` / ``files.download`` for both: a download goes to a temporary name
@@ -19,6 +19,8 @@ import secrets
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
+
+from .threads import in_thread
 
 __all__ = ["CHUNK", "AsyncReadStream", "download_file", "upload_file"]
 
@@ -78,7 +80,7 @@ async def upload_file(files: StreamingFiles, local: str | Path, remote: str) -> 
 async def host_chunks(path: Path, chunk: int = CHUNK) -> AsyncIterator[bytes]:
     """A host file's bytes, read in a worker thread a chunk at a time."""
     with path.open("rb") as handle:
-        while data := await asyncio.to_thread(handle.read, chunk):
+        while data := await in_thread(handle.read, chunk):
             yield data
 
 
@@ -95,7 +97,7 @@ async def download_file(files: StreamingFiles, remote: str, local: str | Path) -
         async with await files.read_stream(remote) as stream:
             with temp.open("xb") as handle:
                 async for piece in stream:
-                    await asyncio.to_thread(handle.write, piece)
+                    await in_thread(handle.write, piece)
                 written = handle.tell()
         os.replace(temp, target)
     except BaseException:

@@ -43,6 +43,8 @@ Interface history (hosts outside this package are written against it):
   nothing and says so): a server removes what a killed predecessor left on any host.
 * 2.5 — added :func:`this_owner` (additive): the owner labels an adopter that can
   relabel puts on, so gc does not take what it adopted for an orphan.
+* 2.6 — added :meth:`KernelHost.snapshot_places` (additive, with a default): the
+  directories a portable snapshot carries.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ from ..kernel.connection import ConnectionInfo
 
 if TYPE_CHECKING:
     from ..config import SandboxConfig
-    from ..egress import Decision
+    from ..network import Decision
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +237,15 @@ class KernelHost(abc.ABC):
         (e.g. a directory shared with the host for the kernel's connection)."""
         return ()
 
+    def snapshot_places(self, tmp: bool = False) -> dict[str, str]:
+        """The directories a portable snapshot saves and restores, by key: ``work`` (the
+        working directory), ``home`` (``~``: the kernel's $HOME, packages installed at
+        run time included) and, with ``tmp``, ``/tmp``.  Paths are seen from inside."""
+        places = {"work": self.working_dir, "home": "~"}
+        if tmp:
+            places["tmp"] = "/tmp"
+        return places
+
     # -- the kernel's lifecycle -------------------------------------------------------
 
     @abc.abstractmethod
@@ -343,7 +354,7 @@ class KernelHost(abc.ABC):
 
     def egress_refusals(self) -> list[Decision]:
         """Connections the host's egress proxy refused since the last call (``network=``
-        "packages" or a list; see :mod:`kernel_sandbox.egress`): its ``Decision`` records.
+        "packages" or a list; see :mod:`kernel_sandbox.network`): its ``Decision`` records.
         A host without an egress proxy has none."""
         return []
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 import click
 
 from ..config import DEFAULT_IMAGE
@@ -25,6 +27,13 @@ def kernelspec() -> None:
 @click.option("--host", "host_name", default="", help="Kernel host entry point (default: docker).")
 @click.option("--user", "user_install", is_flag=True, help="Install for this user only.")
 @click.option("--prefix", help="Install under PREFIX/share/jupyter/kernels (e.g. a venv).")
+@click.option(
+    "--cwd-mode",
+    type=click.Choice(["copy", "mount", "none"]),
+    default="copy",
+    show_default=True,
+    help="The notebook's folder in the sandbox: a bounded copy, a read-only mount, or none.",
+)
 def install(
     name: str,
     image: str,
@@ -36,6 +45,7 @@ def install(
     host_name: str,
     user_install: bool,
     prefix: str | None,
+    cwd_mode: Literal["copy", "mount", "none"],
 ) -> None:
     """Install a kernelspec: no network, limits and a non-root user unless told otherwise."""
     from ..config import SandboxConfig
@@ -56,6 +66,7 @@ def install(
         host=host_name,
         user=user_install,
         prefix=prefix,
+        cwd_mode=cwd_mode,
     )
     click.echo(f"installed kernelspec {name!r} in {path}")
     click.echo(f"use it: jupyter nbconvert --execute --ExecutePreprocessor.kernel_name={name} ...")

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..config import SandboxConfig
 from ..errors import ConfigError
+from .notebook_dir import CWD_MODES, CwdMode
 
 __all__ = ["PROVISIONER_NAME", "install_kernelspec", "kernelspec_json", "remove_kernelspec"]
 
@@ -28,12 +29,21 @@ _NAME = re.compile(r"^[a-z0-9._-]{1,64}$")
 
 
 def kernelspec_json(
-    config: SandboxConfig, display_name: str | None = None, host: str = ""
+    config: SandboxConfig,
+    display_name: str | None = None,
+    host: str = "",
+    cwd_mode: CwdMode = "copy",
 ) -> dict[str, Any]:
-    """The ``kernel.json`` of a sandboxed kernel with ``config``."""
+    """The ``kernel.json`` of a sandboxed kernel with ``config``.
+
+    ``cwd_mode`` says what the kernel sees of its notebook's folder (see
+    :mod:`~kernel_sandbox.jupyter.notebook_dir`).
+    """
+    if cwd_mode not in CWD_MODES:
+        raise ConfigError(f"cwd_mode={cwd_mode!r}: use one of {', '.join(CWD_MODES)}")
     settings = config.model_dump(mode="json", exclude_defaults=True)
     settings["image"] = config.image
-    provisioner: dict[str, Any] = {"sandbox": settings}
+    provisioner: dict[str, Any] = {"sandbox": settings, "cwd_mode": cwd_mode}
     if host:
         provisioner["host"] = host
     return {
@@ -56,6 +66,7 @@ def install_kernelspec(
     host: str = "",
     user: bool = False,
     prefix: str | None = None,
+    cwd_mode: CwdMode = "copy",
 ) -> Path:
     """Install the kernelspec ``name`` (like ``jupyter kernelspec install``); its path."""
     from jupyter_client.kernelspec import KernelSpecManager
@@ -64,7 +75,7 @@ def install_kernelspec(
         raise ConfigError(
             f"kernelspec name {name!r}: use 1-64 of lowercase letters, digits, '.', '_', '-'"
         )
-    spec = kernelspec_json(config, display_name, host)
+    spec = kernelspec_json(config, display_name, host, cwd_mode)
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
         where = KernelSpecManager().install_kernel_spec(

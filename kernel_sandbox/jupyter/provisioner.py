@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import secrets
 import shutil
@@ -34,20 +35,25 @@ from typing import Any, cast
 
 from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
-from traitlets import Dict, Unicode
+from traitlets import Dict, Enum, Unicode
 
 from ..backends.base import KernelHost
 from ..backends.factory import make_host
 from ..config import SandboxConfig
-from ..errors import KernelError, SandboxStartError
+from ..errors import KernelError, SandboxError, SandboxStartError
 from ..kernel.client import KernelSession
 from ..kernel.connection import PORT_NAMES
+from ..limits import CWD_COPY_MAX_BYTES
+from .client_request import KERNEL_ARGS_ENV, kernel_arguments, kernel_env
+from .notebook_dir import CWD_MODES, FolderTooLarge, folder_archive, mount_volume
 
 __all__ = ["SandboxProvisioner"]
 
 #: Exit code reported to jupyter_client for a kernel that ended (the host gives reasons,
 #: not codes; any integer means "not running").
 ENDED = 1
+#: Seconds the copy of a notebook's folder may take to unpack in the sandbox.
+COPY_DEADLINE = 60.0
 
 
 class SandboxProvisioner(KernelProvisionerBase):
@@ -55,7 +61,11 @@ class SandboxProvisioner(KernelProvisionerBase):
 
     Configured by the kernelspec's ``metadata.kernel_provisioner.config``: ``sandbox``
     holds :class:`~kernel_sandbox.config.SandboxConfig` fields (image, limits,
-    network...), ``host`` optionally names the kernel host (default: the config's).
+    network...), ``host`` optionally names the kernel host (default: the config's),
+    ``cwd_mode`` what the kernel sees of the notebook's folder
+    (:mod:`~kernel_sandbox.jupyter.notebook_dir`).  The client's ``extra_arguments``
+    and kernel ``env`` reach the kernel as filtered by
+    :mod:`~kernel_sandbox.jupyter.client_request`.
     """
 
     sandbox = Dict(help="SandboxConfig fields of every kernel this provisioner starts").tag(
@@ -65,9 +75,14 @@ class SandboxProvisioner(KernelProvisionerBase):
         config=True
     )
 
+    cwd_mode = Enum(
+        CWD_MODES, default_value="copy", help="The notebook's folder: copy, mount or none"
+    ).tag(config=True)
+
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._host: KernelHost | None = None
+        self._wishes: dict[str, Any] = {}  # what the client asked for at the last start
         self._ended: str | None = None  # why the kernel is not running, once known
         self._restarting = False
         self._view: str | None = None  # the manager's links to ipc sockets
@@ -92,10 +107,22 @@ class SandboxProvisioner(KernelProvisionerBase):
         kwargs.pop("transport_encryption", None)
         extra = kwargs.pop("extra_arguments", [])
         cmd = [*self.kernel_spec.argv, *extra]  # never run: for jupyter_client's records
-        return await super().pre_launch(cmd=cmd, **kwargs)
+        kwargs = await super().pre_launch(cmd=cmd, **kwargs)
+        args, refused = kernel_arguments(extra)
+        env, left_out = kernel_env(kwargs.get("env") or {})
+        if refused or left_out:
+            self.log.warning(
+                "the sandboxed kernel does not get these arguments %s nor variables %s "
+                "(they steer the sandbox's own plumbing, or are over its bounds)",
+                refused,
+                left_out,
+            )
+        self._wishes = {"args": args, "env": env, "cwd": kwargs.get("cwd")}
+        return kwargs
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
         """Start (or restart) the sandbox's kernel; return its connection info, ready."""
+        archive = b""
         if self._host is not None and self._restarting:
             host = self._host
             try:
@@ -103,7 +130,7 @@ class SandboxProvisioner(KernelProvisionerBase):
             except KernelError:  # e.g. its container stopped: restart that (files may go)
                 info = await host.restart_whole()
         else:
-            config = self.sandbox_config
+            config, archive = self._launch_config()
             host = make_host(self.host or None, secrets.token_hex(6), config)
             self._host = host
             try:
@@ -114,10 +141,61 @@ class SandboxProvisioner(KernelProvisionerBase):
         self._restarting = False
         self._ended = None
         await self._wait_ready(host, dict(info))
+        if archive:
+            await self._copy_in(host, archive)
         # jupyter_client's own connection info carries the key as bytes, and compares
         view = {**self._client_view(dict(info)), "key": info["key"].encode()}
         self.connection_info = cast(KernelConnectionInfo, view)
         return self.connection_info
+
+    def _launch_config(self) -> tuple[SandboxConfig, bytes]:
+        """The sandbox's configuration with what the client asked for, and the copy of
+        the notebook's folder to put in its working directory (empty: none)."""
+        config = self.sandbox_config
+        env = {**self._wishes.get("env", {}), **config.env_vars}  # the kernelspec's win
+        if self._wishes.get("args"):
+            env[KERNEL_ARGS_ENV] = json.dumps(self._wishes["args"])
+        overrides: dict[str, Any] = {"env_vars": env}
+        cwd, archive = self._wishes.get("cwd"), b""
+        if cwd and self.cwd_mode == "mount":
+            try:
+                overrides["volumes"] = {
+                    **config.volumes, **mount_volume(cwd, config.working_dir)
+                }  # fmt: skip
+            except ValueError as exc:
+                self.log.warning("the notebook's folder is not mounted: %s", exc)
+        elif cwd and self.cwd_mode == "copy":
+            share = config.disk_budget().get("working_dir")
+            try:
+                archive = folder_archive(
+                    cwd, max_bytes=min(share or CWD_COPY_MAX_BYTES, CWD_COPY_MAX_BYTES)
+                )
+            except FolderTooLarge as exc:
+                self.log.warning(
+                    "the notebook's folder is not copied into the sandbox: %s; the kernel "
+                    "starts in an empty folder (kernelspec option --cwd-mode mount or none)",
+                    exc,
+                )
+            except OSError as exc:
+                self.log.warning("the notebook's folder is not copied: %s", exc)
+        return config.with_overrides(**overrides), archive
+
+    async def _copy_in(self, host: KernelHost, archive: bytes) -> None:
+        """Unpack the notebook folder's copy in the working directory, as the sandbox user."""
+        argv = ["tar", "-x", "-f", "-", "--no-same-owner", "-C", host.working_dir]
+        try:
+            done = await host.exec(
+                argv, stdin=archive, max_output_bytes=4096, deadline=COPY_DEADLINE
+            )
+        except SandboxError as exc:
+            self.log.warning("copying the notebook's folder into the sandbox: %s", exc)
+            return
+        if done.exit_code != 0:
+            self.log.warning(
+                "copying the notebook's folder into the sandbox: tar exited %s: %s",
+                done.exit_code,
+                done.stderr.decode(errors="replace").strip(),
+            )
 
     def _client_view(self, info: dict[str, Any]) -> dict[str, Any]:
         """With ipc, the manager's own paths to the kernel's sockets: links to them.

@@ -30,6 +30,7 @@ from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.connect import channel_socket_types
 
 from ..errors import KernelError
+from ..threads import after_fork
 from .guard import Route, frame_guard
 
 __all__ = ["GuardedClient", "open_socket", "shared_context"]
@@ -66,6 +67,14 @@ def shared_context() -> zmq.asyncio.Context:
         _CONTEXT.set(zmq.MAX_SOCKETS, max_sockets())
         _CONTEXT.setsockopt(zmq.LINGER, 0)
     return _CONTEXT
+
+
+def _forget_context() -> None:
+    global _CONTEXT
+    _CONTEXT = None  # a ZMQ context does not survive fork(): the child makes its own
+
+
+after_fork(_forget_context)
 
 
 def max_sockets() -> int:

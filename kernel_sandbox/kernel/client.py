@@ -214,6 +214,7 @@ class KernelSession:
         check_alive: AliveCheck,
         on_output: OutputCallback | None = None,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        store_history: bool = True,
     ) -> RawExecution:
         """Run ``code``; collect its outputs until the kernel goes idle for this request.
 
@@ -224,6 +225,8 @@ class KernelSession:
         cell that prints without pause must be interrupted too.  At most
         ``max_output_bytes`` of output is kept (see :class:`OutputCollector`), and
         ``on_output`` sees nothing after the interrupt (the result has it all).
+        ``store_history=False`` leaves the kernel's history and execution count alone
+        (the machinery's own code, e.g. a snapshot's).
         """
         # What a route holds back now is from before this call (output of threads, a
         # message too big to finish): the channel starts afresh instead of behind it.
@@ -231,7 +234,7 @@ class KernelSession:
         if self._resubscribe_needed:  # iopub was reopened: wait until it is subscribed
             await self._resubscribe()
             self._resubscribe_needed = False
-        msg_id = self.client.execute(code, store_history=True, allow_stdin=False)
+        msg_id = self.client.execute(code, store_history=store_history, allow_stdin=False)
         collector = OutputCollector(max_output_bytes)
         # Once shell's connection was dropped, the execute_reply may be lost with it: a
         # kernel_info request sent then is answered only after this request is done.

@@ -122,10 +122,19 @@ sys.modules["debugpy"] = None  # type: ignore[assignment]
 from ipykernel.kernelapp import IPKernelApp  # noqa: E402 (after the debugpy stub)
 
 app = IPKernelApp.instance()
-# No sqlite history (a thread plus a disk write per cell; In, Out and _ still work) and
-# no fixed 0.5 ms sleep after each cell; debug records were built and dropped for
-# every message.  Together about 3-4 ms of a print(1+1) round trip (bench/).
-app.initialize(["-f", path, "--HistoryManager.enabled=False", "--IPythonKernel._execute_sleep=0"])
+# Input history in an in-memory sqlite database, as nbclient asks of its kernels: a
+# history_request (tail, range, search: a console's up arrow) answers as on a stock
+# kernel, with no history file (and no thread writing one after every cell); the
+# outputs IPython would keep beside it are dropped below.  No fixed 0.5 ms sleep after
+# each cell.  The client's own kernel arguments (the provisioner filtered them) come
+# last, so they win: --HistoryManager.hist_file=PATH keeps history in a sandbox file
+# (traitlets refuses an option given twice, so a default the client sets is left out).
+_client_args = [str(a) for a in json.loads(os.environ.pop("KERNEL_SANDBOX_KERNEL_ARGS", "[]"))]
+_given = {arg.split("=", 1)[0] for arg in _client_args}
+_defaults = ["--HistoryManager.hist_file=:memory:", "--IPythonKernel._execute_sleep=0"]
+app.initialize(
+    ["-f", path, *(a for a in _defaults if a.split("=", 1)[0] not in _given), *_client_args]
+)
 app.log.setLevel("WARNING")
 # ipykernel sends what a stream got in 0.2 s as one message: a tight print loop made
 # messages of hundreds of MB, held whole in the kernel and then on the host.  Here a
@@ -206,9 +215,9 @@ shell = app.shell
 assert shell is not None  # initialize() made it
 
 
-# IPython 9 keeps every output of the session for %notebook (which needs the history
-# turned off above anyway): each printed string, display bundle and traceback, for
-# good.  A gigabyte printed in 1 MB strings peaked at ~1 GB in the kernel (tracemalloc:
+# IPython 9 keeps every output of the session for %notebook: each printed string,
+# display bundle and traceback, for good (input history, above, is only the cells'
+# text).  A gigabyte printed in 1 MB strings peaked at ~1 GB in the kernel (tracemalloc:
 # the write() arguments, held by history_manager.outputs).  Nothing is kept here.
 if TYPE_CHECKING:
     _Outputs = dict[Any, list[Any]]

@@ -24,10 +24,9 @@ from .. import __version__
 from ..errors import ConfigError
 from ..manager import SandboxInfo, SandboxStatus
 from ..tools.results import ToolResult
-from .deps import Key, Opts, Ten
+from .deps import Key, Opts, Ten, json_response
 from .policy import TOOL_ALIASES, client_config
 from .tenancy import Tenancy
-from .wire import json_response
 
 __all__ = ["router"]
 

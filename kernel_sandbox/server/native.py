@@ -23,11 +23,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..errors import KernelError
 from ..files import LIST_LIMIT
 from ..results import Execution
-from .deps import Key, Opts, Ten
+from ..wire import dumps, to_json
+from .deps import Key, Opts, Ten, json_response
 from .policy import client_config
 from .settings import ServerSettings
 from .tenancy import Lease, Tenancy
-from .wire import dumps, json_response, to_json
 
 __all__ = ["router"]
 

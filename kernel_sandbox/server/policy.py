@@ -18,9 +18,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..config import parse_size
-from ..egress.ceiling import cap_network, requested_network
 from ..errors import ConfigError
 from ..manager import DockerSandboxConfig
+from ..network.ceiling import cap_network, requested_network
 from .auth import ANONYMOUS
 from .settings import ServerSettings
 

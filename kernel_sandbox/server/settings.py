@@ -94,6 +94,11 @@ class ServerSettings(BaseModel):
         default=Path("notebooks") / "server",
         description="Where every sandbox's session notebook is written (<key id>/<id>.ipynb).",
     )
+    e2b_templates: dict[str, str] = Field(
+        default_factory=dict,
+        description="E2B template name -> image, for the E2B API (/e2b); 'base' and "
+        "'code-interpreter-v1' are the default image unless named here.",
+    )
     record_flush_delay: float = Field(
         default=0.25,
         ge=0,

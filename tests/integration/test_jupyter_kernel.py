@@ -217,10 +217,12 @@ def test_nbconvert_execute_cli(kernel: dict[str, str], tmp_path: Path) -> None:
                 "    print('network: none', type(exc).__name__)"
             ),
             new_code_cell("print(secret)"),
+            new_code_cell("print(open('beside.txt').read())"),
         ]
     )
     source = tmp_path / "in.ipynb"
     nbformat.write(nb, source)
+    (tmp_path / "beside.txt").write_text("read beside the notebook")
     subprocess.run(
         [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
          f"--ExecutePreprocessor.kernel_name={kernel['name']}", "--output", "out.ipynb",
@@ -233,4 +235,80 @@ def test_nbconvert_execute_cli(kernel: dict[str, str], tmp_path: Path) -> None:
     assert uid != 0
     assert texts[1].startswith("network: none")
     assert texts[2] == "state kept"
+    assert texts[3] == "read beside the notebook"  # the kernel works in a copy of its folder
     assert _docker_ids(kernel["label"]) == []
+
+
+def _start(kernel: dict[str, str], name: str, folder: Path, **kwargs):  # type: ignore[no-untyped-def]
+    km = KernelManager(kernel_name=name)
+    km.start_kernel(cwd=str(folder), **kwargs)
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(60)
+    return km, kc
+
+
+def _history(kc, **request) -> list:  # type: ignore[no-untyped-def]
+    msg_id = kc.history(output=False, raw=True, **request)
+    reply = kc.get_shell_msg(timeout=30)
+    assert reply["parent_header"]["msg_id"] == msg_id
+    return [entry[2] for entry in reply["content"]["history"]]
+
+
+def test_the_clients_arguments_env_and_folder_reach_the_kernel(
+    kernel: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    (folder / "data.txt").write_text("beside")
+    (tmp_path / "secret.txt").write_text("host secret")
+    (folder / "link").symlink_to(tmp_path / "secret.txt")
+    monkeypatch.setenv("KS_TEST_HOST_SECRET", "must not leak")
+    env = {**os.environ, "KS_TEST_WISH": "granted", "LD_PRELOAD": "/host/evil.so"}
+    args = ["--HistoryManager.hist_file=:memory:", "--InlineBackend.figure_format=svg", "--ip=1"]
+    km, kc = _start(kernel, kernel["name"], folder, extra_arguments=args, env=env)
+    try:
+        out, _ = _run(
+            kc,
+            "import os\n"
+            "from IPython.core.getipython import get_ipython\n"
+            "cfg = get_ipython().config\n"
+            "print(open('data.txt').read(), os.path.islink('link'), os.path.exists('link'))\n"
+            "print(cfg.InlineBackend.figure_format, os.environ.get('KS_TEST_WISH'),\n"
+            "      os.environ.get('LD_PRELOAD'), os.environ.get('KS_TEST_HOST_SECRET'))",
+        )
+        # the copy holds the link, not what it points at on the host (absent in here)
+        assert out.split("\n")[:2] == ["beside True False", "svg granted None None"]
+        _run(kc, "first = 1")
+        _run(kc, "second = 2")
+        assert _history(kc, hist_access_type="tail", n=2) == ["first = 1", "second = 2"]
+        assert _history(kc, hist_access_type="search", pattern="sec*") == ["second = 2"]
+        _run(kc, "open('made.txt', 'w').write('x')")
+        assert not (folder / "made.txt").exists()  # writes stay in the sandbox
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel()
+
+
+def test_cwd_mode_mount_is_a_read_only_view(kernel: dict[str, str], tmp_path: Path) -> None:
+    spec_dir = Path(os.environ["JUPYTER_PATH"]) / "kernels"
+    spec = json.loads((spec_dir / kernel["name"] / "kernel.json").read_text())
+    spec["metadata"]["kernel_provisioner"]["config"]["cwd_mode"] = "mount"
+    (spec_dir / "ks-test-mount").mkdir(exist_ok=True)
+    (spec_dir / "ks-test-mount" / "kernel.json").write_text(json.dumps(spec))
+    folder = tmp_path / "nb"
+    folder.mkdir()
+    (folder / "data.txt").write_text("v1")
+    km, kc = _start(kernel, "ks-test-mount", folder)
+    try:
+        (folder / "data.txt").write_text("v2")  # a live view, not a copy
+        out, _ = _run(
+            kc,
+            "print(open('data.txt').read())\n"
+            "try:\n    open('new.txt', 'w')\nexcept OSError as exc:\n    print(exc.errno)",
+        )
+        assert out.split() == ["v2", "30"]  # EROFS
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel()
+    assert not (folder / "new.txt").exists()

@@ -10,7 +10,6 @@ SDK call runs in a worker thread so the event loop never waits on the engine.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import io
@@ -36,6 +35,7 @@ from ...errors import (
     KernelError,
     SandboxStartError,
 )
+from ...threads import after_fork, in_thread
 from ..base import REMOVED_REASON, HostState, SandboxRecord
 from .runtimes import Runtime, engine_runtimes, gvisor_host_pids, validate
 
@@ -118,6 +118,10 @@ def docker_client() -> docker.DockerClient:
     return client
 
 
+# the client's pooled connections to the engine are shared with the parent after fork()
+after_fork(docker_client.cache_clear)
+
+
 async def run_in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
     """Call the SDK in a worker thread; faults outside our control become SandboxErrors.
 
@@ -127,7 +131,7 @@ async def run_in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
     Other SDK errors pass through for the caller to put in its own words.
     """
     try:
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        return await in_thread(fn, *args, **kwargs)
     except docker.errors.NotFound as exc:
         if "no such container" in str(exc).lower():
             raise ContainerRemovedError(f"the sandbox cannot be used: {REMOVED_REASON}") from exc

@@ -8,7 +8,6 @@ unclaimed directories in the runtime root.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import shutil
 import time
@@ -20,6 +19,7 @@ import docker.errors
 from ... import rundirs
 from ...config import LABEL_PREFIX
 from ...errors import SandboxError
+from ...threads import in_thread
 from ..base import Leftover, SandboxRecord, owner_alive
 from .engine import DockerEngine
 
@@ -81,7 +81,7 @@ async def _remove_container(engine: DockerEngine, container_id: str, run_dir: st
     root: a label names it, and labels are not to be trusted further)."""
     await engine.remove(container_id)
     if run_dir and Path(run_dir).parent == rundirs.runtime_root():
-        await asyncio.to_thread(shutil.rmtree, run_dir, True)
+        await in_thread(shutil.rmtree, run_dir, True)
 
 
 def _adopted(labels: dict[str, str]) -> bool:
@@ -162,7 +162,7 @@ def _stale_run_dirs(rows: list[SandboxRecord]) -> list[Leftover]:
         ):
 
             async def remove(directory: Path = directory) -> None:
-                await asyncio.to_thread(shutil.rmtree, directory, ignore_errors=True)
+                await in_thread(shutil.rmtree, directory, ignore_errors=True)
 
             found.append(Leftover(f"host directory {directory}", remove))
     return found

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 import docker
 
 from ...config import KERNEL_PYTHON, LABEL_PREFIX
-from ...egress import Decision, SandboxEgress
 from ...errors import KernelError, SandboxError
 from ...kernel.connection import (
     CONTAINER_RUN_DIR,
@@ -43,8 +42,10 @@ from ...kernel.supervisor import (
     TCP_STATE_DIR,
     wait_for_kernel_end,
 )
+from ...network import Decision
 from ...rundirs import runtime_root
 from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
+from .egress import SandboxEgress
 from .engine import ContainerSpec, DockerEngine
 from .exec import exec_process
 from .gc import find_leftovers, remove_labelled

@@ -12,7 +12,6 @@ else from ``KUBECONFIG`` (or ``~/.kube/config``).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import os
@@ -30,6 +29,7 @@ from ...errors import (
     SandboxError,
     SandboxStartError,
 )
+from ...threads import after_fork, in_thread
 
 __all__ = [
     "API_HELP",
@@ -94,8 +94,11 @@ class Kube:
 
 @functools.lru_cache(maxsize=1)
 def kube() -> Kube:
-    """The process's API client, made on first use."""
+    """The process's API client, made on first use (and again in a forked child)."""
     return Kube()
+
+
+after_fork(kube.cache_clear)
 
 
 def message_of(exc: ApiException) -> str:
@@ -145,7 +148,7 @@ async def api_call(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any)
     """
     kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT)
     try:
-        return await asyncio.to_thread(fn, *args, **kwargs)
+        return await in_thread(fn, *args, **kwargs)
     except Exception as exc:
         translated = _translate(exc, what)
         if translated is not None:

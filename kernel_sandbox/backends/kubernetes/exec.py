@@ -30,6 +30,7 @@ from websocket import ABNF, WebSocketException
 
 from ...errors import EngineUnavailableError, FileOperationError
 from ...limits import HeadTail
+from ...threads import after_fork
 from ..base import ExecResult
 from .api import API_HELP, ApiException, Kube, removed_error
 
@@ -47,6 +48,16 @@ _CONNECT_TIMEOUT = 30
 #: every other API call of the process (pod polls, creates).
 MAX_EXECS = 64
 _EXECS = concurrent.futures.ThreadPoolExecutor(MAX_EXECS, thread_name_prefix="kernel-sandbox-exec")
+
+
+def _forget_execs() -> None:
+    global _EXECS  # its threads are the parent's after fork(): the child's own pool
+    _EXECS = concurrent.futures.ThreadPoolExecutor(
+        MAX_EXECS, thread_name_prefix="kernel-sandbox-exec"
+    )
+
+
+after_fork(_forget_execs)
 
 
 def _exit_code(status: bytes) -> int:

@@ -35,7 +35,7 @@ def make_venv() -> None:
     # pip itself goes into the venv even if the image has one, so `pip install` in
     # the sandbox installs into the venv.
     subprocess.check_call([*pip, "--ignore-installed", "pip"])
-    subprocess.check_call([*pip, "ipykernel"])
+    subprocess.check_call([*pip, "ipykernel", "dill"])
     subprocess.check_call([VENV + "/bin/python", "-c", "import ipykernel"])
 
 

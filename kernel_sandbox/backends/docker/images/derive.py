@@ -9,7 +9,6 @@ the user ``sandbox`` and /sandbox.  The build runs without network.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import threading
@@ -22,6 +21,7 @@ from docker.utils import parse_repository_tag
 
 from ....config import KERNEL_PYTHON, LABEL_PREFIX
 from ....errors import ImageError, ImageNotFoundError
+from ....threads import in_thread
 from ..engine import docker_client
 from .builder import DEFAULT_PATH, REPOSITORY
 from .engine_build import image_exists, run_build
@@ -44,8 +44,9 @@ KERNEL_LABEL = f"{LABEL_PREFIX}.kernel-python"
 DERIVED_FROM = f"{LABEL_PREFIX}.derived-from"
 DERIVED_FROM_NAME = f"{LABEL_PREFIX}.derived-from-name"
 DERIVED_REPOSITORY = "kernel-sandbox-derived"
-#: What the derived image installs into its venv (pip too: `pip install` in a sandbox).
-KERNEL_REQUIREMENTS = ["ipykernel", "pip"]
+#: What the derived image installs into its venv (pip too: `pip install` in a sandbox;
+#: dill for portable snapshots of the kernel's variables).
+KERNEL_REQUIREMENTS = ["ipykernel", "dill", "pip"]
 SETUP_SCRIPT = Path(__file__).with_name("_setup.py")
 
 _resolved: dict[tuple[str, bool], str] = {}
@@ -72,7 +73,7 @@ async def resolve_kernel_image(
     hit = _resolved.get((image, derive))
     if hit is not None:
         return hit
-    return await asyncio.to_thread(_resolve, image, derive, progress or log.info, client)
+    return await in_thread(_resolve, image, derive, progress or log.info, client)
 
 
 def forget_resolved() -> None:

@@ -42,7 +42,7 @@ from ..events import Listener, PythonExecuted, ShellExecuted, emit
 from ..files import LIST_LIMIT
 from ..results import CommandResult, Execution, FileInfo
 from ..transfer import AsyncReadStream, download_file, upload_file
-from .wire import command_from, execution_from, file_info_from
+from ..wire import command_from, execution_from, file_info_from
 
 __all__ = ["RemoteFiles", "RemoteSandbox", "raise_for"]
 

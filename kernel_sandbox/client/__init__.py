@@ -1,0 +1,10 @@
+"""Clients of a ``kernel-sandbox serve`` server: the remote twins of the local classes.
+
+:class:`RemoteSandbox` offers :class:`~kernel_sandbox.AsyncSandbox`'s calls over HTTP;
+:class:`HttpSandboxManager` offers :class:`~kernel_sandbox.SandboxManager`'s.
+"""
+
+from .manager import HttpSandboxManager
+from .remote import RemoteFiles, RemoteSandbox
+
+__all__ = ["HttpSandboxManager", "RemoteFiles", "RemoteSandbox"]
