@@ -84,6 +84,9 @@ def test_the_core_imports_no_extra() -> None:
         ("fastapi", "server", "import kernel_sandbox.server.app"),
         ("mcp", "server", "import kernel_sandbox.mcp"),
         ("uvicorn", "server", "from kernel_sandbox.server import ServerSettings"),
+        ("httpx2", "client", "from kernel_sandbox import RemoteSandbox"),
+        ("httpx2", "client", "import kernel_sandbox.client.manager"),
+        ("connectrpc", "server", "import kernel_sandbox.server.e2b"),
         ("kubernetes", "kubernetes", "import kernel_sandbox.backends.kubernetes"),
         (
             "kubernetes",
