@@ -1,15 +1,18 @@
-"""kernel_sandbox: safe, stateful Python sandboxes for LLM agents.
+"""kernel_sandbox: safe, stateful code sandboxes for LLM agents.
 
-Each sandbox is a container running a persistent IPython kernel reached over
+Each sandbox is a container running persistent Jupyter kernels (IPython by default;
+R, JavaScript/TypeScript, bash or any kernelspec the image holds) reached over
 jupyter_client.  The public API is re-exported here; everything else is internal.
 """
 
 from .config import DEFAULT_IMAGE, SandboxConfig
+from .contexts import Context, KernelSpecInfo
 from .errors import (
     CapacityError,
     ConfigError,
     ContainerRemovedError,
     ContainerStoppedError,
+    ContextNotFoundError,
     EngineUnavailableError,
     FileOperationError,
     ImageError,
@@ -27,6 +30,7 @@ from .errors import (
     SnapshotNotFoundError,
 )
 from .events import (
+    ContextChanged,
     EgressRefused,
     Event,
     FileOperated,
@@ -70,6 +74,7 @@ _LAZY = {
     "areplay": "notebook",
     "SandboxPool": "pool",
     "RemoteSandbox": "client.remote",
+    "RemoteSnapshots": "client.remote",
     "HttpSandboxManager": "client.manager",
 }
 
@@ -101,6 +106,9 @@ __all__ = [
     "ConfigError",
     "ContainerRemovedError",
     "ContainerStoppedError",
+    "Context",
+    "ContextChanged",
+    "ContextNotFoundError",
     "DockerSandboxConfig",
     "EgressRefused",
     "EngineUnavailableError",
@@ -116,6 +124,7 @@ __all__ = [
     "ImageNotFoundError",
     "KernelError",
     "KernelRestarted",
+    "KernelSpecInfo",
     "LocalSandboxManager",
     "LocalSnapshotStore",
     "MissingExtraError",
@@ -123,6 +132,7 @@ __all__ = [
     "NotebookRecorder",
     "PythonExecuted",
     "RemoteSandbox",
+    "RemoteSnapshots",
     "ReplayReport",
     "Restored",
     "ResumeDivergedError",

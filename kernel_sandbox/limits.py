@@ -20,6 +20,8 @@ __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",
     "KERNEL_ARGS_MAX",
     "KERNEL_ENV_MAX_BYTES",
+    "MAX_CONTEXTS",
+    "MAX_KERNELSPECS_BYTES",
     "MAX_SNAPSHOT_BYTES",
     "MAX_SNAPSHOT_FILES",
     "MAX_SNAPSHOT_REPORT_BYTES",
@@ -35,6 +37,11 @@ __all__ = [
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024**2
 #: ``SandboxConfig.max_file_bytes`` by default: a file read is held whole in memory.
 DEFAULT_MAX_FILE_BYTES = 100 * 1024**2
+#: Contexts (kernels) a sandbox may run beside its own: each is a kernel process within
+#: the sandbox's memory limit, and each holds a session (sockets, a reader) on the host.
+MAX_CONTEXTS = 8
+#: Bytes of the image's kernelspec listing the host reads (a few hundred per kernel).
+MAX_KERNELSPECS_BYTES = 64 * 1024
 #: Arguments a Jupyter client's ``extra_arguments`` may give a sandboxed kernel (each at
 #: most 4 KiB); more are refused, with a warning in the client's log.
 KERNEL_ARGS_MAX = 64

@@ -128,6 +128,20 @@ def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ..
     "between coalesce; 0: on every step, on the request path).",
 )
 @click.option(
+    "--pause-after",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds unused before a sandbox is paused (snapshot, container removed); the "
+    "next call resumes it under the same id. Default: never.",
+)
+@click.option(
+    "--snapshot-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where snapshots and paused sandboxes are kept (a volume; they survive a "
+    "restart). Default: $KERNEL_SANDBOX_SNAPSHOTS, else snapshots/server.",
+)
+@click.option(
     "--e2b-template",
     "e2b_templates",
     multiple=True,
@@ -159,6 +173,8 @@ def serve(
     on_restart: str,
     record_dir: Path,
     record_flush_delay: float,
+    pause_after: float | None,
+    snapshot_dir: Path | None,
     e2b_templates: tuple[str, ...],
     no_mcp: bool,
 ) -> None:
@@ -195,8 +211,11 @@ def serve(
         on_restart=on_restart,  # type: ignore[arg-type]
         record_dir=record_dir,
         record_flush_delay=record_flush_delay,
+        pause_after=pause_after,
         e2b_templates=_templates(e2b_templates),
     )
+    if snapshot_dir is not None:
+        settings = settings.model_copy(update={"snapshot_dir": snapshot_dir})
     settings.check_bind()
     click.echo(
         f"kernel-sandbox serving on http://{host}:{port} "
