@@ -253,10 +253,17 @@ m = a.get_metrics()
 out["metrics"] = [len(m) >= 1, m[0].mem_total > 0, m[0].disk_total > 0, m[0].cpu_count]
 again = Sandbox.connect(a.sandbox_id)
 out["connect"] = again.commands.run("echo same").stdout
-try:
-    a.pause()
-except SandboxException as exc:
-    out["pause"] = str(exc)[:40]
+from e2b_code_interpreter import Sandbox as CodeSandbox
+c = CodeSandbox.create(timeout=120, metadata={"who": "c"})
+c.run_code("kept = 7")
+c.files.write("kept.txt", "on disk")
+out["pause"] = [c.pause(), c.pause()]
+out["paused_state"] = [s.state.value for s in Sandbox.list(
+    query=SandboxQuery(metadata={"who": "c"})).next_items()]
+back = CodeSandbox.connect(c.sandbox_id, timeout=120)
+out["resumed"] = [back.run_code("kept * 6").text, back.files.read("kept.txt"),
+                  back.get_info().state.value]
+back.kill()
 b.set_timeout(1)
 time.sleep(3)
 out["expired"] = b.is_running()
@@ -289,7 +296,10 @@ def test_list_metrics_timeout_kill_and_tenancy(server: Server, e2b_python: Path)
     assert out["info"] == ["base", {"who": "a", "n": "1"}, "running"]
     assert out["metrics"] == [True, True, True, 1]
     assert out["connect"] == "same\n"
-    assert out["pause"].startswith("501: pausing a sandbox is not")
+    # pause saves files and variables and frees the container; connect resumes
+    assert out["pause"] == [True, False]
+    assert out["paused_state"] == ["paused"]
+    assert out["resumed"] == ["42", "on disk", "running"]
     # a sandbox past its timeout is killed
     assert out["expired"] is False
     assert out["expired_listed"] is False
