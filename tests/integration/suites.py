@@ -8,8 +8,10 @@ one), at the same time.  The outcome of each test comes from the JUnit XML repor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -58,27 +60,33 @@ def run_suite(
     cwd: Path, args: list[str], envs: dict[str, dict[str, str]], timeout: float
 ) -> dict[str, Outcomes]:
     """Run ``pytest args`` in ``cwd`` once per entry of ``envs``, all at once."""
-    runs = {}
+    runs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+    results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for name, extra in envs.items():
-            report = Path(tmp) / f"{name}.xml"
-            env = {**os.environ, "PYTHONPATH": str(ROOT), **extra}
-            env.pop("PYTEST_ADDOPTS", None)
-            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                    f"--junitxml={report}", *args]  # fmt: skip
-            out = open(Path(tmp) / f"{name}.log", "wb")  # noqa: SIM115 (closed below)
-            runs[name] = (subprocess.Popen(argv, cwd=cwd, env=env, stdout=out, stderr=out), report)
-        deadline = time.monotonic() + timeout
-        results = {}
-        for name, (proc, report) in runs.items():
-            try:
-                proc.wait(max(1.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        try:
+            for name, extra in envs.items():
+                report = Path(tmp) / f"{name}.xml"
+                env = {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+                env.pop("PYTEST_ADDOPTS", None)
+                argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        f"--junitxml={report}", *args]  # fmt: skip
+                with open(Path(tmp) / f"{name}.log", "wb") as out:
+                    proc = subprocess.Popen(
+                        argv, cwd=cwd, env=env, stdout=out, stderr=out, start_new_session=True
+                    )
+                runs[name] = (proc, report)
+            deadline = time.monotonic() + timeout
+            for name, (proc, report) in runs.items():
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(max(1.0, deadline - time.monotonic()))
+                log = (Path(tmp) / f"{name}.log").read_text(errors="replace")
+                assert report.exists(), f"{name}: the suite left no report:\n{log[-3000:]}"
+                results[name] = parse_junit(report)
+        finally:  # the suites and their kernels end with the test, whatever happened
+            for proc, _ in runs.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-            log = (Path(tmp) / f"{name}.log").read_text(errors="replace")
-            assert report.exists(), f"{name}: the suite left no report:\n{log[-3000:]}"
-            results[name] = parse_junit(report)
     return results
 
 
@@ -99,12 +107,15 @@ def parse_junit(report: Path) -> Outcomes:
 
 
 def containers_left(label: str) -> list[str]:
-    """Containers of a suite run still there."""
+    """Containers of a suite run still there (removed now: the caller fails on them)."""
     out = subprocess.run(
         ["docker", "ps", "-aq", "--filter", f"label={LABEL}={label}"],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    return out.stdout.split()
+    left = out.stdout.split()
+    if left:
+        subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
+    return left
 
 
 def compare(outcomes: dict[str, Outcomes]) -> str:

@@ -51,6 +51,7 @@ class TestKernel(jkt.KernelTests):
 """
 
 
+@pytest.mark.timeout(900)
 def test_jupyter_kernel_test_passes_as_on_stock(docker_engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     pytest.importorskip("jupyter_kernel_test")  # in [dev]
     (tmp_path / "suite").mkdir()
