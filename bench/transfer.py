@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx2  # noqa: E402
 
-from kernel_sandbox.server.remote import RemoteSandbox  # noqa: E402
+from kernel_sandbox.client.remote import RemoteSandbox  # noqa: E402
 from kernel_sandbox.server.restart import remove_leftovers  # noqa: E402
 
 KEY = "bench-key"

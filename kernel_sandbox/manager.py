@@ -378,7 +378,7 @@ class SandboxManagerFactory:
     ) -> SandboxManager:
         """A new manager; use it with ``async with`` so its sandboxes are removed."""
         if kwargs.get("base_url") or manager_type == SandboxManagerType.HTTP:
-            from .server.http_manager import HttpSandboxManager
+            from .client.manager import HttpSandboxManager
 
             if not kwargs.get("base_url"):
                 raise ConfigError("an HTTP manager needs base_url='http://host:port'")

@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from .backends.base import KernelHost
 from .backends.factory import HostFactory
 from .config import SandboxConfig
+from .contexts import Context, KernelSpecInfo
 from .files import LIST_LIMIT, AsyncFiles
 from .kernel.client import OutputCallback
 from .kernel.connection import ConnectionInfo
@@ -281,10 +282,52 @@ class Sandbox:
         """The async sandbox this facade drives."""
         return self._inner
 
+    def run_code(
+        self,
+        code: str,
+        language: str | None = None,
+        *,
+        context: Context | str | None = None,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> Execution:
+        return run_sync(
+            self._inner.run_code(
+                code, language, context=context, timeout=timeout, on_output=on_output
+            )
+        )
+
     def run_python(
         self, code: str, timeout: float | None = None, on_output: OutputCallback | None = None
     ) -> Execution:
         return run_sync(self._inner.run_python(code, timeout, on_output))
+
+    @property
+    def default_context(self) -> Context:
+        return self._inner.default_context
+
+    def kernelspecs(self) -> dict[str, KernelSpecInfo]:
+        return run_sync(self._inner.kernelspecs())
+
+    def languages(self) -> list[str]:
+        return run_sync(self._inner.languages())
+
+    def list_contexts(self) -> list[Context]:
+        return self._inner.list_contexts()
+
+    def get_context(self, context_id: str) -> Context:
+        return self._inner.get_context(context_id)
+
+    def create_context(
+        self, language: str | None = None, *, kernel: str | None = None, cwd: str | None = None
+    ) -> Context:
+        return run_sync(self._inner.create_context(language, kernel=kernel, cwd=cwd))
+
+    def restart_context(self, context: Context | str) -> None:
+        return run_sync(self._inner.restart_context(context))
+
+    def remove_context(self, context: Context | str) -> None:
+        return run_sync(self._inner.remove_context(context))
 
     def run_shell(
         self,
@@ -310,8 +353,8 @@ class Sandbox:
     def warm_up(self) -> None:
         return run_sync(self._inner.warm_up())
 
-    def interrupt(self) -> None:
-        run_sync(self._inner.interrupt())
+    def interrupt(self, context: Context | str | None = None) -> None:
+        run_sync(self._inner.interrupt(context))
 
     def restart(self) -> None:
         return run_sync(self._inner.restart())
@@ -364,6 +407,9 @@ class Sandbox:
         **overrides: Any,
     ) -> Sandbox:
         return cls(run_sync(AsyncSandbox.resume(sandbox_id, store=store, host=host, **overrides)))
+
+    def detach(self) -> None:
+        return run_sync(self._inner.detach())
 
     def close(self) -> None:
         return run_sync(self._inner.close())

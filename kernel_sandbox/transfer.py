@@ -2,7 +2,7 @@
 
 A file larger than the host would like to hold moves through here: the sandbox side
 (:meth:`~kernel_sandbox.files.AsyncFiles.read_stream` / ``write_stream``, and the same
-methods of :class:`~kernel_sandbox.server.remote.RemoteFiles` over HTTP) hands on
+methods of :class:`~kernel_sandbox.client.remote.RemoteFiles` over HTTP) hands on
 pieces as they come, and the host side reads or writes its file a chunk at a time.
 :func:`upload_file` and :func:`download_file` are the one implementation of
 ``files.upload`` / ``files.download`` for both: a download goes to a temporary name

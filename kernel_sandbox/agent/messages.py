@@ -58,7 +58,7 @@ def system_prompt(
             "installed libraries (check with `import` if unsure)."
         )
     else:
-        from ..egress import describe_network
+        from ..network import describe_network
 
         lines.append(
             f"- {describe_network(network)} Prefer the installed libraries; install only "

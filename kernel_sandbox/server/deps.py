@@ -6,10 +6,10 @@ The dependencies are ``async def`` though they never wait: FastAPI runs a plain
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from ..errors import (
     CapacityError,
@@ -21,12 +21,24 @@ from ..errors import (
     SandboxError,
     SandboxFileNotFoundError,
     SandboxNotFoundError,
+    SnapshotError,
+    SnapshotNotFoundError,
 )
+from ..wire import dumps
 from .auth import principal_of
 from .settings import ServerSettings
 from .tenancy import Tenancy
 
-__all__ = ["Key", "Opts", "Ten", "error_response", "owner", "status_of", "tenancy"]
+__all__ = [
+    "Key",
+    "Opts",
+    "Ten",
+    "error_response",
+    "json_response",
+    "owner",
+    "status_of",
+    "tenancy",
+]
 
 
 async def tenancy(request: Request) -> Tenancy:
@@ -46,8 +58,10 @@ async def owner(request: Request) -> str:
 
 def status_of(exc: SandboxError) -> int:
     """The HTTP status that says what went wrong (the client's part or the server's)."""
-    if isinstance(exc, SandboxNotFoundError | SandboxFileNotFoundError):
+    if isinstance(exc, SandboxNotFoundError | SandboxFileNotFoundError | SnapshotNotFoundError):
         return 404
+    if isinstance(exc, SnapshotError):
+        return 409  # the sandbox's state cannot be saved or loaded as asked
     if isinstance(exc, CapacityError):
         return 429
     if isinstance(exc, ConfigError | FileOperationError | ImageError | SandboxClosedError):
@@ -55,6 +69,12 @@ def status_of(exc: SandboxError) -> int:
     if isinstance(exc, EngineUnavailableError):
         return 503
     return 502  # the sandbox failed (did not start, engine refused): not the server's bug
+
+
+def json_response(value: Any, status_code: int = 200) -> Response:
+    """A finished JSON response: what a hot route returns instead of a dict, so that
+    FastAPI neither walks it through ``jsonable_encoder`` nor validates it again."""
+    return Response(dumps(value), status_code, media_type="application/json")
 
 
 def error_response(request: Request, exc: Exception) -> JSONResponse:

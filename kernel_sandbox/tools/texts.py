@@ -33,7 +33,7 @@ def where_text(sandbox: AsyncSandbox) -> str:
 def limits_text(sandbox: AsyncSandbox, timeout: float, max_timeout: float) -> str:
     """Network, memory and timeout, in one or two sentences."""
     cfg = sandbox.config
-    from ..egress import describe_network  # what the sandbox's network= policy allows
+    from ..network import describe_network  # what the sandbox's network= policy allows
 
     network = describe_network(cfg.network)
     return (

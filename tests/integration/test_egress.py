@@ -16,7 +16,7 @@ import nbformat
 import pytest
 
 from kernel_sandbox.backends.docker import DockerHost
-from kernel_sandbox.egress import CONTAINER_EGRESS_DIR, RELAY_PORT, SandboxEgress
+from kernel_sandbox.backends.docker.egress import CONTAINER_EGRESS_DIR, RELAY_PORT, SandboxEgress
 from kernel_sandbox.notebook import NotebookRecorder
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.tools import ToolSet

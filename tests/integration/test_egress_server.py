@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import nbformat
 import pytest
 
+from kernel_sandbox.client.remote import RemoteSandbox
 from kernel_sandbox.server.auth import key_id
-from kernel_sandbox.server.remote import RemoteSandbox
 from tests.integration.serving import KEY_A, KEY_B, Server
 
 pytestmark = pytest.mark.integration

@@ -23,7 +23,7 @@ import httpx2
 import nbformat
 import pytest
 
-from kernel_sandbox.server.remote import RemoteSandbox
+from kernel_sandbox.client.remote import RemoteSandbox
 from tests.conftest import require
 from tests.integration.serving import KEY_A, KEY_B, Server
 

@@ -9,8 +9,8 @@ import os
 import pytest
 
 from kernel_sandbox import AsyncSandbox, Sandbox
+from kernel_sandbox.client.remote import RemoteSandbox
 from kernel_sandbox.errors import SandboxNotFoundError
-from kernel_sandbox.server.remote import RemoteSandbox
 from tests.integration.serving import KEY_A, KEY_B, Server
 
 pytestmark = pytest.mark.integration

@@ -10,8 +10,8 @@ import nbformat
 import pytest
 
 from kernel_sandbox import NotebookRecorder, SandboxManagerFactory, ToolSet
+from kernel_sandbox.client.remote import RemoteSandbox
 from kernel_sandbox.errors import SandboxFileNotFoundError
-from kernel_sandbox.server.remote import RemoteSandbox
 from tests.integration.serving import KEY_A, KEY_B, Server, client
 
 pytestmark = pytest.mark.integration

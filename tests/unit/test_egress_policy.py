@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from kernel_sandbox.config import SandboxConfig
-from kernel_sandbox.egress import (
+from kernel_sandbox.errors import ConfigError
+from kernel_sandbox.network import (
     EgressPolicy,
     PipSettings,
     build_policy,
@@ -14,8 +15,7 @@ from kernel_sandbox.egress import (
     parse_pattern,
     parse_pip_config,
 )
-from kernel_sandbox.egress.pipconf import PYPI_FILES_HOST, PYPI_INDEX
-from kernel_sandbox.errors import ConfigError
+from kernel_sandbox.network.pipconf import PYPI_FILES_HOST, PYPI_INDEX
 
 
 @pytest.mark.parametrize(
@@ -33,6 +33,11 @@ from kernel_sandbox.errors import ConfigError
         "fe80::1",
         "::ffff:127.0.0.1",
         "224.0.0.1",
+        "::7f00:1",  # IPv4-compatible 127.0.0.1
+        "64:ff9b::7f00:1",  # NAT64
+        "::ffff:0:7f00:1",  # IPv4-translated
+        "64:ff9b:1::a00:1",  # local-use NAT64
+        "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo
     ],
 )
 def test_special_addresses(address: str) -> None:
@@ -157,7 +162,7 @@ def test_network_option_of_the_cli() -> None:
 
 
 def test_a_servers_ceiling_lowers_what_a_client_asks_for() -> None:
-    from kernel_sandbox.egress.ceiling import cap_network, requested_network
+    from kernel_sandbox.network.ceiling import cap_network, requested_network
 
     assert requested_network({"network_enabled": True}) == "full"  # ms-enclave's default
     assert requested_network({"network": ["a.org"], "network_enabled": True}) == ["a.org"]

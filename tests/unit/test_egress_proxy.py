@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel_sandbox.egress import Decision, EgressLimits, EgressPolicy, EgressProxy
+from kernel_sandbox.backends.docker.egress import EgressLimits, EgressProxy
+from kernel_sandbox.network import Decision, EgressPolicy
 
 
 @dataclass

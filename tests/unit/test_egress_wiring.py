@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kernel_sandbox import rundirs
-from kernel_sandbox.egress import CONTAINER_EGRESS_DIR, SandboxEgress
+from kernel_sandbox.backends.docker.egress import CONTAINER_EGRESS_DIR, SandboxEgress
 from kernel_sandbox.errors import ConfigError
 
 

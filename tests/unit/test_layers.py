@@ -115,8 +115,8 @@ def cycles() -> set[frozenset[str]]:
 
 def test_the_import_graph_is_read_from_every_module() -> None:
     assert len(modules()) > 100
-    assert ("kernel_sandbox.server.remote", False) in imports("kernel_sandbox.sandbox")
-    assert all(t != "kernel_sandbox.server.remote" for t, _ in imports("kernel_sandbox.sync"))
+    assert ("kernel_sandbox.client.remote", False) in imports("kernel_sandbox.sandbox")
+    assert all(t != "kernel_sandbox.client.remote" for t, _ in imports("kernel_sandbox.sync"))
 
 
 def test_no_import_cycle_not_even_inside_functions() -> None:

@@ -25,7 +25,7 @@ def test_the_factory_makes_a_local_manager() -> None:
 
 
 def test_base_url_gives_an_http_manager_and_bad_types_say_what_to_do() -> None:
-    from kernel_sandbox.server.http_manager import HttpSandboxManager
+    from kernel_sandbox.client.manager import HttpSandboxManager
 
     manager = SandboxManagerFactory.create_manager(base_url="http://sandboxes:8000", api_key="k")
     assert isinstance(manager, HttpSandboxManager)

@@ -22,10 +22,16 @@ import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..errors import ConfigError
+from .pipconf import PipSettings, host_pip_settings
+
 __all__ = [
     "DEFAULT_PORTS",
+    "Decision",
     "EgressPolicy",
     "HostPattern",
+    "build_policy",
+    "describe_network",
     "is_special_address",
     "parse_pattern",
 ]
@@ -52,8 +58,12 @@ _SPECIAL = [
         "198.18.0.0/15",  # benchmarking
         "224.0.0.0/4",  # multicast
         "240.0.0.0/4",  # reserved, broadcast
-        "::/128",
-        "::1/128",
+        "::/96",  # unspecified, loopback, IPv4-compatible (::7f00:1 is 127.0.0.1)
+        "::ffff:0:0:0/96",  # IPv4-translated (::ffff:0:7f00:1)
+        "64:ff9b::/96",  # NAT64 (64:ff9b::7f00:1 reaches 127.0.0.1 through a NAT64)
+        "64:ff9b:1::/48",  # local-use NAT64
+        "100::/64",  # discard
+        "2001::/32",  # Teredo (embeds an IPv4 address)
         "fc00::/7",  # unique local
         "fe80::/10",  # link-local
         "fec0::/10",  # site-local
@@ -199,3 +209,53 @@ class EgressPolicy:
                     "not listed"
                 )
         return None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision of the proxy, as logged."""
+
+    at: float
+    host: str
+    port: int
+    allowed: bool
+    #: Why it was refused, or the address it went to.
+    detail: str
+    method: str = "CONNECT"
+
+
+def build_policy(network: str | list[str], pip: PipSettings | None = None) -> EgressPolicy:
+    """The policy of ``network="packages"`` or a list of patterns (``"packages"`` may be
+    one entry of the list).  ``ConfigError`` for a bad pattern."""
+    entries = [network] if isinstance(network, str) else list(network)
+    patterns: list[str] = []
+    for entry in entries:
+        if entry == "packages":
+            patterns += (pip or host_pip_settings()).index_patterns()
+        else:
+            patterns.append(entry)
+    label = network if isinstance(network, str) else "network=" + repr(list(network))
+    try:
+        return EgressPolicy.from_patterns(label, dict.fromkeys(patterns))
+    except ValueError as exc:
+        raise ConfigError(f"network: {exc}") from None
+
+
+def describe_network(network: str | list[str], pip: PipSettings | None = None) -> str:
+    """One sentence for a model or a person: what the sandbox's code may reach."""
+    if network == "none":
+        return "There is no network access: pip install and downloads will fail."
+    if network == "full":
+        return "Network access is enabled."
+    policy = build_policy(network, pip)
+    uses_packages = network == "packages" or "packages" in network
+    pip_line = (
+        " `pip install NAME` (or `%pip install NAME` in Python) installs from the package "
+        "index into your user site; the package imports in the next call."
+        if uses_packages
+        else ""
+    )
+    return (
+        f"Network access is limited to: {policy.allowed_text()} (through a proxy; other "
+        f"destinations get HTTP 403).{pip_line}"
+    )

@@ -1,6 +1,6 @@
 """Results on the wire: ``Execution``, ``CommandResult`` and ``FileInfo`` as JSON and back.
 
-The native API and :class:`~kernel_sandbox.server.remote.RemoteSandbox` share these, so
+The native API and :class:`~kernel_sandbox.client.remote.RemoteSandbox` share these, so
 a remote caller gets the very result types a local one does.
 """
 
@@ -10,16 +10,14 @@ import dataclasses
 from typing import Any
 
 import orjson
-from fastapi.responses import Response
 
-from ..results import CommandResult, Execution, ExecutionError, FileInfo
+from .results import CommandResult, Execution, ExecutionError, FileInfo
 
 __all__ = [
     "command_from",
     "dumps",
     "execution_from",
     "file_info_from",
-    "json_response",
     "to_json",
 ]
 
@@ -27,12 +25,6 @@ __all__ = [
 def dumps(value: Any) -> bytes:
     """JSON bytes of results, their dataclasses and nbformat outputs, at C speed."""
     return orjson.dumps(value)
-
-
-def json_response(value: Any, status_code: int = 200) -> Response:
-    """A finished JSON response: what a hot route returns instead of a dict, so that
-    FastAPI neither walks it through ``jsonable_encoder`` nor validates it again."""
-    return Response(dumps(value), status_code, media_type="application/json")
 
 
 def to_json(value: Execution | CommandResult | FileInfo) -> dict[str, Any]:

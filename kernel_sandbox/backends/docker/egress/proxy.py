@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from .policy import EgressPolicy
+from ....network.policy import Decision, EgressPolicy
 
 __all__ = ["Connector", "Decision", "EgressLimits", "EgressProxy", "Resolver"]
 
@@ -82,19 +82,6 @@ class EgressLimits:
     idle_timeout: float = 120.0
     #: Decisions kept in memory for :attr:`EgressProxy.decisions`.
     log_entries: int = 1000
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One decision of the proxy, as logged."""
-
-    at: float
-    host: str
-    port: int
-    allowed: bool
-    #: Why it was refused, or the address it went to.
-    detail: str
-    method: str = "CONNECT"
 
 
 async def _resolve(host: str, port: int) -> list[str]:

@@ -25,21 +25,19 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..errors import ConfigError, KernelError, SandboxError
-from ..threads import in_thread
-from .pipconf import PipSettings, host_pip_settings
-from .policy import EgressPolicy
-from .proxy import Decision, EgressLimits, EgressProxy
+from ....errors import ConfigError, KernelError, SandboxError
+from ....network.pipconf import PipSettings, host_pip_settings
+from ....network.policy import Decision, EgressPolicy, build_policy
+from ....threads import in_thread
+from .proxy import EgressLimits, EgressProxy
 
 if TYPE_CHECKING:
-    from ..backends.base import KernelHost
+    from ...base import KernelHost
 
 __all__ = [
     "CONTAINER_EGRESS_DIR",
     "RELAY_PORT",
     "SandboxEgress",
-    "build_policy",
-    "describe_network",
 ]
 
 #: Where the sandbox's egress directory is mounted (read-only) in the container.
@@ -54,43 +52,6 @@ _MAX_CA_BYTES = 16 * 1024**2
 _PENDING_REFUSALS = 50
 
 log = logging.getLogger(__name__)
-
-
-def build_policy(network: str | list[str], pip: PipSettings | None = None) -> EgressPolicy:
-    """The policy of ``network="packages"`` or a list of patterns (``"packages"`` may be
-    one entry of the list).  ``ConfigError`` for a bad pattern."""
-    entries = [network] if isinstance(network, str) else list(network)
-    patterns: list[str] = []
-    for entry in entries:
-        if entry == "packages":
-            patterns += (pip or host_pip_settings()).index_patterns()
-        else:
-            patterns.append(entry)
-    label = network if isinstance(network, str) else "network=" + repr(list(network))
-    try:
-        return EgressPolicy.from_patterns(label, dict.fromkeys(patterns))
-    except ValueError as exc:
-        raise ConfigError(f"network: {exc}") from None
-
-
-def describe_network(network: str | list[str], pip: PipSettings | None = None) -> str:
-    """One sentence for a model or a person: what the sandbox's code may reach."""
-    if network == "none":
-        return "There is no network access: pip install and downloads will fail."
-    if network == "full":
-        return "Network access is enabled."
-    policy = build_policy(network, pip)
-    uses_packages = network == "packages" or "packages" in network
-    pip_line = (
-        " `pip install NAME` (or `%pip install NAME` in Python) installs from the package "
-        "index into your user site; the package imports in the next call."
-        if uses_packages
-        else ""
-    )
-    return (
-        f"Network access is limited to: {policy.allowed_text()} (through a proxy; other "
-        f"destinations get HTTP 403).{pip_line}"
-    )
 
 
 def _relay_source() -> str:
@@ -133,7 +94,7 @@ class SandboxEgress:
 
     async def start(self) -> None:
         """Create the directory, copy the CA bundle, listen on the socket."""
-        from ..rundirs import claim  # the directory lives beside run dirs
+        from ....rundirs import claim  # the directory lives beside run dirs
 
         # `pip config list` runs once per process, never on the event loop
         self.pip = await in_thread(host_pip_settings)
@@ -239,7 +200,7 @@ class SandboxEgress:
 
     async def close(self) -> None:
         """Stop the proxy and remove the directory.  Safe twice."""
-        from ..rundirs import release
+        from ....rundirs import release
 
         if self.proxy is not None:
             await self.proxy.close()
