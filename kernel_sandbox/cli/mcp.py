@@ -39,11 +39,14 @@ def mcp(
     record: Path | None,
 ) -> None:
     """Serve one sandbox over MCP stdio; it starts on the first call, ends with the process."""
-    import anyio
-
+    from .._extras import require_extra
     from ..config import SandboxConfig
-    from ..mcp import StdioSandbox, build_mcp_server
-    from ..mcp.stdio import run_stdio
+
+    with require_extra("server", "kernel-sandbox mcp"):
+        import anyio
+
+        from ..mcp import StdioSandbox, build_mcp_server
+        from ..mcp.stdio import run_stdio
 
     if allow_network and network == "none":
         network = "full"

@@ -84,7 +84,12 @@ html = sb.run_code("from IPython.display import HTML, Markdown\n"
 out["formats"] = [[r.html, r.markdown, r.is_main_result] for r in html.results]
 out["env"] = sb.run_code("import os; os.environ.get('PER_CALL')", envs={"PER_CALL": "yes"}).text
 out["env_after"] = sb.run_code("import os; os.environ.get('PER_CALL')").text
+ctx = sb.create_code_context(cwd="/tmp")
+out["context"] = [sb.run_code("import os; os.getcwd()", context=ctx).text,
+                  sb.run_code("x", context=ctx).error.name]
 out["contexts"] = [c.language for c in sb.list_code_contexts()]
+sb.remove_code_context(ctx)
+out["contexts_after"] = len(sb.list_code_contexts())
 try:
     sb.run_code("import time; time.sleep(30)", timeout=2)
 except Exception as exc:
@@ -105,7 +110,10 @@ def test_run_code_keeps_state_streams_plots_and_errors(server: Server, e2b_pytho
     assert out["formats"] == [["<b>hi</b>", None, False], [None, "**md**", True]]
     assert out["env"] == "yes"
     assert out["env_after"] is None  # gone again after the call: no value to show
-    assert out["contexts"] == ["python"]
+    # a context is a kernel of its own in the same sandbox
+    assert out["context"] == ["/tmp", "NameError"]
+    assert out["contexts"] == ["python", "python"]
+    assert out["contexts_after"] == 1
     # the client's own timeout interrupted the cell; the kernel kept its variables
     assert out["timeout"] == "TimeoutException"
     assert out["after_timeout"] == "41"

@@ -32,7 +32,6 @@ from ..tenancy import Lease, Tenancy
 
 if TYPE_CHECKING:
     from .filesystem import Watcher
-    from .interpreter import Context
     from .process import Command
 
 __all__ = ["ENVD_PORT", "JUPYTER_PORT", "E2bRegistry", "E2bSandbox", "Unauthorized", "new_id"]
@@ -73,7 +72,6 @@ class E2bSandbox:
     started_at: float = field(default_factory=time.time)
     commands: dict[int, Command] = field(default_factory=dict)
     watchers: dict[str, Watcher] = field(default_factory=dict)
-    contexts: dict[str, Context] = field(default_factory=dict)
 
     def token_ok(self, given: str | None) -> bool:
         """Whether ``given`` is this sandbox's envd access token (constant time)."""
@@ -212,7 +210,6 @@ class E2bRegistry:
     async def pause(self, record: E2bSandbox) -> None:
         """Pause a running sandbox: commands and watchers end, its state is saved."""
         await self._stop_streams(record)
-        record.contexts.clear()
         await self.tenancy.durable.pause(self.tenancy.get(record.owner, record.id))
         record.paused = True
 
