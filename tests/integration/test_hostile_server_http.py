@@ -300,7 +300,10 @@ STREAM_MIB = 1
 
 def _stalled_stream(server: Server, sandbox: str) -> tuple[socket.socket, bytes]:
     """A ``?stream=true`` call whose reader reads the status line, then nothing more."""
-    code = f"for i in range({STREAM_MIB * 16}):\n    print('x' * 65535, flush=True)"
+    code = (  # then a pause, so the stream stays open past the reader's socket buffers
+        f"import time\nfor i in range({STREAM_MIB * 16}):\n    print('x' * 65535, flush=True)"
+        "\ntime.sleep(3)"
+    )
     body = json.dumps({"code": code}).encode()
     s = socket.create_connection(("127.0.0.1", server.port))
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
