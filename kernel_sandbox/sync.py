@@ -32,17 +32,19 @@ from typing import Any, TypeVar
 from .backends.base import KernelHost
 from .backends.factory import HostFactory
 from .config import SandboxConfig
+from .errors import ConfigError
 from .files import LIST_LIMIT, AsyncFiles
 from .kernel.client import OutputCallback
 from .kernel.connection import ConnectionInfo
 from .limits import MAX_SNAPSHOT_BYTES
+from .protocols import FilesLike, SandboxLike
 from .results import CommandResult, Execution, FileInfo
 from .sandbox import PING_TIMEOUT, AsyncSandbox
 from .snapshots import Restored, Snapshot, SnapshotStore
 from .threads import after_fork, in_thread
 from .transfer import AsyncReadStream
 
-__all__ = ["Files", "ReadStream", "Sandbox", "run_sync"]
+__all__ = ["Files", "ReadStream", "Sandbox", "as_async", "run_sync"]
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -98,7 +100,7 @@ def _twin_of(twin: type) -> Callable[[type[C]], type[C]]:
 class Files:
     """Blocking ``sandbox.files``; see :class:`~kernel_sandbox.files.AsyncFiles`."""
 
-    def __init__(self, files: AsyncFiles) -> None:
+    def __init__(self, files: FilesLike) -> None:
         self._files = files
 
     def read(self, path: str) -> bytes:
@@ -189,11 +191,21 @@ class Sandbox:
     """Blocking twin of :class:`~kernel_sandbox.sandbox.AsyncSandbox`.
 
     ``with Sandbox.create() as sb: sb.run_python("x = 1")``
+
+    It wraps any :class:`~kernel_sandbox.protocols.SandboxLike` (a
+    ``RemoteSandbox`` too: see :func:`kernel_sandbox.client.connect`); what only a
+    local sandbox has (``host``, ``labels``, ``connection_info``, snapshots) raises
+    ``ConfigError`` on a remote one.
     """
 
-    def __init__(self, inner: AsyncSandbox) -> None:
+    def __init__(self, inner: SandboxLike) -> None:
         self._inner = inner
         self.files = Files(inner.files)
+
+    def _local(self, what: str) -> AsyncSandbox:
+        if isinstance(self._inner, AsyncSandbox):
+            return self._inner
+        raise ConfigError(f"{what} exists only on a local sandbox, not on {self._inner!r}")
 
     @classmethod
     def create(
@@ -221,22 +233,6 @@ class Sandbox:
         )
         return cls(run_sync(adopted))
 
-    @classmethod
-    def connect(
-        cls,
-        url: str,
-        sandbox_id: str | None = None,
-        *,
-        api_key: str | None = None,
-        timeout: float = 600.0,
-    ) -> Sandbox:
-        """A blocking handle on a sandbox of a ``kernel-sandbox serve`` server; see
-        ``AsyncSandbox.connect``.  Python, shell, files, interrupt, restart and close
-        work as here; what only a local sandbox has (``host``, ``labels``,
-        ``connection_info``) does not exist on it."""
-        remote = run_sync(AsyncSandbox.connect(url, sandbox_id, api_key=api_key, timeout=timeout))
-        return cls(remote)  # type: ignore[arg-type]  # RemoteSandbox: AsyncSandbox's calls
-
     @property
     def id(self) -> str:
         """Short random id, also in the container's name and labels."""
@@ -257,7 +253,7 @@ class Sandbox:
 
     @property
     def connection_info(self) -> ConnectionInfo | None:
-        return self._inner.connection_info
+        return self._local("connection_info").connection_info
 
     @property
     def working_dir(self) -> str:
@@ -266,19 +262,19 @@ class Sandbox:
     @property
     def host(self) -> KernelHost:
         """The kernel host that runs this sandbox."""
-        return self._inner.host
+        return self._local("host").host
 
     @property
     def labels(self) -> dict[str, str]:
-        return self._inner.labels
+        return self._local("labels").labels
 
     @property
     def closed(self) -> bool:
         return self._inner.closed
 
     @property
-    def async_sandbox(self) -> AsyncSandbox:
-        """The async sandbox this facade drives."""
+    def async_sandbox(self) -> SandboxLike:
+        """The async sandbox this facade drives (an ``AsyncSandbox`` or a remote one)."""
         return self._inner
 
     def run_python(
@@ -299,7 +295,7 @@ class Sandbox:
         self._inner.check_open()
 
     def retire(self, why: str) -> None:
-        self._inner.retire(why)
+        self._local("retire").retire(why)
 
     def health(self) -> str | None:
         return run_sync(self._inner.health())
@@ -308,7 +304,7 @@ class Sandbox:
         return run_sync(self._inner.ping(timeout))
 
     def warm_up(self) -> None:
-        return run_sync(self._inner.warm_up())
+        return run_sync(self._local("warm_up").warm_up())
 
     def interrupt(self) -> None:
         run_sync(self._inner.interrupt())
@@ -322,7 +318,7 @@ class Sandbox:
     @property
     def restored(self) -> Restored | None:
         """What :meth:`restore` (or :meth:`resume`) brought back into this sandbox."""
-        return self._inner.restored
+        return self._local("restored").restored
 
     def snapshot(
         self,
@@ -334,7 +330,7 @@ class Sandbox:
         max_bytes: int = MAX_SNAPSHOT_BYTES,
     ) -> Snapshot:
         return run_sync(
-            self._inner.snapshot(name, exact, store=store, tmp=tmp, max_bytes=max_bytes)
+            self._local("snapshot").snapshot(name, exact, store=store, tmp=tmp, max_bytes=max_bytes)
         )
 
     @classmethod
@@ -349,10 +345,10 @@ class Sandbox:
         return cls(run_sync(AsyncSandbox.restore(snapshot, store=store, host=host, **overrides)))
 
     def fork(self, n: int, *, store: SnapshotStore | None = None) -> list[Sandbox]:
-        return [type(self)(s) for s in run_sync(self._inner.fork(n, store=store))]
+        return [type(self)(s) for s in run_sync(self._local("fork").fork(n, store=store))]
 
     def pause(self, *, store: SnapshotStore | None = None, tmp: bool = True) -> Snapshot:
-        return run_sync(self._inner.pause(store=store, tmp=tmp))
+        return run_sync(self._local("pause").pause(store=store, tmp=tmp))
 
     @classmethod
     def resume(
@@ -376,3 +372,8 @@ class Sandbox:
 
     def __repr__(self) -> str:
         return repr(self._inner).replace("AsyncSandbox", "Sandbox", 1)
+
+
+def as_async(sandbox: SandboxLike | Sandbox) -> SandboxLike:
+    """The async sandbox behind either API: what the recorder, the agent and replay drive."""
+    return sandbox.async_sandbox if isinstance(sandbox, Sandbox) else sandbox

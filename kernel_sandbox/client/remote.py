@@ -24,7 +24,7 @@ import posixpath
 import time
 from collections.abc import AsyncIterable, AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx2
@@ -40,6 +40,7 @@ from ..errors import (
 )
 from ..events import Listener, PythonExecuted, ShellExecuted, emit
 from ..files import LIST_LIMIT
+from ..kernel.client import OutputCallback
 from ..results import CommandResult, Execution, FileInfo
 from ..transfer import AsyncReadStream, download_file, upload_file
 from ..wire import command_from, execution_from, file_info_from
@@ -348,7 +349,7 @@ class RemoteSandbox:
     # -- python and shell --------------------------------------------------------------
 
     async def run_python(
-        self, code: str, timeout: float | None = None, on_output: Any = None
+        self, code: str, timeout: float | None = None, on_output: OutputCallback | None = None
     ) -> Execution:
         """Run code in the remote kernel; ``on_output`` sees outputs as they come."""
         wall = time.time()
@@ -443,3 +444,13 @@ _CREATE_FIELDS = {
     "network",
     "env_vars",
 }
+
+
+if TYPE_CHECKING:  # mypy holds the remote twins to the seams
+    from ..protocols import FilesLike, SandboxLike
+
+    def _is_sandbox_like(sandbox: RemoteSandbox) -> SandboxLike:
+        return sandbox
+
+    def _is_files_like(files: RemoteFiles) -> FilesLike:
+        return files

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field
 from .. import __version__
 from ..errors import ConfigError
 from ..manager import SandboxInfo, SandboxStatus
+from ..protocols import SandboxLike
 from ..tools.results import ToolResult
 from .deps import Key, Opts, Ten, json_response
 from .policy import TOOL_ALIASES, client_config
@@ -200,7 +201,7 @@ def _safe_member(target: str, name: str) -> str:
     return path
 
 
-async def _unpack(tar: tarfile.TarFile, sandbox: Any, target: str) -> None:
+async def _unpack(tar: tarfile.TarFile, sandbox: SandboxLike, target: str) -> None:
     try:
         members = tar.getmembers()
     except (tarfile.TarError, EOFError) as exc:

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..events import Event
 from ..notebook.recorder import NotebookRecorder
+from ..protocols import SandboxLike
 
 __all__ = ["OffLoopRecorder", "record_sandbox"]
 
@@ -57,7 +58,7 @@ class OffLoopRecorder:
 
 
 def record_sandbox(
-    sandbox: Any,
+    sandbox: SandboxLike,
     path: Path,
     title: str,
     metadata: dict[str, Any],
