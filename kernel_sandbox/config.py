@@ -115,6 +115,14 @@ class SandboxConfig(BaseModel):
             raise ConfigError(describe_invalid(exc, type(self).__name__)) from exc
 
     image: str = DEFAULT_IMAGE
+    kernel: str = Field(
+        default="python3",
+        pattern=r"^[A-Za-z0-9._-]{1,64}$",
+        description=(
+            "The kernelspec the sandbox's default kernel runs, by name in the image "
+            "('python3', 'ir', 'deno', 'bash', ...; `kernel-sandbox images` lists them)."
+        ),
+    )
     network: Literal["none", "packages", "full"] | list[str] = Field(
         default="none",
         description=(

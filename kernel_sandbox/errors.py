@@ -16,6 +16,7 @@ caller and for failures of the machinery underneath::
     │   └── ContainerRemovedError        the container is gone (removed from outside)
     ├── SandboxNotFoundError(KeyError)   unknown sandbox id (manager API)
     ├── KernelError                      the kernel could not be reached or restarted
+    ├── ContextNotFoundError(KeyError)   unknown context id in a sandbox
     ├── SnapshotError                    a snapshot cannot be made, stored or restored
     │   └── SnapshotNotFoundError(KeyError)  no such snapshot (for this owner)
     ├── NotebookError(ValueError)        a notebook file cannot be read or is not valid
@@ -36,6 +37,7 @@ __all__ = [
     "ConfigError",
     "ContainerRemovedError",
     "ContainerStoppedError",
+    "ContextNotFoundError",
     "EngineUnavailableError",
     "FileOperationError",
     "ImageError",
@@ -108,6 +110,13 @@ class SandboxNotFoundError(SandboxError, KeyError):
 
 class KernelError(SandboxError):
     """The kernel could not be reached, interrupted or restarted."""
+
+
+class ContextNotFoundError(SandboxError, KeyError):
+    """The sandbox has no context (kernel) with this id."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; we want the sentence
+        return str(self.args[0]) if self.args else "context not found"
 
 
 class SnapshotError(SandboxError):

@@ -20,6 +20,8 @@ __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",
     "KERNEL_ARGS_MAX",
     "KERNEL_ENV_MAX_BYTES",
+    "MAX_CONTEXTS",
+    "MAX_KERNELSPECS_BYTES",
     "MAX_SNAPSHOT_BYTES",
     "MAX_SNAPSHOT_FILES",
     "MAX_SNAPSHOT_REPORT_BYTES",
@@ -35,6 +37,11 @@ __all__ = [
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024**2
 #: ``SandboxConfig.max_file_bytes`` by default: a file read is held whole in memory.
 DEFAULT_MAX_FILE_BYTES = 100 * 1024**2
+#: Contexts (kernels) a sandbox may run beside its own: each is a kernel process within
+#: the sandbox's memory limit, and each holds a session (sockets, a reader) on the host.
+MAX_CONTEXTS = 8
+#: Bytes of the image's kernelspec listing the host reads (a few hundred per kernel).
+MAX_KERNELSPECS_BYTES = 64 * 1024
 #: Arguments a Jupyter client's ``extra_arguments`` may give a sandboxed kernel (each at
 #: most 4 KiB); more are refused, with a warning in the client's log.
 KERNEL_ARGS_MAX = 64
@@ -137,3 +144,30 @@ class HeadTail:
         newline = b"" if self._head.endswith(b"\n") else b"\n"
         notice = cap_notice(self.dropped, self.dropped_lines, self.limit).encode()
         return bytes(self._head) + newline + notice + tail
+
+
+# -- the E2B-compatible API (kernel_sandbox.server.e2b) -------------------------------
+#: Seconds an E2B sandbox may be given to live (create, connect, set_timeout); longer
+#: asks are clamped (E2B's own cloud allows 24 hours).
+E2B_MAX_TIMEOUT = 24 * 3600.0
+#: Commands (envd ``process.Start``) that may run at once in one E2B sandbox; each holds
+#: one process beside the kernel and one host thread reading it.
+E2B_MAX_PROCESSES = 32
+#: Directory watchers (``WatchDir`` and ``CreateWatcher``) one E2B sandbox may hold.
+E2B_MAX_WATCHERS = 16
+#: Events a non-streaming watcher keeps until ``GetWatcherEvents`` takes them; older
+#: events are dropped past this.
+E2B_WATCHER_EVENTS = 1000
+#: Bytes of one frame from an in-sandbox helper (a 64 KiB output chunk, an event, a
+#: listing record); a larger frame ends the helper: it is not ours.
+E2B_MAX_FRAME = 1 << 20
+#: Output frames of one command buffered for one slow subscriber before it waits.
+E2B_SUBSCRIBER_QUEUE = 64
+#: Entries ``ListDir`` returns at most (all depths together); more is refused.
+E2B_LIST_LIMIT = 10_000
+#: Deepest ``ListDir`` depth honoured (deeper asks are clamped).
+E2B_MAX_DEPTH = 32
+#: Files one multipart ``POST /files`` may carry.
+E2B_MAX_UPLOAD_FILES = 100
+#: Code-interpreter contexts (each its own kernel) one E2B sandbox may have.
+E2B_MAX_CONTEXTS = 8

@@ -9,14 +9,14 @@ replay and the sync facade take a ``SandboxLike``, so each works on either.
 :class:`~kernel_sandbox.client.HttpSandboxManager`.
 
 What only a local sandbox has — its kernel host, its labels, the connection file of its
-kernel, snapshots, adoption — is not part of the seam: code that needs it asks for an
-``AsyncSandbox``.  mypy checks that every implementation satisfies its protocol (see
-``tests/unit/test_protocols.py``).
+kernel, its extra kernels (contexts), adoption — is not part of the seam: code that
+needs it asks for an ``AsyncSandbox``.  mypy checks that every implementation satisfies
+its protocol (an ``if TYPE_CHECKING:`` check at the end of each implementing module).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+from collections.abc import AsyncIterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .kernel.client import OutputCallback
     from .manager_models import SandboxInfo, SandboxStatus, SandboxType
     from .results import CommandResult, Execution, FileInfo
+    from .snapshots import Snapshot, SnapshotStore
     from .tools.results import ToolResult
     from .transfer import AsyncReadStream
 
@@ -136,6 +137,26 @@ class SandboxLike(Protocol):
 
     async def close(self) -> None:
         """Remove the sandbox.  Safe twice."""
+
+    async def detach(self) -> None:
+        """Let go of the sandbox without removing it (it runs on, to be adopted)."""
+
+    async def snapshot(
+        self,
+        name: str | None = None,
+        exact: bool | None = None,
+        *,
+        store: SnapshotStore | None = None,
+        tmp: bool = False,
+        max_bytes: int = ...,
+    ) -> Snapshot:
+        """Save the sandbox's state (it runs on); see ``AsyncSandbox.snapshot``."""
+
+    async def fork(self, n: int, *, store: SnapshotStore | None = None) -> Sequence[SandboxLike]:
+        """``n`` new sandboxes, each restored from a snapshot of this one."""
+
+    async def pause(self, *, store: SnapshotStore | None = None, tmp: bool = True) -> Snapshot:
+        """Snapshot, then stop the sandbox; ``resume`` with its id brings it back."""
 
     async def __aenter__(self) -> Self: ...
     async def __aexit__(self, *exc_info: object) -> None: ...

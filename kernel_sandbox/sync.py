@@ -32,6 +32,7 @@ from typing import Any, TypeVar
 from .backends.base import KernelHost
 from .backends.factory import HostFactory
 from .config import SandboxConfig
+from .contexts import Context, KernelSpecInfo
 from .errors import ConfigError
 from .files import LIST_LIMIT, AsyncFiles
 from .kernel.client import OutputCallback
@@ -194,7 +195,7 @@ class Sandbox:
 
     It wraps any :class:`~kernel_sandbox.protocols.SandboxLike` (a
     ``RemoteSandbox`` too: see :func:`kernel_sandbox.client.connect`); what only a
-    local sandbox has (``host``, ``labels``, ``connection_info``, snapshots) raises
+    local sandbox has (``host``, ``labels``, ``connection_info``, contexts) raises
     ``ConfigError`` on a remote one.
     """
 
@@ -277,10 +278,54 @@ class Sandbox:
         """The async sandbox this facade drives (an ``AsyncSandbox`` or a remote one)."""
         return self._inner
 
+    def run_code(
+        self,
+        code: str,
+        language: str | None = None,
+        *,
+        context: Context | str | None = None,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> Execution:
+        return run_sync(
+            self._local("run_code").run_code(
+                code, language, context=context, timeout=timeout, on_output=on_output
+            )
+        )
+
     def run_python(
         self, code: str, timeout: float | None = None, on_output: OutputCallback | None = None
     ) -> Execution:
         return run_sync(self._inner.run_python(code, timeout, on_output))
+
+    @property
+    def default_context(self) -> Context:
+        return self._local("default_context").default_context
+
+    def kernelspecs(self) -> dict[str, KernelSpecInfo]:
+        return run_sync(self._local("kernelspecs").kernelspecs())
+
+    def languages(self) -> list[str]:
+        return run_sync(self._local("languages").languages())
+
+    def list_contexts(self) -> list[Context]:
+        return self._local("list_contexts").list_contexts()
+
+    def get_context(self, context_id: str) -> Context:
+        return self._local("get_context").get_context(context_id)
+
+    def create_context(
+        self, language: str | None = None, *, kernel: str | None = None, cwd: str | None = None
+    ) -> Context:
+        return run_sync(
+            self._local("create_context").create_context(language, kernel=kernel, cwd=cwd)
+        )
+
+    def restart_context(self, context: Context | str) -> None:
+        return run_sync(self._local("restart_context").restart_context(context))
+
+    def remove_context(self, context: Context | str) -> None:
+        return run_sync(self._local("remove_context").remove_context(context))
 
     def run_shell(
         self,
@@ -306,8 +351,12 @@ class Sandbox:
     def warm_up(self) -> None:
         return run_sync(self._local("warm_up").warm_up())
 
-    def interrupt(self) -> None:
-        run_sync(self._inner.interrupt())
+    def interrupt(self, context: Context | str | None = None) -> None:
+        run_sync(
+            self._inner.interrupt()
+            if context is None
+            else self._local("interrupt(context=)").interrupt(context)
+        )
 
     def restart(self) -> None:
         return run_sync(self._inner.restart())
@@ -330,7 +379,7 @@ class Sandbox:
         max_bytes: int = MAX_SNAPSHOT_BYTES,
     ) -> Snapshot:
         return run_sync(
-            self._local("snapshot").snapshot(name, exact, store=store, tmp=tmp, max_bytes=max_bytes)
+            self._inner.snapshot(name, exact, store=store, tmp=tmp, max_bytes=max_bytes)
         )
 
     @classmethod
@@ -345,10 +394,10 @@ class Sandbox:
         return cls(run_sync(AsyncSandbox.restore(snapshot, store=store, host=host, **overrides)))
 
     def fork(self, n: int, *, store: SnapshotStore | None = None) -> list[Sandbox]:
-        return [type(self)(s) for s in run_sync(self._local("fork").fork(n, store=store))]
+        return [type(self)(s) for s in run_sync(self._inner.fork(n, store=store))]
 
     def pause(self, *, store: SnapshotStore | None = None, tmp: bool = True) -> Snapshot:
-        return run_sync(self._local("pause").pause(store=store, tmp=tmp))
+        return run_sync(self._inner.pause(store=store, tmp=tmp))
 
     @classmethod
     def resume(
@@ -360,6 +409,9 @@ class Sandbox:
         **overrides: Any,
     ) -> Sandbox:
         return cls(run_sync(AsyncSandbox.resume(sandbox_id, store=store, host=host, **overrides)))
+
+    def detach(self) -> None:
+        return run_sync(self._inner.detach())
 
     def close(self) -> None:
         return run_sync(self._inner.close())

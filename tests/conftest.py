@@ -13,6 +13,17 @@ IN_CI = bool(os.environ.get("CI"))
 TEST_LABEL = {"kernel-sandbox.test": "1"}
 #: A virtualenv of ms-enclave's own client (made once, reused across runs and tiers).
 ENCLAVE_VENV = Path(os.environ.get("KS_ENCLAVE_VENV", "/tmp/ks-venvs/enclave-0.0.8"))
+#: A virtualenv of E2B's own SDKs and what their test suites need (made once, reused).
+E2B_VENV = Path(os.environ.get("KS_E2B_VENV", "/tmp/ks-venvs/e2b-2.63"))
+#: What that virtualenv holds: E2B's SDK and code interpreter, and their suites' runners.
+E2B_PACKAGES = (
+    "e2b==2.63.*",
+    "e2b-code-interpreter==2.11.*",
+    "pytest>=8",
+    "pytest-asyncio>=1.0",
+    "pytest-timeout>=2.2",
+    "python-dotenv>=1.0",
+)
 
 
 def require(condition: bool, reason: str) -> None:
@@ -49,4 +60,26 @@ def enclave_python() -> Path:
         timeout=600,
     )
     require(pip.returncode == 0, f"cannot install ms-enclave: {pip.stderr.decode()[-800:]}")
+    return python
+
+
+@pytest.fixture(scope="session")
+def e2b_python() -> Path:
+    """The interpreter of a virtualenv with E2B's SDKs from PyPI (made once).
+
+    ``e2b`` and ``e2b-code-interpreter`` drive our server from there, unmodified and
+    with their own dependencies; they are never a dependency of the package.
+    """
+    python = E2B_VENV / "bin" / "python"
+    check = [str(python), "-c", "import e2b_code_interpreter, pytest_asyncio, dotenv"]
+    if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
+        return python
+    made = subprocess.run([sys.executable, "-m", "venv", str(E2B_VENV)], capture_output=True)
+    require(made.returncode == 0, f"cannot make a virtualenv: {made.stderr.decode()[-500:]}")
+    pip = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", *E2B_PACKAGES],
+        capture_output=True,
+        timeout=600,
+    )
+    require(pip.returncode == 0, f"cannot install E2B's SDKs: {pip.stderr.decode()[-800:]}")
     return python

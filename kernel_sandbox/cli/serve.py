@@ -31,6 +31,17 @@ def _key_networks(items: tuple[str, ...], keys: tuple[str, ...]) -> dict[str, st
     return found
 
 
+def _templates(items: tuple[str, ...]) -> dict[str, str]:
+    """``NAME=IMAGE`` options as a mapping."""
+    found = {}
+    for item in items:
+        name, sep, image = item.partition("=")
+        if not sep or not name or not image:
+            raise click.BadParameter(f"{item!r}: give NAME=IMAGE", param_hint="--e2b-template")
+        found[name] = image
+    return found
+
+
 def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ...]:
     """Keys from the options, a file (one per line, ``#`` comments) and the environment."""
     keys = list(api_keys)
@@ -116,6 +127,28 @@ def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ..
     help="Seconds a recorded step may wait before its notebook is rewritten (steps in "
     "between coalesce; 0: on every step, on the request path).",
 )
+@click.option(
+    "--pause-after",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds unused before a sandbox is paused (snapshot, container removed); the "
+    "next call resumes it under the same id. Default: never.",
+)
+@click.option(
+    "--snapshot-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where snapshots and paused sandboxes are kept (a volume; they survive a "
+    "restart). Default: $KERNEL_SANDBOX_SNAPSHOTS, else snapshots/server.",
+)
+@click.option(
+    "--e2b-template",
+    "e2b_templates",
+    multiple=True,
+    metavar="NAME=IMAGE",
+    help="An E2B template the E2B API (/e2b) starts as IMAGE (repeatable); 'base' and "
+    "'code-interpreter-v1' are the default image unless named.",
+)
 @click.option("--no-mcp", is_flag=True, help="Do not serve MCP at /mcp.")
 def serve(
     host: str,
@@ -140,6 +173,9 @@ def serve(
     on_restart: str,
     record_dir: Path,
     record_flush_delay: float,
+    pause_after: float | None,
+    snapshot_dir: Path | None,
+    e2b_templates: tuple[str, ...],
     no_mcp: bool,
 ) -> None:
     """Serve sandboxes over HTTP: ms-enclave's REST API, /v1 (streaming) and MCP at /mcp."""
@@ -172,7 +208,11 @@ def serve(
         on_restart=on_restart,  # type: ignore[arg-type]
         record_dir=record_dir,
         record_flush_delay=record_flush_delay,
+        pause_after=pause_after,
+        e2b_templates=_templates(e2b_templates),
     )
+    if snapshot_dir is not None:
+        settings = settings.model_copy(update={"snapshot_dir": snapshot_dir})
     settings.check_bind()
     click.echo(
         f"kernel-sandbox serving on http://{host}:{port} "

@@ -39,5 +39,5 @@ def connect(
 ) -> Sandbox:
     """Blocking :func:`aconnect`: a :class:`~kernel_sandbox.Sandbox` whose calls go to the
     server; what only a local sandbox has (``host``, ``labels``, ``connection_info``,
-    snapshots) raises ``ConfigError``."""
+    contexts) raises ``ConfigError``."""
     return Sandbox(run_sync(aconnect(url, sandbox_id, api_key=api_key, timeout=timeout)))

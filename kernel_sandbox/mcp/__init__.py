@@ -1,7 +1,8 @@
 """The MCP server: run Python (state kept), run shell, file operations, for any MCP client.
 
 ``kernel-sandbox mcp`` serves one sandbox over stdio; ``kernel-sandbox serve`` mounts
-the same tools at ``/mcp`` (streamable HTTP), a sandbox per MCP session.
+the same tools at ``/mcp`` (streamable HTTP): sandboxes named by id, per MCP session,
+or per API key for session-less calls.
 """
 
 from .server import build_mcp_server

@@ -1,7 +1,9 @@
 """The MCP tools, on the official SDK's ``MCPServer``: a thin layer over the sandbox API.
 
 Tools: ``run_python`` (the kernel keeps state across calls), ``run_shell``,
-``read_file``, ``write_file``, ``list_files``, ``restart_kernel``.  Every tool returns
+``read_file``, ``write_file``, ``list_files``, ``restart_kernel``, and over HTTP
+``create_sandbox`` / ``close_sandbox`` (a sandbox a client names by id across
+session-less calls).  Every tool returns
 its own ``CallToolResult``: plots come back as PNG ``ImageContent`` next to the text,
 failures as ``isError`` results carrying the traceback or the reason.
 """
@@ -12,12 +14,12 @@ from typing import Annotated, Any
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp.types import CallToolResult
+from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
 from ..errors import SandboxError
 from .results import error_result, execution_result, shell_result, text_result
-from .sessions import SandboxSource
+from .sessions import NamedSandboxes, SandboxSource
 
 __all__ = ["build_mcp_server"]
 
@@ -27,16 +29,24 @@ INSTRUCTIONS = (
     "directory is /sandbox. Plots (matplotlib) come back as images."
 )
 
+NAMED = (
+    " To keep a sandbox of your own, call create_sandbox once and pass the sandbox_id it "
+    "returns to every other tool; calls without one share your API key's default sandbox."
+)
 SandboxId = Annotated[
     str | None,
-    Field(description="Run in this sandbox of your API key (HTTP only); default: the session's."),
+    Field(
+        description="Run in this sandbox of your API key (one create_sandbox returned; HTTP "
+        "only). Default: the MCP session's sandbox, else the key's default sandbox."
+    ),
 ]
 Timeout = Annotated[float | None, Field(description="Seconds before the call is interrupted.")]
 
 
 def build_mcp_server(source: SandboxSource, *, max_timeout: float = 600.0) -> MCPServer:
     """An MCP server whose tools run in the sandboxes ``source`` hands out."""
-    mcp = MCPServer("kernel-sandbox", instructions=INSTRUCTIONS)
+    named = isinstance(source, NamedSandboxes)
+    mcp = MCPServer("kernel-sandbox", instructions=INSTRUCTIONS + (NAMED if named else ""))
 
     def clamp(timeout: float | None) -> float | None:
         return None if timeout is None or timeout <= 0 else min(timeout, max_timeout)
@@ -106,4 +116,33 @@ def build_mcp_server(source: SandboxSource, *, max_timeout: float = 600.0) -> MC
 
         return await guarded(ctx, sandbox_id, call)
 
+    if isinstance(source, NamedSandboxes):
+        _add_named_tools(mcp, source)
     return mcp
+
+
+def _add_named_tools(mcp: MCPServer, source: NamedSandboxes) -> None:
+    """``create_sandbox`` and ``close_sandbox``: state across session-less calls."""
+
+    @mcp.tool(
+        description="Start a new sandbox of your own and return its sandbox_id. Pass it to "
+        "run_python and the other tools to keep your variables and files across calls; "
+        "close_sandbox removes it (idle sandboxes are removed by the server too)."
+    )
+    async def create_sandbox(ctx: Context) -> CallToolResult:
+        try:
+            sandbox_id = await source.create(ctx)
+        except (SandboxError, OSError, ValueError) as exc:
+            return error_result(f"{type(exc).__name__}: {exc}")
+        return CallToolResult(
+            content=[TextContent(type="text", text=sandbox_id)],
+            structured_content={"sandbox_id": sandbox_id},
+        )
+
+    @mcp.tool(description="Remove a sandbox create_sandbox made: its variables and files go.")
+    async def close_sandbox(sandbox_id: str, ctx: Context) -> CallToolResult:
+        try:
+            await source.remove(ctx, sandbox_id)
+        except (SandboxError, LookupError, OSError) as exc:
+            return error_result(f"{type(exc).__name__}: {exc}")
+        return text_result(f"sandbox {sandbox_id} was removed")

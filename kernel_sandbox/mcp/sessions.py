@@ -1,9 +1,12 @@
 """Which sandbox an MCP tool call runs in.
 
 Over stdio one process is one sandbox (:class:`StdioSandbox`), started on the first
-call.  Over HTTP (:class:`SessionSandboxes`) each MCP session gets its own sandbox from
-the server's tenancy, owned by the caller's API key, or a call names a ``sandbox_id``
-the key owns.  Every sandbox is recorded as a notebook.
+call.  Over HTTP (:class:`SessionSandboxes`) a call names a ``sandbox_id`` its key owns
+(one that ``create_sandbox`` returned), else it runs in its MCP session's sandbox —
+and protocol 2026-07-28 has no sessions: every call arrives on its own, so a call
+without a session and without an id runs in the *key's* MCP sandbox, one per API key,
+kept across calls.  Sandboxes come from the server's tenancy, so its per-key cap and
+idle reaping clean them up.  Every sandbox is recorded as a notebook.
 """
 
 from __future__ import annotations
@@ -13,13 +16,17 @@ import contextlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..config import SandboxConfig
 from ..notebook.recorder import NotebookRecorder, new_session_path
 from ..sandbox import AsyncSandbox
 
-__all__ = ["SandboxSource", "SessionSandboxes", "StdioSandbox"]
+__all__ = ["KEY_SANDBOX", "NamedSandboxes", "SandboxSource", "SessionSandboxes", "StdioSandbox"]
+
+#: What stands for the MCP session of a call that has none (protocol 2026-07-28):
+#: such calls share their API key's MCP sandbox.
+KEY_SANDBOX = "(no MCP session: the key's sandbox)"
 
 
 class SandboxSource(Protocol):
@@ -28,6 +35,15 @@ class SandboxSource(Protocol):
     def sandbox(
         self, ctx: Any, sandbox_id: str | None
     ) -> contextlib.AbstractAsyncContextManager[AsyncSandbox]: ...
+
+
+@runtime_checkable
+class NamedSandboxes(SandboxSource, Protocol):
+    """A source whose callers may start and remove sandboxes of their own by id."""
+
+    async def create(self, ctx: Any) -> str: ...
+
+    async def remove(self, ctx: Any, sandbox_id: str) -> None: ...
 
 
 def default_record_dir() -> Path:
@@ -70,7 +86,7 @@ class StdioSandbox:
 
 
 class SessionSandboxes:
-    """A sandbox per MCP session over HTTP, from the server's tenancy."""
+    """Sandboxes of the server's tenancy for MCP over HTTP: named, per session, per key."""
 
     def __init__(self, tenancy: Any, keyring: Any) -> None:
         self.tenancy = tenancy
@@ -86,14 +102,28 @@ class SessionSandboxes:
             raise PermissionError("missing or wrong API key")
         return str(owner)
 
-    @contextlib.asynccontextmanager
-    async def sandbox(self, ctx: Any, sandbox_id: str | None) -> AsyncIterator[AsyncSandbox]:
-        """The named sandbox of the caller's key, else this MCP session's own."""
+    async def _new(self, owner: str, **metadata: str) -> str:
         from ..server.policy import client_config
 
+        cfg, notes = client_config({}, self.tenancy.settings)
+        lease = await self.tenancy.create(owner, cfg, "docker", notes)
+        lease.recorder.set_metadata(**metadata)
+        return str(lease.id)
+
+    async def create(self, ctx: Any) -> str:
+        """A new sandbox of the caller's key (the ``create_sandbox`` tool)."""
+        return await self._new(self._owner(ctx), mcp_session="create_sandbox")
+
+    async def remove(self, ctx: Any, sandbox_id: str) -> None:
+        """Remove a sandbox of the caller's key (another key's is unknown to it)."""
+        await self.tenancy.delete(self._owner(ctx), sandbox_id)
+
+    @contextlib.asynccontextmanager
+    async def sandbox(self, ctx: Any, sandbox_id: str | None) -> AsyncIterator[AsyncSandbox]:
+        """The named sandbox of the caller's key, else its MCP session's, else the key's."""
         owner = self._owner(ctx)
         if not sandbox_id:
-            session = str((ctx.headers or {}).get("mcp-session-id") or id(ctx.session))
+            session = str((ctx.headers or {}).get("mcp-session-id") or KEY_SANDBOX)
             async with self._lock:
                 sandbox_id = self._by_session.get((owner, session))
                 live = {lease.id for lease in self.tenancy.owned(owner)}
@@ -101,9 +131,7 @@ class SessionSandboxes:
                     for known, sid in list(self._by_session.items()):  # sessions that ended
                         if known[0] == owner and sid not in live:
                             del self._by_session[known]
-                    cfg, notes = client_config({}, self.tenancy.settings)
-                    lease = await self.tenancy.create(owner, cfg, "docker", notes)
-                    lease.recorder.set_metadata(mcp_session=session)
-                    sandbox_id = self._by_session[(owner, session)] = lease.id
+                    sandbox_id = await self._new(owner, mcp_session=session)
+                    self._by_session[(owner, session)] = sandbox_id
         async with self.tenancy.use(owner, sandbox_id) as lease:
             yield lease.sandbox

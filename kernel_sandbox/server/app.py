@@ -1,8 +1,9 @@
 """The ASGI application of ``kernel-sandbox serve``.
 
 Layers, outermost first: the API-key check (every path, ``/docs`` and ``/mcp``
-included), the body caps (413), then FastAPI with ms-enclave's routes, the native
-``/v1`` routes and MCP's streamable HTTP endpoint at ``/mcp``.  The lifespan starts
+included; calls into an E2B sandbox carry its access token instead), the body caps
+(413), then FastAPI with ms-enclave's routes, the native ``/v1`` routes, E2B's API
+under ``/e2b`` and MCP's streamable HTTP endpoint at ``/mcp``.  The lifespan starts
 the tenancy (restart policy, pool, idle reaper) and MCP's session manager, and on a
 graceful stop removes every sandbox.
 """
@@ -22,7 +23,7 @@ from starlette.types import ASGIApp
 
 from .. import __version__
 from ..errors import SandboxError
-from . import enclave, live, native
+from . import e2b, enclave, live, native, snapshots
 from .auth import AuthMiddleware, Keyring
 from .deps import error_response
 from .limits import BodyLimitMiddleware
@@ -43,6 +44,7 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
     """The whole server as one ASGI app (wrapped in auth and size limits)."""
     tenancy = Tenancy(settings)
     keyring = Keyring(settings.api_keys)
+    e2b_registry = e2b.make_registry(tenancy, settings)
     mcp_server: Any = None
     if mcp:
         from ..mcp import SessionSandboxes, build_mcp_server
@@ -60,6 +62,7 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await tenancy.start()
+        e2b_registry.start()
         try:
             if mcp_server is not None:
                 async with mcp_server.session_manager.run():
@@ -67,6 +70,7 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
             else:
                 yield
         finally:
+            await e2b_registry.stop()
             await tenancy.stop()
 
     app = FastAPI(
@@ -88,12 +92,17 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
 
     app.state.tenancy = tenancy
     app.state.settings = settings
+    app.state.e2b = e2b_registry
     app.add_exception_handler(SandboxError, error_response)
     app.add_exception_handler(Exception, _unexpected)
     app.include_router(enclave.router)
     app.include_router(native.router)
+    app.include_router(snapshots.router)
     app.include_router(live.router)
+    for router in e2b.routers:
+        app.include_router(router)
+    app.mount(e2b.SANDBOX_PREFIX.rstrip("/"), e2b.EnvdApp(e2b_registry, settings.max_request_bytes))
     if mcp_server is not None:
         app.router.routes.extend(mcp_routes)
     limited = BodyLimitMiddleware(app, settings.max_request_bytes, settings.max_upload_bytes)
-    return AuthMiddleware(limited, keyring)
+    return AuthMiddleware(limited, keyring, token_paths=(e2b.SANDBOX_PREFIX,))

@@ -6,7 +6,10 @@ accepts it; it lets a browser open ``/docs?api_key=...``), or the ``ks_api_key``
 that ``/ui?api_key=...`` sets (HttpOnly, SameSite=Strict) for the live page.  The key id (a hash
 prefix) is what the server stores in labels, notebook paths and logs: never the key.
 The check is an ASGI middleware in front of *everything* (``/docs``,
-``/openapi.json`` and ``/mcp`` included), so no route can forget it.
+``/openapi.json`` and ``/mcp`` included), so no route can forget it.  The one
+exception is named when the app is built: calls *into* an E2B sandbox
+(``/e2b/sandbox/...``) carry E2B's per-sandbox envd access token instead of a key,
+and :mod:`.e2b.state` checks that token on every one of them.
 """
 
 from __future__ import annotations
@@ -101,12 +104,16 @@ def principal_of(scope: Scope) -> str:
 class AuthMiddleware:
     """Answers 401 to any HTTP or WebSocket request without a valid key."""
 
-    def __init__(self, app: ASGIApp, keyring: Keyring) -> None:
+    def __init__(self, app: ASGIApp, keyring: Keyring, token_paths: tuple[str, ...] = ()) -> None:
         self.app = app
         self.keyring = keyring
+        #: Path prefixes whose routes check a per-sandbox token themselves, not a key.
+        self.token_paths = token_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket"):
+        if scope["type"] not in ("http", "websocket") or (
+            self.token_paths and scope["path"].startswith(self.token_paths)
+        ):
             await self.app(scope, receive, send)
             return
         kid = self.keyring.identify(key_headers(scope))

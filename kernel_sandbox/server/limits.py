@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 __all__ = ["BodyLimitMiddleware", "is_upload_path", "send_json_error"]
 
-_UPLOAD = re.compile(r"^/(v1/sandboxes/[^/]+/file|sandbox/[^/]+/archive)$")
+_UPLOAD = re.compile(r"^/(v1/sandboxes/[^/]+/file|sandbox/[^/]+/archive|e2b/sandbox/files)$")
 
 
 def is_upload_path(path: str) -> bool:

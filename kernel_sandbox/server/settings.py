@@ -8,6 +8,7 @@ are clamped to the maxima here, host directories are never mounted for a client.
 from __future__ import annotations
 
 import ipaddress
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -15,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..config import DEFAULT_IMAGE, SandboxConfig
 from ..errors import ConfigError
+from ..limits import MAX_SNAPSHOT_BYTES
+from ..snapshots.store import SNAPSHOTS_ENV
 
 __all__ = ["MiB", "ServerSettings", "is_loopback"]
 
@@ -93,6 +96,28 @@ class ServerSettings(BaseModel):
     record_dir: Path = Field(
         default=Path("notebooks") / "server",
         description="Where every sandbox's session notebook is written (<key id>/<id>.ipynb).",
+    )
+    snapshot_dir: Path = Field(
+        default_factory=lambda: Path(os.environ.get(SNAPSHOTS_ENV) or "snapshots/server"),
+        description="Where snapshots and paused sandboxes are kept (a volume, so that they "
+        "survive a restart; default $KERNEL_SANDBOX_SNAPSHOTS, else snapshots/server).",
+    )
+    pause_after: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds unused before a sandbox is paused (snapshot, container "
+        "removed); the next call resumes it. None: idle sandboxes are not paused.",
+    )
+    max_snapshot_bytes: int = Field(
+        default=MAX_SNAPSHOT_BYTES, gt=0, description="Largest snapshot a key may make."
+    )
+    max_snapshots_per_key: int = Field(
+        default=32, ge=1, description="Snapshots a key may keep (paused sandboxes aside)."
+    )
+    e2b_templates: dict[str, str] = Field(
+        default_factory=dict,
+        description="E2B template name -> image, for the E2B API (/e2b); 'base' and "
+        "'code-interpreter-v1' are the default image unless named here.",
     )
     record_flush_delay: float = Field(
         default=0.25,

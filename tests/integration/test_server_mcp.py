@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx2
 import nbformat
 import pytest
-from mcp import ClientSession
+from mcp import Client, ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
@@ -28,7 +31,7 @@ TOOLS = {"run_python", "run_shell", "read_file", "write_file", "list_files", "re
 
 async def _exercise(session: ClientSession, *, plot: bool) -> None:
     await session.initialize()
-    assert {t.name for t in (await session.list_tools()).tools} == TOOLS
+    assert {t.name for t in (await session.list_tools()).tools} >= TOOLS
     first = await session.call_tool("run_python", {"code": "x = 40"})
     assert not first.is_error
     second = await session.call_tool("run_python", {"code": "x + 2"})
@@ -117,3 +120,74 @@ async def test_mcp_over_streamable_http_a_sandbox_per_session(server: Server) ->
     notebooks = list(server.record_dir.rglob(f"{sid}.ipynb"))
     assert notebooks
     nbformat.validate(nbformat.read(notebooks[0], as_version=4))
+
+
+@pytest.fixture(scope="module")
+def reaping_server(tmp_path_factory: pytest.TempPathFactory, docker_engine) -> Iterator[Server]:  # type: ignore[no-untyped-def]
+    """A server that removes sandboxes idle for 8 s."""
+    srv = Server(
+        f"t-mcp-idle-{os.getpid()}", tmp_path_factory.mktemp("nb"), ["--idle-timeout", "8"]
+    ).start()
+    yield srv
+    srv.stop()
+
+
+async def _sandbox_ids(server: Server, key: str = KEY_A) -> list[str]:
+    async with httpx2.AsyncClient(headers={"X-API-Key": key}) as api:
+        return [s["id"] for s in (await api.get(f"{server.url}/v1/sandboxes")).json()]
+
+
+def _text(result: Any) -> str:
+    return str(result.content[0].text)
+
+
+async def test_mcp_without_sessions_keeps_state_per_key_and_by_sandbox_id(
+    reaping_server: Server,
+) -> None:
+    """Protocol 2026-07-28 (the official client's default): no session, state kept."""
+    server = reaping_server
+    async with (
+        httpx2.AsyncClient(headers={"X-API-Key": KEY_A}, timeout=120) as http,
+        Client(streamable_http_client(f"{server.url}/mcp", http_client=http)) as client,
+    ):
+        assert client.protocol_version == "2026-07-28"  # session-less, every call on its own
+        tools = {t.name for t in (await client.list_tools()).tools}
+        assert tools == TOOLS | {"create_sandbox", "close_sandbox"}
+        for code in ["x = 1", "x += 1", "x += 1", "x += 1", "x * 10"]:  # five calls
+            result = await client.call_tool("run_python", {"code": code})
+            assert not result.is_error, _text(result)
+        assert _text(result) == "40"
+        (default,) = await _sandbox_ids(server)  # five calls, one sandbox: the key's
+
+        made = await client.call_tool("create_sandbox", {})
+        mine = made.structured_content["sandbox_id"]  # type: ignore[index]
+        assert _text(made) == mine and mine != default
+        await client.call_tool("run_python", {"code": "y = 'own'", "sandbox_id": mine})
+        own = await client.call_tool("run_python", {"code": "y", "sandbox_id": mine})
+        assert _text(own) == "'own'"
+        other = await client.call_tool("run_python", {"code": "y"})  # the key's sandbox
+        assert other.is_error and "NameError" in _text(other)
+        assert sorted(await _sandbox_ids(server)) == sorted([default, mine])
+
+    async with (
+        httpx2.AsyncClient(headers={"X-API-Key": KEY_B}, timeout=120) as http,
+        Client(streamable_http_client(f"{server.url}/mcp", http_client=http)) as intruder,
+    ):
+        for tool, args in [("close_sandbox", {}), ("run_python", {"code": "y"})]:
+            refused = await intruder.call_tool(tool, {**args, "sandbox_id": mine})
+            assert refused.is_error and "no sandbox" in _text(refused)
+
+    async with (
+        httpx2.AsyncClient(headers={"X-API-Key": KEY_A}, timeout=120) as http,
+        Client(streamable_http_client(f"{server.url}/mcp", http_client=http)) as client,
+    ):
+        closed = await client.call_tool("close_sandbox", {"sandbox_id": mine})
+        assert not closed.is_error
+        assert await _sandbox_ids(server) == [default]
+        # idle: the server's reaper removes the key's sandbox; the next call starts anew
+        deadline = time.monotonic() + 60
+        while await _sandbox_ids(server) and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        assert await _sandbox_ids(server) == []
+        again = await client.call_tool("run_python", {"code": "x"})
+        assert again.is_error and "NameError" in _text(again)

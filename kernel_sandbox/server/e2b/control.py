@@ -1,0 +1,331 @@
+"""E2B's control API under ``/e2b``: create, connect, list, kill, timeouts, metrics.
+
+The same keys, tenancy and limits as every other route: ``E2B_API_KEY`` is one of the
+server's API keys (sent as ``X-API-Key``), a sandbox is a lease of the tenancy (so it
+is recorded as a notebook and shows on ``/v1``), another key's sandbox answers 404.
+Templates name images by the server's setting (``--e2b-template NAME=IMAGE``;
+``base`` and ``code-interpreter-v1`` are the default image).  What this server does
+not have — template builds, volumes, teams, snapshots as E2B keeps them, forks,
+network updates — answers in E2B's error shape, 501, saying so.
+"""
+
+from __future__ import annotations
+
+import time
+import urllib.parse
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from ...config import parse_size
+from ...errors import SandboxError
+from ...limits import E2B_MAX_TIMEOUT
+from ..deps import Key, Opts, Ten, status_of
+from ..policy import client_config
+from .metrics import sample
+from .models import (
+    ConnectRequest,
+    ListedSandbox,
+    NewSandbox,
+    SandboxCreated,
+    SandboxDetail,
+    TimeoutRequest,
+    e2b_error,
+    iso,
+)
+from .state import E2bRegistry, E2bSandbox, new_id
+
+__all__ = ["UNSUPPORTED", "registry", "router"]
+
+router = APIRouter(prefix="/e2b", tags=["e2b"])
+
+#: Working directory (and E2B's home) of sandboxes made through this API.
+E2B_HOME = "/home/user"
+#: Why each E2B feature this server has not is missing (answered with 501).
+UNSUPPORTED = {
+    "templates": "template building is not supported here: templates name images the "
+    "server's operator configured (kernel-sandbox serve --e2b-template NAME=IMAGE)",
+    "volumes": "E2B volumes are not supported by this server",
+    "teams": "teams are not supported by this server: each API key is one tenant",
+    "snapshots": "E2B snapshots are not supported by this server yet",
+    "fork": "forking a sandbox is not supported by this server yet",
+    "network": "changing a running sandbox's network is not supported: the server's "
+    "policy decides it at create",
+    "logs": "sandbox logs are not served: the session is recorded as a notebook "
+    "(GET /v1/sandboxes/{id}/notebook)",
+    "pause": "pausing a sandbox is not supported by this server yet (the durable-sessions "
+    "work brings it)",
+}
+
+
+def registry(request: Request) -> E2bRegistry:
+    """The app's E2B registry."""
+    return request.app.state.e2b  # type: ignore[no-any-return]
+
+
+def _error(exc: SandboxError) -> JSONResponse:
+    status = status_of(exc)
+    return e2b_error(status, str(exc))
+
+
+def _created(record: E2bSandbox) -> dict[str, Any]:
+    return SandboxCreated(
+        template_id=record.template,
+        sandbox_id=record.id,
+        client_id="kernel-sandbox",
+        envd_access_token=record.access_token,
+    ).model_dump(exclude_none=True)
+
+
+def _listed(record: E2bSandbox) -> ListedSandbox:
+    return ListedSandbox(
+        template_id=record.template,
+        sandbox_id=record.id,
+        client_id="kernel-sandbox",
+        started_at=iso(record.started_at),
+        end_at=iso(record.end_at),
+        cpu_count=record.cpu_count,
+        memory_mb=record.memory_mb,
+        disk_size_mb=record.disk_mb,
+        metadata=record.metadata,
+    )
+
+
+def _clamped(timeout: float) -> float:
+    return min(float(timeout), E2B_MAX_TIMEOUT)
+
+
+async def _create(request: Request, body: NewSandbox, ten: Ten, opts: Opts, key: Key) -> Response:
+    reg = registry(request)
+    image = reg.templates.get(body.template_id)
+    if image is None:
+        known = ", ".join(sorted(reg.templates))
+        return e2b_error(
+            404,
+            f"template {body.template_id!r} not found: this server maps templates to "
+            f"images with --e2b-template NAME=IMAGE (known: {known})",
+        )
+    if body.volume_mounts:
+        return e2b_error(501, UNSUPPORTED["volumes"])
+    raw = {
+        "image": image,
+        "working_dir": E2B_HOME,
+        "env_vars": body.env_vars,
+        "network": "full" if body.allow_internet_access is not False else "none",
+    }
+    try:
+        cfg, notes = client_config(raw, opts, key)
+        sandbox_id = new_id()
+        notes.append(f"E2B template {body.template_id}")
+        lease = await ten.create(key, cfg, "e2b", notes, sandbox_id)
+    except SandboxError as exc:
+        return _error(exc)
+    config = lease.sandbox.config
+    disk = parse_size(config.disk_limit) if config.disk_limit else parse_size(opts.max_disk)
+    record = E2bSandbox(
+        id=lease.id,
+        owner=key,
+        template=body.template_id,
+        metadata=dict(body.metadata),
+        envs=dict(body.env_vars),
+        cpu_count=max(1, round(config.cpu_limit)),
+        memory_mb=parse_size(config.memory_limit) // 2**20,
+        disk_mb=disk // 2**20,
+        end_at=time.time() + _clamped(body.timeout),
+        on_timeout="pause" if body.auto_pause else "kill",
+    )
+    reg.add(record)
+    return JSONResponse(_created(record), status_code=201)
+
+
+@router.post("/sandboxes", response_model=None)
+async def create(request: Request, body: NewSandbox, ten: Ten, opts: Opts, key: Key) -> Response:
+    """Start a sandbox from a template (``201`` with its id and envd access token)."""
+    return await _create(request, body, ten, opts, key)
+
+
+@router.post("/v2/sandboxes", response_model=None)
+async def create_v2(request: Request, body: NewSandbox, ten: Ten, opts: Opts, key: Key) -> Response:
+    """``POST /sandboxes`` as the SDK's current version sends it."""
+    return await _create(request, body, ten, opts, key)
+
+
+def _metadata_filter(raw: str | None) -> dict[str, str]:
+    if not raw:
+        return {}
+    return {
+        urllib.parse.unquote(k): urllib.parse.unquote(v)
+        for k, v in urllib.parse.parse_qsl(raw, keep_blank_values=True)
+    }
+
+
+def _listing(
+    request: Request,
+    key: str,
+    metadata: str | None,
+    state: str | None,
+    limit: int,
+    next_token: str | None,
+) -> Response:
+    wanted = _metadata_filter(metadata)
+    states = {s.strip() for s in state.split(",")} if state else {"running", "paused"}
+    records = sorted(
+        (r for r, _ in registry(request).owned(key)), key=lambda r: (r.started_at, r.id)
+    )
+    chosen = [
+        r
+        for r in records
+        if "running" in states and all(r.metadata.get(k) == v for k, v in wanted.items())
+    ]
+    start = 0
+    if next_token:
+        start = next((i for i, r in enumerate(chosen) if r.id == next_token), len(chosen))
+    page = chosen[start : start + limit]
+    headers = {}
+    if start + limit < len(chosen):
+        headers["x-next-token"] = chosen[start + limit].id
+    body = [_listed(r).model_dump(exclude_none=True) for r in page]
+    return JSONResponse(body, headers=headers)
+
+
+@router.get("/v2/sandboxes", response_model=None)
+async def list_v2(
+    request: Request,
+    key: Key,
+    metadata: Annotated[str | None, Query(max_length=10_000)] = None,
+    state: Annotated[str | None, Query(max_length=100)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    next_token: Annotated[str | None, Query(alias="nextToken", max_length=100)] = None,
+) -> Response:
+    """The caller's sandboxes (metadata filter, states, pages of ``limit``)."""
+    return _listing(request, key, metadata, state, limit, next_token)
+
+
+@router.get("/sandboxes", response_model=None)
+async def list_v1(
+    request: Request,
+    key: Key,
+    metadata: Annotated[str | None, Query(max_length=10_000)] = None,
+) -> Response:
+    """The caller's running sandboxes (E2B's first listing)."""
+    return _listing(request, key, metadata, None, 10_000, None)
+
+
+@router.get("/sandboxes/{sandbox_id}", response_model=None)
+async def get_one(request: Request, sandbox_id: str, key: Key) -> Response:
+    """One sandbox of the caller, with its envd access token."""
+    try:
+        record, _ = registry(request).get(key, sandbox_id)
+    except SandboxError as exc:
+        return _error(exc)
+    listed = _listed(record).model_dump(by_alias=False)
+    detail = SandboxDetail(**listed, envd_access_token=record.access_token)
+    return JSONResponse(detail.model_dump(exclude_none=True))
+
+
+@router.delete("/sandboxes/{sandbox_id}", response_model=None)
+async def kill(request: Request, sandbox_id: str, key: Key) -> Response:
+    """Remove a sandbox (its notebook stays)."""
+    reg = registry(request)
+    try:
+        record, _ = reg.get(key, sandbox_id)
+    except SandboxError as exc:
+        return _error(exc)
+    await reg.kill(record)
+    return Response(status_code=204)
+
+
+@router.post("/sandboxes/{sandbox_id}/timeout", response_model=None)
+async def set_timeout(
+    request: Request, sandbox_id: str, body: TimeoutRequest, key: Key
+) -> Response:
+    """The sandbox ends ``timeout`` seconds from now (longer or shorter than before)."""
+    try:
+        record, _ = registry(request).get(key, sandbox_id)
+    except SandboxError as exc:
+        return _error(exc)
+    record.end_at = time.time() + _clamped(body.timeout)
+    return Response(status_code=204)
+
+
+@router.post("/sandboxes/{sandbox_id}/refreshes", response_model=None)
+async def refresh(request: Request, sandbox_id: str, key: Key) -> Response:
+    """Keep a sandbox alive a while longer (E2B's keep-alive; at least 15 s more)."""
+    try:
+        record, _ = registry(request).get(key, sandbox_id)
+    except SandboxError as exc:
+        return _error(exc)
+    record.end_at = max(record.end_at, time.time() + 15)
+    return Response(status_code=204)
+
+
+async def _connect(request: Request, sandbox_id: str, body: ConnectRequest, key: str) -> Response:
+    try:
+        record, _ = registry(request).get(key, sandbox_id)
+    except SandboxError as exc:
+        return _error(exc)
+    if body.timeout is not None:  # a running sandbox's timeout only grows
+        record.end_at = max(record.end_at, time.time() + _clamped(body.timeout))
+    return JSONResponse(_created(record), status_code=200)
+
+
+@router.post("/sandboxes/{sandbox_id}/connect", response_model=None)
+async def connect(request: Request, sandbox_id: str, body: ConnectRequest, key: Key) -> Response:
+    """Connect to a running sandbox (its timeout may grow)."""
+    return await _connect(request, sandbox_id, body, key)
+
+
+@router.post("/v2/sandboxes/{sandbox_id}/connect", response_model=None)
+async def connect_v2(request: Request, sandbox_id: str, body: ConnectRequest, key: Key) -> Response:
+    """``connect`` as the SDK's current version sends it."""
+    return await _connect(request, sandbox_id, body, key)
+
+
+@router.get("/sandboxes/{sandbox_id}/metrics", response_model=None)
+async def metrics(request: Request, sandbox_id: str, ten: Ten, key: Key) -> Response:
+    """CPU, memory and disk of the sandbox now (one sample, measured inside it)."""
+    try:
+        record, lease = registry(request).get(key, sandbox_id)
+        async with ten.use(key, lease.id):
+            found = await sample(lease.sandbox, record.cpu_count)
+    except SandboxError as exc:
+        return _error(exc)
+    return JSONResponse([found.model_dump()])
+
+
+@router.get("/health", response_model=None)
+async def health() -> Response:
+    """The control API answers (E2B's health check)."""
+    return JSONResponse({"status": "ok"})
+
+
+def _unsupported(what: str) -> Any:
+    async def answer(request: Request) -> Response:
+        return e2b_error(501, UNSUPPORTED[what])
+
+    answer.__doc__ = f"Not supported here: {UNSUPPORTED[what]}."
+    return answer
+
+
+_ANY = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+for _path, _what in [
+    ("/sandboxes/{sandbox_id}/pause", "pause"),
+    ("/sandboxes/{sandbox_id}/resume", "pause"),
+    ("/sandboxes/{sandbox_id}/snapshots", "snapshots"),
+    ("/snapshots", "snapshots"),
+    ("/sandboxes/{sandbox_id}/fork", "fork"),
+    ("/sandboxes/{sandbox_id}/network", "network"),
+    ("/sandboxes/{sandbox_id}/logs", "logs"),
+    ("/v2/sandboxes/{sandbox_id}/logs", "logs"),
+    ("/templates", "templates"),
+    ("/templates/{rest:path}", "templates"),
+    ("/v2/templates", "templates"),
+    ("/v2/templates/{rest:path}", "templates"),
+    ("/v3/templates", "templates"),
+    ("/volumes", "volumes"),
+    ("/volumes/{rest:path}", "volumes"),
+    ("/teams", "teams"),
+    ("/teams/{rest:path}", "teams"),
+]:
+    router.add_api_route(_path, _unsupported(_what), methods=_ANY, include_in_schema=False)

@@ -1,0 +1,165 @@
+"""envd's ``/files`` routes: download and upload, as E2B's SDK moves files.
+
+Both are our own streamed file transfer (:meth:`AsyncFiles.read_stream
+<kernel_sandbox.files.AsyncFiles.read_stream>` / ``write_stream``): bytes move as the
+sandbox user, a piece at a time, never held whole by the server, capped by the
+server's ``max_upload_bytes``; an upload goes to a temporary file renamed over the
+target once whole.  An upload is either ``application/octet-stream`` (``?path=``; a
+``Content-Encoding: gzip`` body is inflated as it comes, the cap counting what it
+inflates to) or ``multipart/form-data`` with up to ``E2B_MAX_UPLOAD_FILES`` files,
+each named by its path.  ``username`` is accepted and every transfer is the sandbox
+user's.  Errors have envd's shape, ``{"code", "message"}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.datastructures import UploadFile
+
+from ...errors import (
+    FileOperationError,
+    SandboxError,
+    SandboxFileNotFoundError,
+    SandboxNotFoundError,
+)
+from ...limits import E2B_MAX_UPLOAD_FILES
+from ..deps import Opts, status_of
+from .control import registry
+from .models import e2b_error
+from .state import ENVD_PORT
+from .state import Unauthorized as _Unauthorized
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/e2b/sandbox", tags=["e2b"])
+PathQuery = Annotated[str | None, Query(max_length=4096)]
+
+
+def _error(exc: SandboxError) -> Response:
+    if isinstance(exc, _Unauthorized):
+        return e2b_error(401, str(exc))
+    if isinstance(exc, SandboxFileNotFoundError):
+        return e2b_error(404, str(exc))
+    if isinstance(exc, SandboxNotFoundError):  # the sandbox: E2B's proxy answers 502
+        return e2b_error(502, str(exc))
+    if isinstance(exc, FileOperationError) and "larger than" in str(exc):
+        return e2b_error(413, str(exc))
+    return e2b_error(status_of(exc), str(exc))
+
+
+def _written(path: str) -> dict[str, str]:
+    return {"name": path.rsplit("/", 1)[-1], "type": "file", "path": path}
+
+
+@router.get("/health", response_model=None)
+async def health(request: Request) -> Response:
+    """envd's health check: 204 while the sandbox runs."""
+    try:
+        registry(request).resolve(request.headers, port=ENVD_PORT, token_required=False)
+    except SandboxError as exc:
+        return _error(exc)
+    return Response(status_code=204)
+
+
+@router.get("/files", response_model=None)
+async def download(
+    request: Request, opts: Opts, path: PathQuery = None, username: PathQuery = None
+) -> Response:
+    """A file's bytes, streamed as the sandbox sends them."""
+    reg = registry(request)
+    held = contextlib.AsyncExitStack()
+    try:
+        record, lease = reg.resolve(request.headers, port=ENVD_PORT)
+        if not path:
+            raise FileOperationError("the path query parameter is required")
+        await held.enter_async_context(reg.tenancy.use(record.owner, lease.id))
+        stream = await lease.sandbox.files.read_stream(path, opts.max_upload_bytes)
+    except SandboxError as exc:
+        await held.aclose()
+        return _error(exc)
+    held.push_async_callback(stream.close)
+
+    async def pieces() -> AsyncIterator[bytes]:
+        async with held:
+            async for piece in stream:
+                yield piece
+
+    return StreamingResponse(
+        pieces(),
+        media_type="application/octet-stream",
+        headers={"content-length": str(stream.size)},
+    )
+
+
+async def _inflated(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:
+    """A gzip body inflated as it comes (64 KiB of output at a time)."""
+    inflater = zlib.decompressobj(wbits=31)
+    async for chunk in chunks:
+        data = chunk
+        while data:
+            out = inflater.decompress(data, 1 << 16)
+            if out:
+                yield out
+            data = inflater.unconsumed_tail
+    if tail := inflater.flush():
+        yield tail
+
+
+async def _upload_file(file: UploadFile) -> AsyncIterator[bytes]:
+    while chunk := await file.read(1 << 20):
+        yield chunk
+
+
+@router.post("/files", response_model=None)
+async def upload(
+    request: Request, opts: Opts, path: PathQuery = None, username: PathQuery = None
+) -> Response:
+    """Write one file (octet-stream body) or several (multipart); their paths back."""
+    reg = registry(request)
+    try:
+        record, lease = reg.resolve(request.headers, port=ENVD_PORT)
+    except SandboxError as exc:
+        return _error(exc)
+    files = lease.sandbox.files
+    kind = request.headers.get("content-type", "")
+    written: list[dict[str, Any]] = []
+    try:
+        async with reg.tenancy.use(record.owner, lease.id):
+            if kind.startswith("multipart/form-data"):
+                async with request.form(
+                    max_files=E2B_MAX_UPLOAD_FILES, max_fields=E2B_MAX_UPLOAD_FILES
+                ) as form:
+                    uploads = [v for _, v in form.multi_items() if isinstance(v, UploadFile)]
+                    for part in uploads:
+                        target = _target(part.filename, path, len(uploads))
+                        await files.write_stream(
+                            target, _upload_file(part), max_bytes=opts.max_upload_bytes
+                        )
+                        written.append(_written(lease.sandbox.resolve_path(target)))
+            else:
+                if not path:
+                    raise FileOperationError("the path query parameter is required")
+                body: AsyncIterable[bytes] = request.stream()
+                if request.headers.get("content-encoding", "").lower() == "gzip":
+                    body = _inflated(body)
+                await files.write_stream(path, body, max_bytes=opts.max_upload_bytes)
+                written.append(_written(lease.sandbox.resolve_path(path)))
+    except zlib.error as exc:
+        return e2b_error(400, f"the gzip body could not be inflated: {exc}")
+    except SandboxError as exc:
+        return _error(exc)
+    return JSONResponse(written)
+
+
+def _target(filename: str | None, path: str | None, count: int) -> str:
+    if count == 1 and path:
+        return path
+    if not filename:
+        raise FileOperationError("a multipart file part needs its path as its filename")
+    return filename

@@ -1,0 +1,353 @@
+"""envd's ``filesystem.Filesystem`` service: stat, list, mkdir, move, remove, watch.
+
+Every call is a process beside the kernel as the sandbox user, like every file
+operation of ours: ``Remove`` is :meth:`AsyncFiles.remove <kernel_sandbox.files.AsyncFiles.remove>`
+itself, the rest run ``programs/e2b_files.py`` (E2B's entries carry owner, mode, times
+and link targets that our own listing does not).  The host's protected paths (the
+kernel's connection) are refused whatever link leads there.  Listings are capped at
+``E2B_LIST_LIMIT`` entries, depths at ``E2B_MAX_DEPTH``.
+
+Watching a directory is inotify inside the sandbox, one process per watcher (at most
+``E2B_MAX_WATCHERS`` per sandbox): ``WatchDir`` streams its events; ``CreateWatcher``
+keeps up to ``E2B_WATCHER_EVENTS`` of them for ``GetWatcherEvents`` (the sync SDK's
+way), dropping the oldest past that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import posixpath
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from connectrpc.request import RequestContext
+from protobuf import Oneof
+from protobuf.wkt import Timestamp
+
+from ...errors import SandboxError
+from ...kernel.programs import program
+from ...limits import (
+    E2B_LIST_LIMIT,
+    E2B_MAX_DEPTH,
+    E2B_MAX_FRAME,
+    E2B_MAX_WATCHERS,
+    E2B_SUBSCRIBER_QUEUE,
+    E2B_WATCHER_EVENTS,
+)
+from ...sandbox import AsyncSandbox
+from .envd.filesystem import filesystem_pb as pb
+from .envd.filesystem.filesystem_connect import Filesystem, FilesystemASGIApplication
+from .rpc import connect_error, resolve
+from .state import E2bRegistry, E2bSandbox
+
+__all__ = ["FilesystemService", "Watcher", "build_filesystem_app", "entry_info"]
+
+_PROGRAM = program("e2b_files.py")
+_RUN = 'p=/opt/venv/bin/python; [ -x "$p" ] || p=python3; exec "$p" -c "$0" "$1"'
+_MISSING, _NOT_DIR, _PROTECTED, _EXISTS = 3, 4, 6, 9
+#: Bytes of one listed entry at most (a JSON line: a 4096-byte path, names, mode...).
+_ENTRY_BYTES = 6000
+#: Seconds a stat, mkdir, move or a listing may take in the sandbox.
+_DEADLINE = 60.0
+_TYPES = {"file": pb.FileType.FILE, "directory": pb.FileType.DIRECTORY}
+_EVENTS = {
+    "create": pb.EventType.CREATE,
+    "write": pb.EventType.WRITE,
+    "remove": pb.EventType.REMOVE,
+    "rename": pb.EventType.RENAME,
+    "chmod": pb.EventType.CHMOD,
+}
+
+
+def entry_info(found: dict[str, Any]) -> pb.EntryInfo:
+    """A JSON entry of the helper as E2B's ``EntryInfo``."""
+    target = found.get("symlink_target")
+    return pb.EntryInfo(
+        name=str(found["name"]),
+        type=_TYPES.get(str(found["type"]), pb.FileType.SYMLINK),
+        path=str(found["path"]),
+        size=int(found["size"]),
+        mode=int(found["mode"]),
+        permissions=str(found["permissions"]),
+        owner=str(found["owner"]),
+        group=str(found["group"]),
+        modified_time=Timestamp.from_nanos(int(found["mtime_ns"])),
+        symlink_target=str(target) if target is not None else None,
+    )
+
+
+def _refusal(code: int, stderr: str, path: str) -> ConnectError:
+    message = stderr.strip().splitlines()[-1] if stderr.strip() else f"cannot use {path}"
+    if code == _MISSING:
+        return ConnectError(Code.NOT_FOUND, message)
+    if code == _EXISTS:
+        return ConnectError(Code.ALREADY_EXISTS, message)
+    if code in (_NOT_DIR, _PROTECTED):
+        return ConnectError(Code.INVALID_ARGUMENT, message)
+    return ConnectError(Code.INTERNAL, message)
+
+
+async def helper(sandbox: AsyncSandbox, op: str, path: str, most: int, **fields: Any) -> list[Any]:
+    """Run one op of the helper as the sandbox user; its JSON lines (at most ``most``)."""
+    spec = {"op": op, "path": path, "protected": list(sandbox.host.protected_paths), **fields}
+    try:
+        result = await sandbox.host.exec(
+            ["sh", "-c", _RUN, _PROGRAM, json.dumps(spec)],
+            max_output_bytes=most * _ENTRY_BYTES,
+            deadline=_DEADLINE,
+        )
+    except SandboxError as exc:
+        raise connect_error(exc) from exc
+    if result.exit_code != 0:
+        raise _refusal(result.exit_code, result.stderr.decode(errors="replace"), path)
+    if result.truncated_bytes:
+        raise ConnectError(Code.RESOURCE_EXHAUSTED, f"the listing of {path} is too large")
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+class Watcher:
+    """One directory watched inside the sandbox (a process running inotify)."""
+
+    def __init__(self, sandbox: AsyncSandbox, path: str, recursive: bool, keep: int) -> None:
+        self.id = secrets.token_hex(8)
+        self.path = path
+        self._sandbox = sandbox
+        self._recursive = recursive
+        #: Events not taken yet (non-streaming watchers), the oldest dropped past ``keep``.
+        self.kept: collections.deque[pb.FilesystemEvent] = collections.deque(maxlen=keep)
+        self.queue: asyncio.Queue[pb.FilesystemEvent | None] = asyncio.Queue(E2B_SUBSCRIBER_QUEUE)
+        self._streaming = keep == 0
+        self._pending = bytearray()
+        self._ready = asyncio.get_running_loop().create_future()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Start watching; raises the helper's refusal (no such directory, ...)."""
+        self._task = asyncio.create_task(self._run())
+        await asyncio.shield(self._ready)
+
+    async def _run(self) -> None:
+        spec = {
+            "op": "watch",
+            "path": self.path,
+            "recursive": self._recursive,
+            "protected": list(self._sandbox.host.protected_paths),
+        }
+        try:
+            result = await self._sandbox.host.exec_stream(
+                ["sh", "-c", _RUN, _PROGRAM, json.dumps(spec)],
+                stdout=self._feed,
+                max_output_bytes=1 << 16,
+            )
+            if not self._ready.done():
+                stderr = result.stderr.decode(errors="replace")
+                self._ready.set_exception(_refusal(result.exit_code, stderr, self.path))
+        except (SandboxError, ValueError) as exc:
+            if not self._ready.done():
+                self._ready.set_exception(ConnectError(Code.INTERNAL, str(exc)))
+        finally:
+            if self._streaming:
+                await self.queue.put(None)
+
+    async def _feed(self, piece: bytes) -> None:
+        self._pending += piece
+        if len(self._pending) > E2B_MAX_FRAME:
+            raise ValueError("the watcher's helper sent a line past E2B_MAX_FRAME")
+        while b"\n" in self._pending:
+            line, _, rest = bytes(self._pending).partition(b"\n")
+            self._pending = bytearray(rest)
+            found = json.loads(line)
+            if found.get("start"):
+                if not self._ready.done():
+                    self._ready.set_result(None)
+                continue
+            if "name" not in found:
+                continue  # the helper's heartbeat
+            event = pb.FilesystemEvent(
+                name=str(found["name"]), type=_EVENTS.get(str(found["type"]), pb.EventType.WRITE)
+            )
+            if self._streaming:
+                await self.queue.put(event)
+            else:
+                self.kept.append(event)
+
+    def take(self) -> list[pb.FilesystemEvent]:
+        """The events kept since the last call (non-streaming watchers)."""
+        events = list(self.kept)
+        self.kept.clear()
+        return events
+
+    async def stop(self) -> None:
+        """Stop watching (the helper ends when its next write finds no reader)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._task
+
+
+class FilesystemService(Filesystem):
+    """The ``filesystem.Filesystem`` Connect service over the E2B registry."""
+
+    def __init__(self, registry: E2bRegistry) -> None:
+        self.registry = registry
+
+    async def stat(
+        self, request: pb.StatRequest, ctx: RequestContext[pb.StatRequest, pb.StatResponse]
+    ) -> pb.StatResponse:
+        """One entry's information."""
+        _, lease = resolve(self.registry, ctx)
+        path = _path(lease.sandbox, request.path)
+        found = await helper(lease.sandbox, "stat", path, 1)
+        return pb.StatResponse(entry=entry_info(found[0]))
+
+    async def make_dir(
+        self, request: pb.MakeDirRequest, ctx: RequestContext[pb.MakeDirRequest, pb.MakeDirResponse]
+    ) -> pb.MakeDirResponse:
+        """Create a directory and its parents (``ALREADY_EXISTS`` if it is there)."""
+        _, lease = resolve(self.registry, ctx)
+        path = _path(lease.sandbox, request.path)
+        found = await helper(lease.sandbox, "mkdir", path, 1)
+        lease.recorder.add_file_operation("mkdir", path)
+        return pb.MakeDirResponse(entry=entry_info(found[0]))
+
+    async def move(
+        self, request: pb.MoveRequest, ctx: RequestContext[pb.MoveRequest, pb.MoveResponse]
+    ) -> pb.MoveResponse:
+        """Rename an entry (the destination's folders are made)."""
+        _, lease = resolve(self.registry, ctx)
+        source = _path(lease.sandbox, request.source)
+        target = _path(lease.sandbox, request.destination)
+        found = await helper(lease.sandbox, "move", source, 1, destination=target)
+        lease.recorder.add_file_operation("move", f"{source} -> {target}")
+        return pb.MoveResponse(entry=entry_info(found[0]))
+
+    async def list_dir(
+        self, request: pb.ListDirRequest, ctx: RequestContext[pb.ListDirRequest, pb.ListDirResponse]
+    ) -> pb.ListDirResponse:
+        """A directory's entries, ``depth`` levels down (1: its own entries)."""
+        _, lease = resolve(self.registry, ctx)
+        path = _path(lease.sandbox, request.path)
+        depth = min(max(request.depth, 1), E2B_MAX_DEPTH)
+        found = await helper(
+            lease.sandbox, "list", path, E2B_LIST_LIMIT + 1, depth=depth, limit=E2B_LIST_LIMIT
+        )
+        if len(found) > E2B_LIST_LIMIT:
+            raise ConnectError(
+                Code.RESOURCE_EXHAUSTED,
+                f"{path} holds more than {E2B_LIST_LIMIT} entries at depth {depth} (the "
+                "server's cap, E2B_LIST_LIMIT); list a smaller part",
+            )
+        return pb.ListDirResponse(entries=[entry_info(e) for e in found])
+
+    async def remove(
+        self, request: pb.RemoveRequest, ctx: RequestContext[pb.RemoveRequest, pb.RemoveResponse]
+    ) -> pb.RemoveResponse:
+        """Remove a file or a directory with everything in it."""
+        _, lease = resolve(self.registry, ctx)
+        try:
+            await lease.sandbox.files.remove(_path(lease.sandbox, request.path))
+        except SandboxError as exc:
+            raise connect_error(exc) from exc
+        return pb.RemoveResponse()
+
+    async def _watcher(
+        self, record: E2bSandbox, sandbox: AsyncSandbox, path: str, recursive: bool, keep: int
+    ) -> Watcher:
+        if len(record.watchers) >= E2B_MAX_WATCHERS:
+            raise ConnectError(
+                Code.RESOURCE_EXHAUSTED,
+                f"this sandbox has {E2B_MAX_WATCHERS} watchers already (the server's cap, "
+                "E2B_MAX_WATCHERS); stop one first",
+            )
+        watcher = Watcher(sandbox, _path(sandbox, path), recursive, keep)
+        record.watchers[watcher.id] = watcher
+        try:
+            await watcher.start()
+        except BaseException:
+            record.watchers.pop(watcher.id, None)
+            await watcher.stop()
+            raise
+        return watcher
+
+    async def watch_dir(
+        self,
+        request: pb.WatchDirRequest,
+        ctx: RequestContext[pb.WatchDirRequest, pb.WatchDirResponse],
+    ) -> AsyncIterator[pb.WatchDirResponse]:
+        """A directory's events as they happen, until the client closes the stream."""
+        record, lease = resolve(self.registry, ctx)
+        async with self.registry.tenancy.use(record.owner, lease.id):
+            watcher = await self._watcher(record, lease.sandbox, request.path, request.recursive, 0)
+            try:
+                start = pb.WatchDirResponse.StartEvent()
+                yield pb.WatchDirResponse(event=Oneof(field="start", value=start))  # type: ignore[arg-type]
+                while True:
+                    try:
+                        event = await asyncio.wait_for(watcher.queue.get(), 50)
+                    except TimeoutError:
+                        alive = pb.WatchDirResponse.KeepAlive()
+                        yield pb.WatchDirResponse(event=Oneof(field="keepalive", value=alive))  # type: ignore[arg-type]
+                        continue
+                    if event is None:
+                        return
+                    yield pb.WatchDirResponse(event=Oneof(field="filesystem", value=event))  # type: ignore[arg-type]
+            finally:
+                record.watchers.pop(watcher.id, None)
+                await watcher.stop()
+
+    async def create_watcher(
+        self,
+        request: pb.CreateWatcherRequest,
+        ctx: RequestContext[pb.CreateWatcherRequest, pb.CreateWatcherResponse],
+    ) -> pb.CreateWatcherResponse:
+        """Start a watcher whose events ``GetWatcherEvents`` collects."""
+        record, lease = resolve(self.registry, ctx)
+        watcher = await self._watcher(
+            record, lease.sandbox, request.path, request.recursive, E2B_WATCHER_EVENTS
+        )
+        return pb.CreateWatcherResponse(watcher_id=watcher.id)
+
+    async def get_watcher_events(
+        self,
+        request: pb.GetWatcherEventsRequest,
+        ctx: RequestContext[pb.GetWatcherEventsRequest, pb.GetWatcherEventsResponse],
+    ) -> pb.GetWatcherEventsResponse:
+        """The events a watcher saw since the last call."""
+        record, _ = resolve(self.registry, ctx)
+        watcher = record.watchers.get(request.watcher_id)
+        if watcher is None:
+            raise ConnectError(Code.NOT_FOUND, f"watcher {request.watcher_id!r} not found")
+        return pb.GetWatcherEventsResponse(events=watcher.take())
+
+    async def remove_watcher(
+        self,
+        request: pb.RemoveWatcherRequest,
+        ctx: RequestContext[pb.RemoveWatcherRequest, pb.RemoveWatcherResponse],
+    ) -> pb.RemoveWatcherResponse:
+        """Stop a watcher."""
+        record, _ = resolve(self.registry, ctx)
+        watcher = record.watchers.pop(request.watcher_id, None)
+        if watcher is None:
+            raise ConnectError(Code.NOT_FOUND, f"watcher {request.watcher_id!r} not found")
+        await watcher.stop()
+        return pb.RemoveWatcherResponse()
+
+
+def _path(sandbox: AsyncSandbox, path: str) -> str:
+    if not path or len(path) > 4096:
+        raise ConnectError(Code.INVALID_ARGUMENT, "a path of 1 to 4096 characters is required")
+    try:
+        return posixpath.normpath(sandbox.resolve_path(path))
+    except SandboxError as exc:
+        raise connect_error(exc) from exc
+
+
+def build_filesystem_app(registry: E2bRegistry, read_max_bytes: int) -> FilesystemASGIApplication:
+    """The service as an ASGI app (Connect over HTTP/1.1, JSON and protobuf bodies)."""
+    return FilesystemASGIApplication(FilesystemService(registry), read_max_bytes=read_max_bytes)

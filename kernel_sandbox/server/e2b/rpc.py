@@ -1,0 +1,55 @@
+"""What both envd Connect services share: the sandbox of a call, and errors as codes.
+
+A call's sandbox comes from E2B's routing headers and its envd access token
+(:meth:`~.state.E2bRegistry.resolve`); our errors become Connect error codes that
+E2B's SDK maps onto its own exceptions (``NOT_FOUND`` -> ``NotFoundException``,
+``INVALID_ARGUMENT`` -> ``InvalidArgumentException``, ``UNAUTHENTICATED`` ->
+``AuthenticationException``, ...).  Connect's own runtime (``connectrpc``, the library
+E2B's SDK speaks through) handles the wire: JSON or protobuf bodies, envelopes,
+server streams, deadlines, and the cap on a request message's size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from connectrpc.code import Code
+from connectrpc.errors import ConnectError
+from connectrpc.request import RequestContext
+
+from ...errors import (
+    CapacityError,
+    FileOperationError,
+    SandboxError,
+    SandboxFileNotFoundError,
+    SandboxNotFoundError,
+)
+from ..tenancy import Lease
+from .state import ENVD_PORT, E2bRegistry, E2bSandbox, Unauthorized
+
+__all__ = ["connect_error", "resolve"]
+
+
+def connect_error(exc: SandboxError) -> ConnectError:
+    """Our error as the Connect error E2B's SDK expects for it."""
+    if isinstance(exc, Unauthorized):
+        return ConnectError(Code.UNAUTHENTICATED, str(exc))
+    if isinstance(exc, SandboxFileNotFoundError):
+        return ConnectError(Code.NOT_FOUND, str(exc))
+    if isinstance(exc, SandboxNotFoundError):  # the sandbox, as E2B's proxy says it
+        return ConnectError(Code.UNAVAILABLE, str(exc))
+    if isinstance(exc, CapacityError):
+        return ConnectError(Code.RESOURCE_EXHAUSTED, str(exc))
+    if isinstance(exc, FileOperationError):
+        return ConnectError(Code.INVALID_ARGUMENT, str(exc))
+    return ConnectError(Code.UNAVAILABLE, str(exc))
+
+
+def resolve(registry: E2bRegistry, ctx: RequestContext[Any, Any]) -> tuple[E2bSandbox, Lease]:
+    """The sandbox an envd call is for (its token checked), or a Connect error."""
+    try:
+        record, lease = registry.resolve(ctx.request_headers, port=ENVD_PORT)
+    except SandboxError as exc:
+        raise connect_error(exc) from exc
+    lease.sandbox.check_open()
+    return record, lease

@@ -1,0 +1,323 @@
+"""E2B's own SDKs (``e2b`` 2.63, ``e2b-code-interpreter`` 2.11, from their own
+virtualenv, unmodified) drive ``kernel-sandbox serve`` through its E2B API.
+
+Each test runs one client program in that virtualenv with the three environment
+variables a user sets (``E2B_API_URL``, ``E2B_SANDBOX_URL``, ``E2B_API_KEY``) and
+checks what it printed, and what the server recorded.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import nbformat
+import pytest
+
+from tests.integration.serving import KEY_A, KEY_B, ROOT, Server
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, docker_engine) -> Iterator[Server]:  # type: ignore[no-untyped-def]
+    # E2B's code interpreter has matplotlib and pandas: so has our datascience image
+    template = ["--e2b-template", "code-interpreter-v1=kernel-sandbox:datascience"]
+    srv = Server(f"t-e2b-{os.getpid()}", tmp_path_factory.mktemp("nb"), template).start()
+    yield srv
+    srv.stop()
+
+
+def e2b_env(server: Server, key: str = KEY_A) -> dict[str, str]:
+    """The environment a user of E2B's SDK sets to use this server."""
+    return {
+        **os.environ,
+        "E2B_API_URL": f"{server.url}/e2b",
+        "E2B_SANDBOX_URL": f"{server.url}/e2b/sandbox",
+        "E2B_API_KEY": key,
+        "E2B_VALIDATE_API_KEY": "false",
+    }
+
+
+def run_client(python: Path, server: Server, program: str, key: str = KEY_A) -> Any:
+    """Run ``program`` with E2B's SDK; the JSON it printed last."""
+    done = subprocess.run(
+        [str(python), "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+        env=e2b_env(server, key),
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+CODE = r"""
+import json
+from e2b_code_interpreter import Sandbox
+out = {}
+sb = Sandbox.create(timeout=120, metadata={"suite": "code"})
+out["id"] = sb.sandbox_id
+first = sb.run_code("x = 41\nprint('hello')\nx + 1")
+out["first"] = [first.text, first.logs.stdout, first.execution_count]
+out["state"] = sb.run_code("x * 2").text
+seen = []
+sb.run_code("import sys\nprint('a'); print('b', file=sys.stderr)",
+            on_stdout=lambda m: seen.append(["out", m.line]),
+            on_stderr=lambda m: seen.append(["err", m.line]))
+out["callbacks"] = seen
+err = sb.run_code("1/0")
+out["error"] = [err.error.name, err.error.value, "ZeroDivisionError" in err.error.traceback]
+plot = sb.run_code(
+    "import matplotlib\nmatplotlib.use('agg')\nimport matplotlib.pyplot as plt\n"
+    "%matplotlib inline\nplt.plot([1, 2, 3]); plt.show()")
+out["png"] = [r.png[:40] for r in plot.results if r.png]
+html = sb.run_code("from IPython.display import HTML, Markdown\n"
+                   "display(HTML('<b>hi</b>')); Markdown('**md**')")
+out["formats"] = [[r.html, r.markdown, r.is_main_result] for r in html.results]
+out["env"] = sb.run_code("import os; os.environ.get('PER_CALL')", envs={"PER_CALL": "yes"}).text
+out["env_after"] = sb.run_code("import os; os.environ.get('PER_CALL')").text
+out["contexts"] = [c.language for c in sb.list_code_contexts()]
+try:
+    sb.run_code("import time; time.sleep(30)", timeout=2)
+except Exception as exc:
+    out["timeout"] = type(exc).__name__
+out["after_timeout"] = sb.run_code("x").text
+print(json.dumps(out))
+"""
+
+
+def test_run_code_keeps_state_streams_plots_and_errors(server: Server, e2b_python: Path) -> None:
+    out = run_client(e2b_python, server, CODE)
+    assert out["first"] == ["42", ["hello\n"], 1]
+    assert out["state"] == "82"
+    assert out["callbacks"] == [["out", "a\n"], ["err", "b\n"]]
+    assert out["error"] == ["ZeroDivisionError", "division by zero", True]
+    assert len(out["png"]) == 1
+    assert base64.b64decode(out["png"][0] + "==")[:4] == b"\x89PNG"
+    assert out["formats"] == [["<b>hi</b>", None, False], [None, "**md**", True]]
+    assert out["env"] == "yes"
+    assert out["env_after"] is None  # gone again after the call: no value to show
+    assert out["contexts"] == ["python"]
+    # the client's own timeout interrupted the cell; the kernel kept its variables
+    assert out["timeout"] == "TimeoutException"
+    assert out["after_timeout"] == "41"
+    # every call was recorded in the session's notebook, like any other session
+    notebook = httpx2.get(
+        f"{server.url}/v1/sandboxes/{out['id']}/notebook",
+        headers={"X-API-Key": KEY_A},
+        timeout=30,
+    )
+    assert notebook.status_code == 200
+    nb = nbformat.reads(notebook.text, as_version=4)
+    sources = [cell.source for cell in nb.cells if cell.cell_type == "code"]
+    assert "x = 41\nprint('hello')\nx + 1" in sources
+    assert "1/0" in sources
+
+
+FILES = r"""
+import asyncio, json, os
+from e2b import AsyncSandbox, FileType
+from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
+
+async def main():
+    out = {}
+    sb = await AsyncSandbox.create(timeout=120)
+    info = await sb.files.write("notes/a.txt", "alpha")
+    out["write"] = [info.name, info.path]
+    out["read"] = await sb.files.read("notes/a.txt")
+    await sb.files.write_files([{"path": "/home/user/m1.bin", "data": b"\x00\x01"},
+                                {"path": "m2.txt", "data": "two"}])
+    out["bytes"] = list(await sb.files.read("/home/user/m1.bin", format="bytes"))
+    await sb.files.write("big", b"z" * 3_000_000)
+    out["big"] = len(await sb.files.read("big", format="bytes"))
+    out["exists"] = [await sb.files.exists("m2.txt"), await sb.files.exists("nope")]
+    out["list"] = sorted((e.name, e.type.value) for e in await sb.files.list("."))
+    out["deep"] = sorted(e.path for e in await sb.files.list(".", depth=2))
+    out["mkdir"] = [await sb.files.make_dir("d1/d2"), await sb.files.make_dir("d1/d2")]
+    moved = await sb.files.rename("m2.txt", "d1/moved.txt")
+    out["rename"] = [moved.path, await sb.files.read("d1/moved.txt")]
+    stat = await sb.files.get_info("d1/moved.txt")
+    out["stat"] = [stat.size, stat.type.value, stat.permissions, stat.owner]
+    await sb.files.remove("d1")
+    out["removed"] = await sb.files.exists("d1")
+    try:
+        await sb.files.read("missing.txt")
+    except Exception as exc:
+        out["missing"] = type(exc).__name__
+    events = []
+    handle = await sb.files.watch_dir("notes", on_event=lambda e: events.append(
+        [e.name, e.type.value]))
+    await sb.files.write("notes/new.txt", "x")
+    await sb.files.remove("notes/a.txt")
+    for _ in range(100):
+        names = {(n, t) for n, t in events}
+        if ("new.txt", FilesystemEventType.CREATE.value) in names and (
+                "a.txt", FilesystemEventType.REMOVE.value) in names:
+            break
+        await asyncio.sleep(0.1)
+    await handle.stop()
+    out["events"] = sorted({tuple(e) for e in events})
+    await sb.kill()
+    print(json.dumps(out), flush=True)
+
+asyncio.run(main())
+# pyqwest (the SDK's HTTP stack) now and then aborts at interpreter exit after a
+# cancelled stream (the watch); everything was printed by now
+os._exit(0)
+"""
+
+
+def test_files_write_read_list_move_and_watch(server: Server, e2b_python: Path) -> None:
+    out = run_client(e2b_python, server, FILES)
+    assert out["write"] == ["a.txt", "/home/user/notes/a.txt"]
+    assert out["read"] == "alpha"
+    assert out["bytes"] == [0, 1]
+    assert out["big"] == 3_000_000
+    assert out["exists"] == [True, False]
+    assert ("notes", "dir") in [tuple(e) for e in out["list"]]
+    assert ("m2.txt", "file") in [tuple(e) for e in out["list"]]
+    assert "/home/user/notes/a.txt" in out["deep"]
+    assert out["mkdir"] == [True, False]
+    assert out["rename"] == ["/home/user/d1/moved.txt", "two"]
+    assert out["stat"] == [3, "file", "-rw-r--r--", "sandbox"]
+    assert out["removed"] is False
+    assert out["missing"] == "FileNotFoundException"
+    assert ["new.txt", "create"] in [list(e) for e in out["events"]]
+    assert ["a.txt", "remove"] in [list(e) for e in out["events"]]
+
+
+COMMANDS = r"""
+import json, time
+from e2b import Sandbox, CommandExitException
+out = {}
+sb = Sandbox.create(timeout=120, envs={"FROM_CREATE": "c"})
+r = sb.commands.run("echo out; echo err >&2; pwd; echo $FROM_CREATE $MINE", envs={"MINE": "m"})
+out["fg"] = [r.exit_code, r.stdout, r.stderr]
+try:
+    sb.commands.run("exit 3")
+except CommandExitException as exc:
+    out["exit"] = exc.exit_code
+bg = sb.commands.run("sleep 0.5; echo done", background=True)
+out["bg"] = [bg.pid > 0, bg.wait().stdout]
+cat = sb.commands.run("cat", background=True, stdin=True)
+sb.commands.send_stdin(cat.pid, "typed\n")
+sb.commands.close_stdin(cat.pid)
+out["stdin"] = cat.wait().stdout
+long = sb.commands.run("sleep 60", background=True)
+out["listed"] = long.pid in [p.pid for p in sb.commands.list()]
+out["kill"] = sb.commands.kill(long.pid)
+try:
+    long.wait()
+except CommandExitException as exc:
+    out["killed"] = [exc.exit_code, exc.error]
+out["after"] = long.pid in [p.pid for p in sb.commands.list()]
+out["cwd"] = sb.commands.run("pwd", cwd="/tmp").stdout
+sb.kill()
+print(json.dumps(out))
+"""
+
+
+def test_commands_foreground_background_stdin_and_kill(server: Server, e2b_python: Path) -> None:
+    out = run_client(e2b_python, server, COMMANDS)
+    assert out["fg"] == [0, "out\n/home/user\nc m\n", "err\n"]
+    assert out["exit"] == 3
+    assert out["bg"] == [True, "done\n"]
+    assert out["stdin"] == "typed\n"
+    assert out["listed"] is True
+    assert out["kill"] is True
+    assert out["killed"][0] == -1
+    assert out["after"] is False
+    assert out["cwd"] == "/tmp\n"
+
+
+LIFECYCLE = r"""
+import json, sys, time
+from e2b import Sandbox, SandboxQuery, SandboxException, NotFoundException
+out = {}
+a = Sandbox.create(timeout=120, metadata={"who": "a", "n": "1"})
+b = Sandbox.create(timeout=120, metadata={"who": "b"})
+listed = Sandbox.list(query=SandboxQuery(metadata={"who": "a"})).next_items()
+out["filtered"] = [s.sandbox_id == a.sandbox_id for s in listed]
+out["all"] = sorted(s.metadata["who"] for s in Sandbox.list().next_items() if "who" in s.metadata)
+info = a.get_info()
+out["info"] = [info.template_id, info.metadata, info.state.value]
+m = a.get_metrics()
+out["metrics"] = [len(m) >= 1, m[0].mem_total > 0, m[0].disk_total > 0, m[0].cpu_count]
+again = Sandbox.connect(a.sandbox_id)
+out["connect"] = again.commands.run("echo same").stdout
+try:
+    a.pause()
+except SandboxException as exc:
+    out["pause"] = str(exc)[:40]
+b.set_timeout(1)
+time.sleep(3)
+out["expired"] = b.is_running()
+out["expired_listed"] = b.sandbox_id in [s.sandbox_id for s in Sandbox.list().next_items()]
+out["kill"] = [Sandbox.kill(a.sandbox_id), Sandbox.kill(a.sandbox_id)]
+out["ids"] = [a.sandbox_id]
+print(json.dumps(out))
+"""
+
+OTHER_KEY = r"""
+import json, sys
+from e2b import Sandbox, SandboxException
+out = {"listed": [s.sandbox_id for s in Sandbox.list().next_items()]}
+mine = Sandbox.create(timeout=60)
+try:
+    Sandbox.connect(sys.argv[1])
+    out["connect"] = "connected"
+except SandboxException as exc:
+    out["connect"] = type(exc).__name__
+out["kill"] = Sandbox.kill(sys.argv[1])
+mine.kill()
+print(json.dumps(out))
+"""
+
+
+def test_list_metrics_timeout_kill_and_tenancy(server: Server, e2b_python: Path) -> None:
+    out = run_client(e2b_python, server, LIFECYCLE)
+    assert out["filtered"] == [True]
+    assert out["all"] == ["a", "b"]
+    assert out["info"] == ["base", {"who": "a", "n": "1"}, "running"]
+    assert out["metrics"] == [True, True, True, 1]
+    assert out["connect"] == "same\n"
+    assert out["pause"].startswith("501: pausing a sandbox is not")
+    # a sandbox past its timeout is killed
+    assert out["expired"] is False
+    assert out["expired_listed"] is False
+    assert out["kill"] == [True, False]
+
+
+def test_another_keys_sandbox_is_invisible(server: Server, e2b_python: Path) -> None:
+    made = run_client(
+        e2b_python,
+        server,
+        "import json\nfrom e2b import Sandbox\n"
+        "print(json.dumps(Sandbox.create(timeout=60).sandbox_id))",
+    )
+    program = OTHER_KEY.replace("sys.argv[1]", repr(made))
+    out = run_client(e2b_python, server, program, key=KEY_B)
+    assert made not in out["listed"]
+    assert out["connect"] == "SandboxNotFoundException"
+    assert out["kill"] is False
+    # the owner still has it; the calls into it need its own access token
+    headers = {"E2b-Sandbox-Id": made, "E2b-Sandbox-Port": "49983"}
+    listing = httpx2.post(
+        f"{server.url}/e2b/sandbox/filesystem.Filesystem/ListDir",
+        json={"path": "/home/user"},
+        headers=headers,
+        timeout=30,
+    )
+    assert listing.status_code == 401
+    done = httpx2.delete(
+        f"{server.url}/e2b/sandboxes/{made}", headers={"X-API-Key": KEY_A}, timeout=60
+    )
+    assert done.status_code == 204
