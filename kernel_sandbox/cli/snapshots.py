@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 import click
 
 from ..client import aconnect
+from ..protocols import SandboxLike
 from ..sandbox import AsyncSandbox
 from ..snapshots import Snapshot, default_store
 
@@ -41,10 +42,10 @@ def _show(snap: Snapshot, as_json: bool) -> None:
         click.echo(f"  not saved: {name}: {reason}")
 
 
-async def _keep_running(sandbox: Any) -> str:
+async def _keep_running(sandbox: SandboxLike) -> str:
     """Leave a sandbox running after the command; its id."""
     await sandbox.detach()
-    return str(sandbox.id)
+    return sandbox.id
 
 
 async def _local(sandbox_id: str, own: bool) -> AsyncSandbox:

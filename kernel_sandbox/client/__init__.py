@@ -2,14 +2,18 @@
 
 :class:`RemoteSandbox` offers :class:`~kernel_sandbox.AsyncSandbox`'s calls over HTTP
 and :class:`HttpSandboxManager` :class:`~kernel_sandbox.SandboxManager`'s (both satisfy
-the seams of :mod:`kernel_sandbox.protocols`); :func:`aconnect` / :func:`connect` are the way in.
+the seams of :mod:`kernel_sandbox.protocols`); :func:`aconnect` and :func:`connect`
+are the way in.
 """
 
 from __future__ import annotations
 
+from .._extras import require_extra
 from ..sync import Sandbox, run_sync
-from .manager import HttpSandboxManager
-from .remote import RemoteFiles, RemoteSandbox
+
+with require_extra("client", "kernel_sandbox.client (RemoteSandbox, HttpSandboxManager)"):
+    from .manager import HttpSandboxManager
+    from .remote import RemoteFiles, RemoteSandbox
 
 __all__ = ["HttpSandboxManager", "RemoteFiles", "RemoteSandbox", "aconnect", "connect"]
 

@@ -41,6 +41,7 @@ from ..protocols import SandboxLike
 from ..results import CommandResult, Execution
 from ..sync import Sandbox, as_async
 from . import shared
+from .budget import OutputBudget
 from .cells import (
     META_KEY,
     file_cell,
@@ -127,6 +128,8 @@ class NotebookRecorder:
         self._watchers: list[Any] = []
         self._steps = 0
         self._seeded = False  # a recorded cell seeded the random generators
+        #: What the notebook keeps of calls' outputs (per call and in all: budget.py).
+        self._budget = OutputBudget()
         now = iso_time()
         session: dict[str, Any] = {
             "format_version": FORMAT_VERSION,
@@ -266,7 +269,9 @@ class NotebookRecorder:
     ) -> None:
         """Record one Python execution with its real outputs (see ``cells.python_cell``)."""
         with self._lock:
-            cell = python_cell(code, execution, metadata, started_at, seeded=self._seeded)
+            cell = python_cell(
+                code, execution, metadata, started_at, seeded=self._seeded, budget=self._budget
+            )
             self._seeded = self._seeded or seeds_randomness(code)
             self._nb.cells.append(cell)
             if execution.status in ("timeout", "kernel_died") and execution.message:
@@ -286,7 +291,7 @@ class NotebookRecorder:
     ) -> None:
         """Record one shell command as a re-runnable ``%%sh`` cell."""
         with self._lock:
-            cell = shell_cell(command, result, cwd, metadata, started_at)
+            cell = shell_cell(command, result, cwd, metadata, started_at, self._budget)
             self._nb.cells.append(cell)
             self._step()
 
