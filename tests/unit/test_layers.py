@@ -127,6 +127,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     (
         "values",
         {
+            "_extras",
             "errors",
             "limits",
             "results",
