@@ -298,5 +298,3 @@ E2B_LIST_LIMIT = 10_000
 E2B_MAX_DEPTH = 32
 #: Files one multipart ``POST /files`` may carry.
 E2B_MAX_UPLOAD_FILES = 100
-#: Code-interpreter contexts (each its own kernel) one E2B sandbox may have.
-E2B_MAX_CONTEXTS = 8

@@ -28,6 +28,7 @@ from typing import Any
 
 import click
 
+from .._extras import require_extra
 from ..config import SandboxConfig
 from ..errors import ConfigError
 from ..kernel.wellformed import MALFORMED_WARNINGS, malformed, malformed_note
@@ -138,13 +139,9 @@ def attach(sandbox_id: str, notebook: Path | None, host_name: str) -> None:
     What you run is recorded in the sandbox's session notebook as a person's cells.
     Ctrl-C interrupts a running cell; Ctrl-D (or exit) leaves; the sandbox runs on.
     """
-    try:
+    with require_extra("attach", "kernel-sandbox attach"):
         from jupyter_console.app import ZMQTerminalIPythonApp
         from jupyter_console.ptshell import ZMQTerminalInteractiveShell
-    except ImportError as exc:
-        raise ConfigError(
-            "kernel-sandbox attach needs jupyter_console: pip install 'kernel-sandbox[attach]'"
-        ) from exc
     guest = asyncio.run(_guest(sandbox_id, host_name))
     info = dict(guest.connection_info or {})
     asyncio.run(guest.close())  # only the session: a guest removes nothing

@@ -198,10 +198,13 @@ def serve(
     no_mcp: bool,
 ) -> None:
     """Serve sandboxes over HTTP: ms-enclave's REST API, /v1 (streaming) and MCP at /mcp."""
-    import uvicorn
+    from .._extras import require_extra
 
-    from ..server.app import build_app
-    from ..server.settings import ServerSettings
+    with require_extra("server", "kernel-sandbox serve"):
+        import uvicorn
+
+        from ..server.app import build_app
+        from ..server.settings import ServerSettings
 
     keys = read_keys(api_keys, api_key_file)
     networks = {"max_network": parse_network(max_network)} if max_network is not None else {}

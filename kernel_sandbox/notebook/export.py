@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
+from .._extras import require_extra
 from ..errors import NotebookError
 from .storage import read_notebook
 
@@ -36,7 +37,8 @@ def export_notebook(
         raise NotebookError(f"cannot export to {to!r}; choose 'html' or 'py'")
     source = Path(path)
     nb = read_notebook(source)
-    from nbconvert import HTMLExporter, PythonExporter
+    with require_extra("notebook", "exporting a notebook"):
+        from nbconvert import HTMLExporter, PythonExporter
 
     exporter = (
         HTMLExporter(
