@@ -312,6 +312,9 @@ class Sandbox:
     def languages(self) -> list[str]:
         return run_sync(self._inner.languages())
 
+    def known_languages(self) -> list[str] | None:
+        return self._inner.known_languages()
+
     def list_contexts(self) -> list[Context]:
         return self._inner.list_contexts()
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,11 +18,8 @@ from click.testing import CliRunner
 from kernel_sandbox.backends.docker import docker_client
 from kernel_sandbox.backends.docker.images import builder
 from kernel_sandbox.cli.main import cli
-from kernel_sandbox.client.remote import RemoteSandbox
-from kernel_sandbox.errors import ContextNotFoundError
 from kernel_sandbox.sandbox import AsyncSandbox
 from tests.conftest import require
-from tests.integration.serving import KEY_A, Server
 
 R_IMAGE = "kernel-sandbox:r"
 JS_IMAGE = "kernel-sandbox:javascript"
@@ -214,34 +210,6 @@ async def test_a_javascript_context_beside_python_reads_its_files(make_sandbox: 
     await sandbox.remove_context(ctx)
     assert [c.id for c in sandbox.list_contexts()] == ["default"]
     assert (await sandbox.run_python("print('still here')")).stdout == "still here\n"
-
-
-async def test_the_native_api_takes_language_and_context(
-    docker_engine: Any, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    _require_image(R_IMAGE)
-    srv = Server(f"t-kernels-{os.getpid()}", tmp_path_factory.mktemp("nb"), []).start()
-    try:
-        async with await RemoteSandbox.create(srv.url, api_key=KEY_A, image=R_IMAGE) as sb:
-            assert {"python", "r"} <= set(await sb.languages())
-            r = await sb.run_code("v <- c(1, 2, 3); sum(v)", language="r")
-            assert r.status == "ok" and "6" in r.text
-            seen: list[dict[str, Any]] = []
-            streamed = await sb.run_code('cat("hi\\n"); mean(v)', "r", on_output=seen.append)
-            assert streamed.stdout == "hi\n" and "2" in streamed.text and seen
-            contexts = await sb.list_contexts()
-            assert [c.language for c in contexts] == ["python", "r"]
-            other = await sb.create_context(language="r")
-            assert "FALSE" in (await sb.run_code("exists('v')", context=other)).text
-            await sb.restart_context(contexts[1])
-            assert "FALSE" in (await sb.run_code("exists('v')", context=contexts[1].id)).text
-            await sb.remove_context(other)
-            assert len(await sb.list_contexts()) == 2
-            with pytest.raises(ContextNotFoundError):
-                await sb.run_code("1", context=other)
-            assert (await sb.run_python("print(1 + 1)")).stdout == "2\n"
-    finally:
-        srv.stop()
 
 
 def test_the_cli_runs_code_of_a_language_in_its_image(docker_engine: Any) -> None:

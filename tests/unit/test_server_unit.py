@@ -21,7 +21,7 @@ KEYS = ("key-a", "key-b")
 #: Plumbing of sandboxes in this process (pools, attach) that a remote one has no use for.
 LOCAL_ONLY = {"adopt", "host", "labels", "connection_info", "retire", "warm_up"}
 # contexts as values held here (a remote client asks with list_contexts)
-LOCAL_ONLY |= {"default_context", "get_context"}
+LOCAL_ONLY |= {"default_context", "get_context", "known_languages"}
 #: What only a remote sandbox can do.
 REMOTE_ONLY = {"notebook", "url"}
 
