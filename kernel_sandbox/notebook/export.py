@@ -2,7 +2,9 @@
 
 The HTML works offline, where sandboxes live: PNG plots are embedded as ``data:``
 URIs, the CSS is inlined, and nothing is loaded from a CDN (no require.js, MathJax,
-mermaid or widget manager; LaTeX then shows as source).  A replayed notebook's page
+mermaid or widget manager; LaTeX then shows as source).  HTML and markdown from the
+session are sanitized (nbconvert's ``sanitize_html``): a sandbox's ``<script>`` or
+``onerror=`` never runs in the reader's browser.  A replayed notebook's page
 starts with the replay's summary and shows every code cell's verdict and diff
 (template: ``templates/kernel_sandbox_offline.html.j2``).
 """
@@ -14,6 +16,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
+from .._extras import require_extra
 from ..errors import NotebookError
 from .storage import read_notebook
 
@@ -34,7 +37,8 @@ def export_notebook(
         raise NotebookError(f"cannot export to {to!r}; choose 'html' or 'py'")
     source = Path(path)
     nb = read_notebook(source)
-    from nbconvert import HTMLExporter, PythonExporter
+    with require_extra("notebook", "exporting a notebook"):
+        from nbconvert import HTMLExporter, PythonExporter
 
     exporter = (
         HTMLExporter(
@@ -42,6 +46,8 @@ def export_notebook(
             template_name="lab",
             extra_template_paths=[str(_TEMPLATES)],
             template_file="kernel_sandbox_offline.html.j2",
+            # A sandbox's outputs are untrusted: no live <script>, handlers or iframes.
+            sanitize_html=True,
         )
         if to == "html"
         else PythonExporter()

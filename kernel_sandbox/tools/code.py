@@ -18,7 +18,7 @@ from .python import MAX_CODE_CHARS, PythonExecutor
 from .results import ToolResult
 
 if TYPE_CHECKING:
-    from ..sandbox import AsyncSandbox
+    from ..protocols import SandboxLike
 
 __all__ = ["PACKAGES", "CodeExecutor", "CodeParams"]
 
@@ -50,6 +50,12 @@ class CodeParams(BaseModel):
     )
 
 
+def _languages(sandbox: SandboxLike) -> list[str]:
+    """The image's languages when the sandbox knows them already (no call made here)."""
+    known = getattr(sandbox, "known_languages", None)
+    return (known() if callable(known) else None) or ["python"]
+
+
 @register_tool
 class CodeExecutor(PythonExecutor):
     """Stateful code in every language of the image: a kernel per language."""
@@ -57,8 +63,8 @@ class CodeExecutor(PythonExecutor):
     name = "code_executor"
     Params = CodeParams  # type: ignore[assignment]
 
-    def describe(self, sandbox: AsyncSandbox) -> str:
-        languages = sandbox.known_languages() or ["python"]
+    def describe(self, sandbox: SandboxLike) -> str:
+        languages = _languages(sandbox)
         offered = "; ".join(f"{lang}: {PACKAGES.get(lang, 'its kernel')}" for lang in languages)
         return (
             "Run code in a persistent Jupyter kernel inside an isolated sandbox, in one of "
@@ -69,15 +75,15 @@ class CodeExecutor(PythonExecutor):
             + super().describe(sandbox).split(". ", 1)[1]
         )
 
-    def parameter_descriptions(self, sandbox: AsyncSandbox) -> dict[str, str]:
-        languages = sandbox.known_languages() or ["python"]
+    def parameter_descriptions(self, sandbox: SandboxLike) -> dict[str, str]:
+        languages = _languages(sandbox)
         return {
             **super().parameter_descriptions(sandbox),
             "code": "Code to run, as in a Jupyter cell of the language.",
             "language": f"One of: {', '.join(languages)}.",
         }
 
-    async def run(self, sandbox: AsyncSandbox, params: CodeParams) -> ToolResult:  # type: ignore[override]
+    async def run(self, sandbox: SandboxLike, params: CodeParams) -> ToolResult:  # type: ignore[override]
         timeout = min(params.timeout or self.default_timeout(sandbox), self.options.max_timeout)
         execution = await sandbox.run_code(params.code, params.language, timeout=timeout)
         return self.result(execution, params.timeout)

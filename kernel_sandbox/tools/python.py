@@ -11,8 +11,8 @@ from .results import ToolResult, capped_note, render_outputs
 from .texts import limits_text, where_text
 
 if TYPE_CHECKING:
+    from ..protocols import SandboxLike
     from ..results import Execution
-    from ..sandbox import AsyncSandbox
 
 __all__ = ["MAX_CODE_CHARS", "PythonExecutor", "PythonExecutorOptions", "PythonParams"]
 
@@ -57,11 +57,11 @@ class PythonExecutor(Tool):
     Options = PythonExecutorOptions
     options: PythonExecutorOptions
 
-    def default_timeout(self, sandbox: AsyncSandbox) -> float:
+    def default_timeout(self, sandbox: SandboxLike) -> float:
         """The timeout used when the model gives none."""
         return min(self.options.timeout or sandbox.config.timeout, self.options.max_timeout)
 
-    def describe(self, sandbox: AsyncSandbox) -> str:
+    def describe(self, sandbox: SandboxLike) -> str:
         return (
             "Run Python code in a persistent IPython kernel inside an isolated sandbox. "
             "State persists between calls like notebook cells: variables, imports and "
@@ -77,7 +77,7 @@ class PythonExecutor(Tool):
             "middle: print summaries rather than whole datasets."
         )
 
-    def parameter_descriptions(self, sandbox: AsyncSandbox) -> dict[str, str]:
+    def parameter_descriptions(self, sandbox: SandboxLike) -> dict[str, str]:
         return {
             "code": "Python code to run, as in a Jupyter cell (IPython magics work too).",
             "timeout": (
@@ -86,7 +86,7 @@ class PythonExecutor(Tool):
             ),
         }
 
-    async def run(self, sandbox: AsyncSandbox, params: PythonParams) -> ToolResult:
+    async def run(self, sandbox: SandboxLike, params: PythonParams) -> ToolResult:
         timeout = min(params.timeout or self.default_timeout(sandbox), self.options.max_timeout)
         execution = await sandbox.run_python(params.code, timeout=timeout)
         return self.result(execution, params.timeout)
