@@ -17,6 +17,7 @@ caller and for failures of the machinery underneath::
     ├── SandboxNotFoundError(KeyError)   unknown sandbox id (manager API)
     ├── KernelError                      the kernel could not be reached or restarted
     ├── ContextNotFoundError(KeyError)   unknown context id in a sandbox
+    ├── MissingExtraError(ModuleNotFoundError)  an optional part is not installed
     ├── SnapshotError                    a snapshot cannot be made, stored or restored
     │   └── SnapshotNotFoundError(KeyError)  no such snapshot (for this owner)
     ├── NotebookError(ValueError)        a notebook file cannot be read or is not valid
@@ -43,6 +44,7 @@ __all__ = [
     "ImageError",
     "ImageNotFoundError",
     "KernelError",
+    "MissingExtraError",
     "NotebookError",
     "ResumeDivergedError",
     "SandboxClosedError",
@@ -117,6 +119,12 @@ class ContextNotFoundError(SandboxError, KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its argument; we want the sentence
         return str(self.args[0]) if self.args else "context not found"
+
+
+class MissingExtraError(SandboxError, ModuleNotFoundError):
+    """A part of kernel_sandbox needs an extra that is not installed; the message names
+    the extra and the command that installs it (``pip install 'kernel-sandbox[EXTRA]'``).
+    """
 
 
 class SnapshotError(SandboxError):

@@ -4,7 +4,10 @@
 :class:`HttpSandboxManager` offers :class:`~kernel_sandbox.SandboxManager`'s.
 """
 
-from .manager import HttpSandboxManager
-from .remote import RemoteFiles, RemoteSandbox
+from .._extras import require_extra
+
+with require_extra("client", "kernel_sandbox.client (RemoteSandbox, HttpSandboxManager)"):
+    from .manager import HttpSandboxManager
+    from .remote import RemoteFiles, RemoteSandbox
 
 __all__ = ["HttpSandboxManager", "RemoteFiles", "RemoteSandbox"]

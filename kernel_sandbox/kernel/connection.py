@@ -16,6 +16,7 @@ from typing import Literal, NotRequired, TypedDict
 
 import zmq
 
+from ..config import CONTAINER_RUN_DIR
 from .programs import program
 from .supervisor import SUPERVISOR
 
@@ -33,8 +34,6 @@ __all__ = [
     "new_connection_info",
 ]
 
-#: Where the per-sandbox run directory is mounted inside the container.
-CONTAINER_RUN_DIR = "/run/kernel-sandbox"
 PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
 #: With ipc, the container's main process until it execs the supervisor: binds the

@@ -39,6 +39,7 @@ from ..events import (
 )
 from ..results import CommandResult, Execution
 from . import shared
+from .budget import OutputBudget
 from .cells import (
     META_KEY,
     file_cell,
@@ -125,6 +126,8 @@ class NotebookRecorder:
         self._watchers: list[Any] = []
         self._steps = 0
         self._seeded = False  # a recorded cell seeded the random generators
+        #: What the notebook keeps of calls' outputs (per call and in all: budget.py).
+        self._budget = OutputBudget()
         now = iso_time()
         session: dict[str, Any] = {
             "format_version": FORMAT_VERSION,
@@ -264,7 +267,9 @@ class NotebookRecorder:
     ) -> None:
         """Record one Python execution with its real outputs (see ``cells.python_cell``)."""
         with self._lock:
-            cell = python_cell(code, execution, metadata, started_at, seeded=self._seeded)
+            cell = python_cell(
+                code, execution, metadata, started_at, seeded=self._seeded, budget=self._budget
+            )
             self._seeded = self._seeded or seeds_randomness(code)
             self._nb.cells.append(cell)
             if execution.status in ("timeout", "kernel_died") and execution.message:
@@ -284,7 +289,7 @@ class NotebookRecorder:
     ) -> None:
         """Record one shell command as a re-runnable ``%%sh`` cell."""
         with self._lock:
-            cell = shell_cell(command, result, cwd, metadata, started_at)
+            cell = shell_cell(command, result, cwd, metadata, started_at, self._budget)
             self._nb.cells.append(cell)
             self._step()
 

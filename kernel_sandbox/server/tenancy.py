@@ -28,7 +28,9 @@ from ..notebook.cells import META_KEY
 from ..notebook.recorder import NotebookRecorder
 from ..sandbox import AsyncSandbox
 from .durable import Durability, Paused
+from .image_queue import ImageQueue
 from .labels import SERVER_ID_LABEL, SERVER_KEY_LABEL, SERVER_LABEL
+from .policy import client_config
 from .recording import record_sandbox
 from .settings import ServerSettings
 
@@ -102,7 +104,7 @@ class Tenancy:
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
         labels = {SERVER_LABEL: settings.name}
-        pool_config = DockerSandboxConfig(image=settings.default_image)
+        pool_config = client_config({}, settings)[0]  # what a client omitting fields gets
         self.manager = SandboxManager(
             SandboxManagerConfig(
                 labels=labels,
@@ -117,6 +119,7 @@ class Tenancy:
         self._pool_free: dict[str, asyncio.Queue[str]] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._creating: dict[str, int] = {}
+        self._images = ImageQueue()
         #: Snapshots, paused sandboxes, restores and forks (see :mod:`.durable`).
         self.durable = Durability(self)
 
@@ -232,7 +235,10 @@ class Tenancy:
             config = config.model_copy(update={"labels": labels})
         self._creating[owner] = self._creating.get(owner, 0) + 1
         try:
-            sid = await self.manager.create_sandbox("docker", config, sandbox_id)
+            new = self._images.is_new(config.image, config.host, config.derive_image)
+            async with self._images.turn(owner) if new else contextlib.nullcontext():
+                sid = await self.manager.create_sandbox("docker", config, sandbox_id)
+            self._images.started(config.image, config.derive_image)
         finally:
             self._creating[owner] -= 1
         sandbox = await self.manager.get_sandbox(sid)
@@ -257,7 +263,6 @@ class Tenancy:
         :mod:`kernel_sandbox.notebook.shared`).
         """
         from ..notebook.storage import read_notebook
-        from .policy import client_config
 
         old = await asyncio.to_thread(read_notebook, item.notebook)
         session = dict(old.metadata.get(META_KEY, {}))
