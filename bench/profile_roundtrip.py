@@ -58,7 +58,7 @@ async def main(args: argparse.Namespace) -> None:
         from kernel_sandbox.sandbox import AsyncSandbox
 
         sandbox = await AsyncSandbox.create(image=args.image)
-        session = sandbox._session  # type: ignore[attr-defined]
+        session = sandbox._kernel.session  # type: ignore[attr-defined]
         top = subprocess.run(
             ["docker", "top", sandbox.container_id, "-eo", "pid,args"],
             capture_output=True,

@@ -1,20 +1,24 @@
-"""kernel_sandbox: safe, stateful Python sandboxes for LLM agents.
+"""kernel_sandbox: safe, stateful code sandboxes for LLM agents.
 
-Each sandbox is a container running a persistent IPython kernel reached over
+Each sandbox is a container running persistent Jupyter kernels (IPython by default;
+R, JavaScript/TypeScript, bash or any kernelspec the image holds) reached over
 jupyter_client.  The public API is re-exported here; everything else is internal.
 """
 
 from .config import DEFAULT_IMAGE, SandboxConfig
+from .contexts import Context, KernelSpecInfo
 from .errors import (
     CapacityError,
     ConfigError,
     ContainerRemovedError,
     ContainerStoppedError,
+    ContextNotFoundError,
     EngineUnavailableError,
     FileOperationError,
     ImageError,
     ImageNotFoundError,
     KernelError,
+    MissingExtraError,
     NotebookError,
     ResumeDivergedError,
     SandboxClosedError,
@@ -26,6 +30,7 @@ from .errors import (
     SnapshotNotFoundError,
 )
 from .events import (
+    ContextChanged,
     EgressRefused,
     Event,
     FileOperated,
@@ -69,6 +74,7 @@ _LAZY = {
     "areplay": "notebook",
     "SandboxPool": "pool",
     "RemoteSandbox": "client.remote",
+    "RemoteSnapshots": "client.remote",
     "HttpSandboxManager": "client.manager",
 }
 
@@ -100,6 +106,9 @@ __all__ = [
     "ConfigError",
     "ContainerRemovedError",
     "ContainerStoppedError",
+    "Context",
+    "ContextChanged",
+    "ContextNotFoundError",
     "DockerSandboxConfig",
     "EgressRefused",
     "EngineUnavailableError",
@@ -115,12 +124,15 @@ __all__ = [
     "ImageNotFoundError",
     "KernelError",
     "KernelRestarted",
+    "KernelSpecInfo",
     "LocalSandboxManager",
     "LocalSnapshotStore",
+    "MissingExtraError",
     "NotebookError",
     "NotebookRecorder",
     "PythonExecuted",
     "RemoteSandbox",
+    "RemoteSnapshots",
     "ReplayReport",
     "Restored",
     "ResumeDivergedError",

@@ -7,7 +7,7 @@ dropped, ``no-new-privileges`` and resource limits.  Loosen them one field at a 
 from __future__ import annotations
 
 import os
-import re
+import posixpath
 from typing import Any, Literal
 
 from pydantic import (
@@ -21,7 +21,14 @@ from pydantic import (
 )
 
 from .errors import ConfigError
-from .limits import DEFAULT_MAX_FILE_BYTES, DEFAULT_MAX_OUTPUT_BYTES
+from .limits import (
+    DEFAULT_MAX_FILE_BYTES,
+    DEFAULT_MAX_OUTPUT_BYTES,
+    MIN_DISK_BYTES,
+    MIN_MEMORY_BYTES,
+    parse_positive,
+    parse_size,
+)
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -45,24 +52,17 @@ KERNEL_PYTHON = "/opt/venv/bin/python"
 RUNTIME_ENV = "KERNEL_SANDBOX_RUNTIME"
 #: Prefix of every label kernel_sandbox puts on containers and images.
 LABEL_PREFIX = "kernel-sandbox"
+#: Where the per-sandbox run directory (the kernel's sockets and the supervisor's
+#: state) is mounted inside the container (``ipc``).
+CONTAINER_RUN_DIR = "/run/kernel-sandbox"
+#: The supervisor's state directory inside the container with the tcp transport.
+TCP_STATE_DIR = "/tmp/kernel-sandbox"
 
-_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([bkmg]?)$", re.IGNORECASE)
-#: Below this a sandbox cannot even start (the kernel writes to /tmp and $HOME).
-_MIN_DISK = 16 * 1024**2
-_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 #: How ``disk_limit`` is shared out between the writable places of a sandbox.  The
 #: working directory gets half; $HOME a quarter (IPython and matplotlib caches,
 #: ``pip install --user``); /tmp and /dev/shm the rest.  The shares add up to 1, so the
 #: sandbox can never write more than ``disk_limit`` in total.
 DISK_SHARES = {"working_dir": 8 / 16, "home": 4 / 16, "tmp": 3 / 16, "shm": 1 / 16}
-
-
-def parse_size(value: str) -> int:
-    """Bytes in a size such as ``"512m"`` (binary units: k, m and g are powers of 1024)."""
-    match = _SIZE.match(value.strip())
-    if not match:
-        raise ValueError(f"{value!r} is not a size; use a number with b, k, m or g, e.g. '512m'")
-    return int(float(match[1]) * _UNITS[match[2].lower()])
 
 
 class SandboxConfig(BaseModel):
@@ -115,6 +115,14 @@ class SandboxConfig(BaseModel):
             raise ConfigError(describe_invalid(exc, type(self).__name__)) from exc
 
     image: str = DEFAULT_IMAGE
+    kernel: str = Field(
+        default="python3",
+        pattern=r"^[A-Za-z0-9._-]{1,64}$",
+        description=(
+            "The kernelspec the sandbox's default kernel runs, by name in the image "
+            "('python3', 'ir', 'deno', 'bash', ...; `kernel-sandbox images` lists them)."
+        ),
+    )
     network: Literal["none", "packages", "full"] | list[str] = Field(
         default="none",
         description=(
@@ -165,6 +173,11 @@ class SandboxConfig(BaseModel):
     derive_image: bool = Field(
         default=True,
         description="Derive a kernel-ready image from a plain Python image when needed.",
+    )
+    pull_image: bool = Field(
+        default=True,
+        description="Pull the image from its registry when the engine does not have it "
+        "(False: refuse it with ImageNotFoundError; a server's --pull never).",
     )
     host: str = Field(
         default_factory=lambda: os.environ.get("KERNEL_SANDBOX_HOST") or "docker",
@@ -225,19 +238,28 @@ class SandboxConfig(BaseModel):
     def _check_size(cls, value: str | None, info: ValidationInfo) -> str | None:
         if value is None and info.field_name == "disk_limit":
             return None
-        try:
-            size = parse_size(str(value))
-        except ValueError as exc:
-            raise ValueError(f"{info.field_name}={exc}") from None
-        if info.field_name == "disk_limit" and size < _MIN_DISK:
-            raise ValueError(f"disk_limit={value!r} is too small; give at least 16m")
+        field = str(info.field_name)
+        least = MIN_DISK_BYTES if field == "disk_limit" else MIN_MEMORY_BYTES
+        parse_size(value, field, least)  # ValueError names the field
         return str(value).strip().lower()
+
+    @field_validator("cpu_limit", "timeout", "startup_timeout", "interrupt_grace", mode="before")
+    @classmethod
+    def _check_positive(cls, value: object, info: ValidationInfo) -> float:
+        return parse_positive(value, str(info.field_name))
 
     @field_validator("working_dir")
     @classmethod
     def _check_working_dir(cls, value: str) -> str:
         if not value.startswith("/"):
             raise ValueError(f"working_dir={value!r} must be an absolute path inside the sandbox")
+        path = posixpath.normpath(value)
+        for reserved in (CONTAINER_RUN_DIR, TCP_STATE_DIR):
+            if path == reserved or path.startswith(reserved + "/"):
+                raise ValueError(
+                    f"working_dir={value!r} is inside {reserved}, where the kernel's "
+                    "connection lives; choose another directory (e.g. /sandbox)"
+                )
         return value
 
     @field_validator("volumes")

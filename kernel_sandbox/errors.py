@@ -16,6 +16,8 @@ caller and for failures of the machinery underneath::
     │   └── ContainerRemovedError        the container is gone (removed from outside)
     ├── SandboxNotFoundError(KeyError)   unknown sandbox id (manager API)
     ├── KernelError                      the kernel could not be reached or restarted
+    ├── ContextNotFoundError(KeyError)   unknown context id in a sandbox
+    ├── MissingExtraError(ModuleNotFoundError)  an optional part is not installed
     ├── SnapshotError                    a snapshot cannot be made, stored or restored
     │   └── SnapshotNotFoundError(KeyError)  no such snapshot (for this owner)
     ├── NotebookError(ValueError)        a notebook file cannot be read or is not valid
@@ -36,11 +38,13 @@ __all__ = [
     "ConfigError",
     "ContainerRemovedError",
     "ContainerStoppedError",
+    "ContextNotFoundError",
     "EngineUnavailableError",
     "FileOperationError",
     "ImageError",
     "ImageNotFoundError",
     "KernelError",
+    "MissingExtraError",
     "NotebookError",
     "ResumeDivergedError",
     "SandboxClosedError",
@@ -108,6 +112,19 @@ class SandboxNotFoundError(SandboxError, KeyError):
 
 class KernelError(SandboxError):
     """The kernel could not be reached, interrupted or restarted."""
+
+
+class ContextNotFoundError(SandboxError, KeyError):
+    """The sandbox has no context (kernel) with this id."""
+
+    def __str__(self) -> str:  # KeyError quotes its argument; we want the sentence
+        return str(self.args[0]) if self.args else "context not found"
+
+
+class MissingExtraError(SandboxError, ModuleNotFoundError):
+    """A part of kernel_sandbox needs an extra that is not installed; the message names
+    the extra and the command that installs it (``pip install 'kernel-sandbox[EXTRA]'``).
+    """
 
 
 class SnapshotError(SandboxError):

@@ -18,11 +18,13 @@ import inspect
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
+from .contexts import Context
 from .results import CommandResult, Execution
 
 __all__ = [
+    "ContextChanged",
     "EgressRefused",
     "Event",
     "FileOperated",
@@ -70,11 +72,26 @@ class Event:
 
 @dataclass(frozen=True)
 class PythonExecuted(Event):
-    """``run_python`` finished (in any status)."""
+    """``run_code`` (or ``run_python``) finished, in any status and any language."""
 
     code: str
     execution: Execution
     started_at: float
+    metadata: dict[str, Any] = field(default_factory=dict)
+    #: The language it ran in (``python``, ``r``, ``javascript``, ...).
+    language: str = "python"
+    #: The kernelspec that ran it.
+    kernel: str = "python3"
+    #: The context (kernel) of the sandbox it ran in; ``"default"``: the sandbox's own.
+    context_id: str = "default"
+
+
+@dataclass(frozen=True)
+class ContextChanged(Event):
+    """A context (another kernel of the sandbox) was created or removed."""
+
+    context: Context
+    change: Literal["created", "removed"]
     metadata: dict[str, Any] = field(default_factory=dict)
 
 

@@ -9,24 +9,53 @@ cut this way and both use :func:`cap_notice`, so a user reads the same sentence.
 
 from __future__ import annotations
 
+import math
+import re
 from collections import deque
 
 from .results import format_size
 
 __all__ = [
+    "ARCHIVE_CHUNK_BYTES",
+    "ARCHIVE_MAX_MEMBERS",
+    "ARCHIVE_MEMBER_COST_BYTES",
     "CWD_COPY_MAX_BYTES",
     "CWD_COPY_MAX_FILES",
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "IMAGE_ACCOUNT_FILE_BYTES",
+    "IMAGE_DERIVE_SECONDS",
+    "IMAGE_PROBE_SECONDS",
+    "IMAGE_QUEUE_PER_KEY",
+    "IMAGE_RESOLVE_WORKERS",
+    "IMAGE_STEP_CHATTER_BYTES",
+    "IMAGE_STEP_CPUS",
+    "IMAGE_STEP_MEMORY_BYTES",
+    "IMAGE_STEP_OUTPUT_BYTES",
+    "IMAGE_STEP_PIDS",
+    "IMAGE_STEP_TMP_BYTES",
+    "IMAGE_VENV_BYTES",
     "KERNEL_ARGS_MAX",
     "KERNEL_ENV_MAX_BYTES",
+    "MALFORMED_WARNING_SECONDS",
+    "MAX_CONTEXTS",
+    "MAX_KERNELSPECS_BYTES",
+    "MAX_SIZE_BYTES",
     "MAX_SNAPSHOT_BYTES",
     "MAX_SNAPSHOT_FILES",
     "MAX_SNAPSHOT_REPORT_BYTES",
+    "MIN_DISK_BYTES",
+    "MIN_MEMORY_BYTES",
+    "NOTEBOOK_CALL_IMAGES",
+    "NOTEBOOK_CALL_OUTPUT_BYTES",
+    "NOTEBOOK_IMAGE_BYTES",
+    "NOTEBOOK_MAX_OUTPUT_BYTES",
     "SNAPSHOT_DEADLINE",
     "SNAPSHOT_RATE",
     "HeadTail",
     "cap_notice",
+    "parse_positive",
+    "parse_size",
     "split_bytes",
     "utf8_len",
 ]
@@ -35,6 +64,113 @@ __all__ = [
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024**2
 #: ``SandboxConfig.max_file_bytes`` by default: a file read is held whole in memory.
 DEFAULT_MAX_FILE_BYTES = 100 * 1024**2
+#: Smallest ``memory_limit`` in bytes: the engine refuses less than 6 MiB and a kernel
+#: cannot start in less; below it a value is refused (never read as "no limit").
+MIN_MEMORY_BYTES = 32 * 1024**2
+#: Smallest ``disk_limit`` in bytes: below it a sandbox cannot even start (the kernel
+#: writes to /tmp and $HOME).
+MIN_DISK_BYTES = 16 * 1024**2
+#: Largest size in bytes any limit may name (1 PiB): past it a number is a typo or an
+#: attempt to overflow the engine's 64-bit fields, refused instead of wrapped.
+MAX_SIZE_BYTES = 1024**5
+
+#: Bytes of one call's outputs a session notebook records (the caller gets them all,
+#: up to ``max_output_bytes``); past it a long stream keeps its ends, the rest a note.
+NOTEBOOK_CALL_OUTPUT_BYTES = 2 * 1024**2
+#: Images one call records in the notebook; more keep their text form only.
+NOTEBOOK_CALL_IMAGES = 16
+#: Bytes of one recorded image (base64 as sent); a larger one keeps its text form.
+NOTEBOOK_IMAGE_BYTES = 1024**2
+#: Bytes of outputs one session notebook holds in all; later calls are recorded
+#: without their outputs (a note says so), so a rewrite costs at most about this.
+NOTEBOOK_MAX_OUTPUT_BYTES = 32 * 1024**2
+#: Members a tar upload (``POST /sandbox/{id}/archive``) may hold; more: refused (400).
+ARCHIVE_MAX_MEMBERS = 1000
+#: Bytes each archive member counts toward the upload cap besides its size (its
+#: header and the writes it costs in the sandbox): many empty members add up too.
+ARCHIVE_MEMBER_COST_BYTES = 64 * 1024
+#: Bytes of an archive member the server holds at once while it writes it.
+ARCHIVE_CHUNK_BYTES = 1024**2
+#: Seconds between two warnings in the host's log about malformed messages from a
+#: kernel (those in between are counted in the next): a sandbox cannot fill the log.
+MALFORMED_WARNING_SECONDS = 10.0
+#: Memory (bytes, swap included) of a container that runs a tenant image's code to
+#: probe or derive it: the probe, the venv build and pip's check.
+IMAGE_STEP_MEMORY_BYTES = 512 * 1024**2
+#: Processes and threads of such a container.
+IMAGE_STEP_PIDS = 64
+#: CPUs of such a container.
+IMAGE_STEP_CPUS = 1.0
+#: Bytes of its /tmp (an in-memory filesystem; counts toward its memory).
+IMAGE_STEP_TMP_BYTES = 256 * 1024**2
+#: Seconds the probe of an image's Python may take before it is killed.
+IMAGE_PROBE_SECONDS = 30.0
+#: Seconds the venv build (or pip's check) of a derived image may take.
+IMAGE_DERIVE_SECONDS = 300.0
+#: Bytes of a probe's (or step's) printed output kept; the rest is dropped unread.
+IMAGE_STEP_OUTPUT_BYTES = 64 * 1024
+#: Bytes of such output after which the step is killed (a probe prints a line).
+IMAGE_STEP_CHATTER_BYTES = 4 * 1024**2
+#: Bytes of the venv a derive step hands back (its tar on stdout); past it: refused.
+IMAGE_VENV_BYTES = 512 * 1024**2
+#: Bytes of /etc/passwd or /etc/group read from an image to add the sandbox user.
+IMAGE_ACCOUNT_FILE_BYTES = 1024**2
+#: Threads that resolve (inspect, pull, probe, derive) images at once, apart from the
+#: shared pool; on a server one key holds at most one of them (``IMAGE_QUEUE_PER_KEY``).
+IMAGE_RESOLVE_WORKERS = 4
+#: Image resolutions one key may have waiting on a server (one runs at a time per key).
+IMAGE_QUEUE_PER_KEY = 4
+
+_SIZE = re.compile(r"^(\d+(?:\.\d+)?)([bkmg]?)$", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
+
+
+def parse_size(value: object, field: str = "size", minimum: int = 1) -> int:
+    """Bytes in a size such as ``"512m"`` (binary units: k, m and g are powers of 1024).
+
+    The one parser of every size limit (memory, disk, the server's maxima): what it
+    returns is a whole number of bytes from ``minimum`` to :data:`MAX_SIZE_BYTES`.
+    Zero in any spelling (``"0"``, ``"0k"``, ``"0.0g"``, ``" 0"``) is refused with a
+    ``ValueError`` naming ``field``, since an engine reads a zero limit as none.
+    """
+    text = str(value).strip()
+    match = _SIZE.fullmatch(text)
+    if not match:
+        raise ValueError(
+            f"{field}={value!r} is not a size; use a number with b, k, m or g, e.g. '512m'"
+        )
+    number = float(match[1]) * _UNITS[match[2].lower()]
+    if not math.isfinite(number) or number > MAX_SIZE_BYTES:
+        raise ValueError(f"{field}={value!r} is too large (at most {format_size(MAX_SIZE_BYTES)})")
+    size = int(number)
+    if size < max(minimum, 1):
+        least = "more than zero" if minimum <= 1 else f"at least {format_size(minimum)}"
+        raise ValueError(f"{field}={value!r} is too small: give {least} (zero is not 'unlimited')")
+    return size
+
+
+def parse_positive(value: object, field: str) -> float:
+    """A finite number of CPUs or seconds above zero; ``ValueError`` naming ``field`` else.
+
+    Booleans, NaN, infinities, zero and negative numbers are refused: each would read
+    as "no limit" (or crash a comparison) further down.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        raise ValueError(f"{field}={value!r} is not a number")
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"{field}={value!r} is not a number") from None
+    if not math.isfinite(number) or number <= 0:
+        raise ValueError(f"{field}={value!r} must be a finite number above zero")
+    return number
+
+
+#: Contexts (kernels) a sandbox may run beside its own: each is a kernel process within
+#: the sandbox's memory limit, and each holds a session (sockets, a reader) on the host.
+MAX_CONTEXTS = 8
+#: Bytes of the image's kernelspec listing the host reads (a few hundred per kernel).
+MAX_KERNELSPECS_BYTES = 64 * 1024
 #: Arguments a Jupyter client's ``extra_arguments`` may give a sandboxed kernel (each at
 #: most 4 KiB); more are refused, with a warning in the client's log.
 KERNEL_ARGS_MAX = 64
@@ -162,5 +298,3 @@ E2B_LIST_LIMIT = 10_000
 E2B_MAX_DEPTH = 32
 #: Files one multipart ``POST /files`` may carry.
 E2B_MAX_UPLOAD_FILES = 100
-#: Code-interpreter contexts (each its own kernel) one E2B sandbox may have.
-E2B_MAX_CONTEXTS = 8

@@ -24,18 +24,27 @@ from typing import TYPE_CHECKING, Any
 from .backends.base import KernelHost
 from .backends.factory import HostFactory, make_host
 from .config import LABEL_PREFIX, PING_TIMEOUT, SandboxConfig
+from .contexts import (
+    DEFAULT_CONTEXT,
+    KERNELSPECS_SCRIPT,
+    Context,
+    KernelSpecInfo,
+    kernel_for,
+    normalise_language,
+    parse_kernelspecs,
+)
 from .errors import (
     ConfigError,
-    ContainerStoppedError,
+    ContextNotFoundError,
     FileOperationError,
     KernelError,
     SandboxClosedError,
-    SandboxError,
     SandboxNotFoundError,
     SandboxStartError,
     SnapshotError,
 )
 from .events import (
+    ContextChanged,
     EgressRefused,
     Event,
     KernelRestarted,
@@ -46,18 +55,24 @@ from .events import (
     emit,
 )
 from .files import AsyncFiles
-from .judgement import judge
-from .kernel.client import KernelSession, OutputCallback
-from .kernel.connection import ConnectionInfo
-from .limits import MAX_SNAPSHOT_BYTES, MAX_SNAPSHOT_FILES, MAX_SNAPSHOT_REPORT_BYTES
+from .kernel.client import OutputCallback
+from .kernel.connection import IPYTHON_KERNEL, ConnectionInfo
+from .limits import (
+    MAX_CONTEXTS,
+    MAX_KERNELSPECS_BYTES,
+    MAX_SNAPSHOT_BYTES,
+    MAX_SNAPSHOT_FILES,
+    MAX_SNAPSHOT_REPORT_BYTES,
+)
 from .results import CommandResult, Execution
+from .running import RunningKernel
 from .shell import run_command
 from .snapshots.model import Snapshot
 from .snapshots.portable import Restored, load_snapshot, take_snapshot
 from .snapshots.store import SnapshotStore, default_store
 
 if TYPE_CHECKING:
-    from .client.remote import RemoteSandbox
+    from .protocols import SandboxLike
 
 __all__ = ["PING_TIMEOUT", "AsyncSandbox"]
 
@@ -77,10 +92,11 @@ class AsyncSandbox:
         #: The kernel host that runs this sandbox (engine-specific; see ``backends``).
         self.host = host
         self.files = AsyncFiles(self)
-        self._session: KernelSession | None = None
-        self._info: ConnectionInfo | None = None
-        #: Restarts done since the last events went out (emitted after the call's own).
-        self._restarts: list[KernelRestarted] = []
+        #: The sandbox's own kernel (the default context), then every other context's.
+        self._kernel = RunningKernel(host, config, sandbox_id, config.kernel)
+        self._contexts: dict[str, tuple[Context, RunningKernel]] = {}
+        #: The image's kernelspecs, once asked (they do not change while it runs).
+        self._kernelspecs: dict[str, KernelSpecInfo] | None = None
         self._lock = asyncio.Lock()
         self._closed = False
         #: Why calls are refused before :meth:`close` ran (released to a pool).
@@ -116,7 +132,9 @@ class AsyncSandbox:
     ) -> AsyncSandbox:
         sandbox = cls(config, make_host(host, sandbox_id, config), sandbox_id)
         try:
-            await sandbox._connect(await sandbox.host.launch())
+            await sandbox._kernel.connect(await sandbox.host.launch())
+            if config.kernel != IPYTHON_KERNEL:
+                await sandbox.kernelspecs()  # its language is in its kernelspec
         except BaseException:
             await sandbox.close()
             raise
@@ -159,7 +177,7 @@ class AsyncSandbox:
             if interrupt:
                 with contextlib.suppress(KernelError):  # no kernel: the connect says so
                     await made.interrupt()
-            await sandbox._connect(info)
+            await sandbox._kernel.connect(info)
         except BaseException as exc:  # unreachable now is not gone: remove nothing, let go
             sandbox._closed = True
             await made.detach()
@@ -172,26 +190,6 @@ class AsyncSandbox:
                 ) from exc
             raise
         return sandbox
-
-    @classmethod
-    async def connect(
-        cls,
-        url: str,
-        sandbox_id: str | None = None,
-        *,
-        api_key: str | None = None,
-        timeout: float = 600.0,
-    ) -> RemoteSandbox:
-        """A sandbox on a ``kernel-sandbox serve`` server, with this class's methods.
-
-        With ``sandbox_id``, the caller's existing sandbox there; without, a new one
-        with the server's defaults (``RemoteSandbox.create`` takes settings).  The
-        server's key decides which sandboxes the caller may see; ``timeout`` bounds
-        each HTTP call.
-        """
-        from .client.remote import RemoteSandbox
-
-        return await RemoteSandbox.connect(url, sandbox_id, api_key=api_key, timeout=timeout)
 
     @property
     def image(self) -> str:
@@ -207,7 +205,7 @@ class AsyncSandbox:
     def connection_info(self) -> ConnectionInfo | None:
         """How this process reaches the kernel (Jupyter connection-file fields, seen from
         here), e.g. to attach another Jupyter client; None before the first start."""
-        return self._info
+        return self._kernel.info
 
     @property
     def working_dir(self) -> str:
@@ -219,42 +217,29 @@ class AsyncSandbox:
         """Labels put on everything the host made, so orphans can always be found."""
         return self.host.labels
 
-    async def _connect(self, info: ConnectionInfo) -> None:
-        """Connect to the kernel that starts now; tell the host when the attempt is over."""
-        self._info = info
-        session = KernelSession(info, self.config.max_output_bytes)
-        try:
-            await session.connect(self.config.startup_timeout, self.host.poll)
-        except KernelError as exc:
-            session.close()
-            logs = await self._logs_tail()
-            raise SandboxStartError(
-                f"the kernel in image {self.image!r} did not start: {exc}{logs}"
-            ) from exc
-        except BaseException:  # cancelled: an unclosed client hangs zmq when collected
-            session.close()
-            raise
-        else:
-            self._session = session
-        finally:  # connected or not: a kernel that never came must not leave a way in
-            await self.host.post_launch()
-
-    async def _logs_tail(self) -> str:
-        try:
-            text = (await self.host.logs(tail=15)).strip()
-        except Exception:  # the start error is what matters; the log is a bonus
-            return ""
-        return f"\ncontainer log (last lines):\n{text}" if text else ""
-
     async def close(self) -> None:
         """Remove everything the host made for this sandbox.  Safe twice."""
         if self._closed:
             return
         self._closed = True
-        if self._session is not None:
-            self._session.close()
-            self._session = None
+        for _, kernel in self._contexts.values():
+            kernel.close()
+            with contextlib.suppress(Exception):  # the sandbox's cleanup removes it anyway
+                await kernel.host.cleanup()
+        self._contexts.clear()
+        self._kernel.close()
         await self.host.cleanup()
+
+    async def detach(self) -> None:
+        """Let go of the sandbox without removing it: it runs on (e.g. after a CLI
+        command restored it); :meth:`adopt` takes it over again.  Calls are refused."""
+        if self._closed:
+            return
+        self._closed = True
+        for _, kernel in self._contexts.values():
+            kernel.close()
+        self._kernel.close()
+        await self.host.detach()
 
     async def __aenter__(self) -> AsyncSandbox:
         return self
@@ -302,7 +287,7 @@ class AsyncSandbox:
         a kernel reported dead ends the wait early.  A busy kernel does not answer
         until its cell ends: ping an idle sandbox.
         """
-        session = self._session
+        session = self._kernel.session
         if session is None or self._closed:
             return False
         step = min(0.25, timeout)
@@ -317,15 +302,17 @@ class AsyncSandbox:
     async def warm_up(self) -> None:
         """Have the kernel do the first-call work now (off a later caller's path)."""
         self.check_open()
-        if self._session is not None:
-            await self._session.warm_up()
+        if self._kernel.session is not None and self.config.kernel == IPYTHON_KERNEL:
+            await self._kernel.session.warm_up()
 
     async def _emit(self, event: Event) -> None:
         if self.listeners:
             await emit(self.listeners, event)
 
     async def _emit_restarts(self, *, requested: bool) -> None:
-        restarts, self._restarts = self._restarts, []
+        restarts: list[KernelRestarted] = []
+        for kernel in [self._kernel, *(k for _, k in self._contexts.values())]:
+            restarts, kernel.restarts = restarts + kernel.restarts, []
         for event in restarts:
             context = current_context()
             await self._emit(dataclasses.replace(event, requested=requested, metadata=context))
@@ -337,7 +324,62 @@ class AsyncSandbox:
             policy = str(self.config.network)
             await self._emit(EgressRefused(self.id, tuple(refused), policy))
 
-    # -- python ------------------------------------------------------------------
+    # -- code ----------------------------------------------------------------------
+
+    async def run_code(
+        self,
+        code: str,
+        language: str | None = None,
+        *,
+        context: Context | str | None = None,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> Execution:
+        """Run ``code`` in a persistent kernel; its variables survive between calls.
+
+        ``context`` (a :class:`~kernel_sandbox.contexts.Context` or its id) picks the
+        kernel; else ``language`` (``"python"``, ``"r"``, ``"javascript"``,
+        ``"typescript"``, ``"bash"``) picks the first context of that language, the
+        sandbox's own kernel if it speaks it, else one made now; with neither, the
+        sandbox's own kernel.  Never raises for anything the code does: exceptions,
+        timeouts and kernel crashes come back as the ``status`` of the
+        :class:`Execution`.  Output over ``config.max_output_bytes`` keeps its head and
+        tail; ``truncated_bytes`` of the result counts what was dropped.  Raises
+        :class:`~kernel_sandbox.errors.ConfigError` for a language the image has no
+        kernel for, :class:`~kernel_sandbox.errors.ContextNotFoundError` for an unknown
+        context.
+        """
+        self.check_open()
+        timeout = timeout or self.config.timeout
+        if context is None:
+            chosen = await self._context_for(language)
+        else:
+            chosen = self.get_context(context if isinstance(context, str) else context.id)
+            if language is not None and normalise_language(language) != chosen.language:
+                raise ConfigError(
+                    f"context {chosen.id} runs {chosen.language}, not {language!r}; give "
+                    "one of the two"
+                )
+        kernel = self._kernel_of(chosen.id)
+        async with self._lock:  # one request at a time: outputs never interleave
+            self.check_open()
+            wall = time.time()
+            execution = await kernel.run(code, timeout, on_output)
+        await self._emit(
+            PythonExecuted(
+                self.id,
+                code,
+                execution,
+                wall,
+                current_context(),
+                language=chosen.language,
+                kernel=chosen.kernel,
+                context_id=chosen.id,
+            )
+        )
+        await self._emit_restarts(requested=False)
+        await self._emit_refusals()
+        return execution
 
     async def run_python(
         self,
@@ -345,120 +387,179 @@ class AsyncSandbox:
         timeout: float | None = None,
         on_output: OutputCallback | None = None,
     ) -> Execution:
-        """Run code in the persistent kernel; variables survive between calls.
+        """:meth:`run_code` in python: the sandbox's own kernel when it is python's."""
+        return await self.run_code(code, "python", timeout=timeout, on_output=on_output)
 
-        Never raises for anything the code does: exceptions, timeouts and kernel
-        crashes come back as the ``status`` of the :class:`Execution`.  Output over
-        ``config.max_output_bytes`` keeps its head and tail; ``truncated_bytes`` of
-        the result counts what was dropped.
+    # -- contexts ------------------------------------------------------------------
+
+    @property
+    def default_context(self) -> Context:
+        """The sandbox's own kernel (``config.kernel``), as a context."""
+        language, kernel = self._default_language, self.config.kernel
+        return Context(DEFAULT_CONTEXT, language, kernel, self.working_dir)
+
+    @property
+    def _default_language(self) -> str:
+        if self.config.kernel == IPYTHON_KERNEL:
+            return "python"
+        specs = self._kernelspecs or {}
+        spec = specs.get(self.config.kernel)
+        return spec.speaks if spec is not None else self.config.kernel
+
+    async def kernelspecs(self) -> dict[str, KernelSpecInfo]:
+        """The Jupyter kernels the sandbox's image holds, by kernelspec name (asked once,
+        inside the sandbox: any image with a kernelspec works)."""
+        self.check_open()
+        if self._kernelspecs is None:
+            result = await self.host.exec(
+                [self.host.kernel_python, "-c", KERNELSPECS_SCRIPT],
+                max_output_bytes=MAX_KERNELSPECS_BYTES,
+                deadline=self.config.startup_timeout,
+            )
+            if result.exit_code != 0:
+                detail = result.stderr.decode(errors="replace").strip()[-500:]
+                raise KernelError(f"the image's kernelspecs could not be listed: {detail}")
+            self._kernelspecs = parse_kernelspecs(result.stdout.decode(errors="replace"))
+        return self._kernelspecs
+
+    async def languages(self) -> list[str]:
+        """The languages the image has kernels for (``python``, ``r``, ...), sorted."""
+        return sorted({spec.speaks for spec in (await self.kernelspecs()).values()})
+
+    def list_contexts(self) -> list[Context]:
+        """The sandbox's own kernel, then every context made since, in order."""
+        return [self.default_context, *(c for c, _ in self._contexts.values())]
+
+    def get_context(self, context_id: str) -> Context:
+        """The context with id ``context_id``; raises ContextNotFoundError."""
+        if context_id == DEFAULT_CONTEXT:
+            return self.default_context
+        found = self._contexts.get(context_id)
+        if found is None:
+            raise ContextNotFoundError(
+                f"sandbox {self.id} has no context {context_id!r}; it has "
+                + ", ".join(c.id for c in self.list_contexts())
+            )
+        return found[0]
+
+    def _kernel_of(self, context_id: str) -> RunningKernel:
+        return self._kernel if context_id == DEFAULT_CONTEXT else self._contexts[context_id][1]
+
+    async def _context_for(self, language: str | None) -> Context:
+        if language is None:
+            return self.default_context
+        wanted = normalise_language(language)
+        if self.config.kernel == IPYTHON_KERNEL and wanted == "python":
+            return self.default_context  # no need to ask the image
+        kernel = kernel_for(wanted, await self.kernelspecs())
+        for context in self.list_contexts():
+            if context.kernel == kernel:
+                return context
+        return await self.create_context(language=wanted, kernel=kernel)
+
+    async def create_context(
+        self,
+        language: str | None = None,
+        *,
+        kernel: str | None = None,
+        cwd: str | None = None,
+    ) -> Context:
+        """Start another kernel in this sandbox: its own variables, the sandbox's files.
+
+        ``kernel`` names a kernelspec of the image; else ``language`` picks one (see
+        :meth:`kernelspecs`); with neither, the sandbox's own kernelspec.  ``cwd`` is
+        where it starts (relative to the working directory).  At most
+        :data:`~kernel_sandbox.limits.MAX_CONTEXTS` contexts beside the default.  Each
+        kernel costs the sandbox its memory, within the same ``memory_limit``.
         """
         self.check_open()
-        timeout = timeout or self.config.timeout
-        async with self._lock:  # one request at a time: outputs never interleave
+        specs = await self.kernelspecs()
+        if kernel is None:
+            kernel = kernel_for(language, specs) if language else self.config.kernel
+        elif kernel not in specs:
+            raise ConfigError(
+                f"the image has no kernelspec {kernel!r}; it has: {', '.join(sorted(specs))}"
+            )
+        spec = specs.get(kernel)
+        speaks = spec.speaks if spec is not None else normalise_language(language or kernel)
+        if language is not None and normalise_language(language) != speaks:
+            speaks = normalise_language(language)  # e.g. javascript on Deno's typescript
+        workdir = self.resolve_path(cwd or ".")
+        async with self._lock:
             self.check_open()
-            wall, started = time.time(), time.monotonic()
-            execution = None
-            restarted = ""  # what a restart before this call lost
-            if self._session is None:  # an earlier restart failed (e.g. engine down): try again
-                outcome = await self._try_restart()
-                if self._session is None:
-                    execution = Execution("kernel_died", state_lost=True, message=outcome)
-                else:
-                    restarted = outcome
-            if execution is None:
-                assert self._session is not None
-                raw = await self._session.execute(
-                    code,
-                    timeout=timeout,
-                    interrupt_grace=self.config.interrupt_grace,
-                    check_alive=self.host.poll,
-                    on_output=on_output,
-                    max_output_bytes=self.config.max_output_bytes,
+            if len(self._contexts) >= MAX_CONTEXTS:
+                raise ConfigError(
+                    f"sandbox {self.id} has {MAX_CONTEXTS} contexts already (MAX_CONTEXTS); "
+                    "remove one first"
                 )
-                execution = judge(raw, timeout, time.monotonic() - started)
-                if execution.state_lost:  # stuck or dead: restart it, say how that went
-                    outcome = await self._try_restart()
-                    execution = dataclasses.replace(
-                        execution,
-                        message=f"{execution.message}; {outcome}",
-                        duration=time.monotonic() - started,
-                    )
-                elif restarted:
-                    execution = dataclasses.replace(
-                        execution,
-                        state_lost=True,
-                        message=f"the kernel had stopped before this call: {restarted}",
-                    )
-        await self._emit(PythonExecuted(self.id, code, execution, wall, current_context()))
-        await self._emit_restarts(requested=False)
-        await self._emit_refusals()
-        return execution
+            context = Context(secrets.token_hex(6), speaks, kernel, workdir)
+            host = await self.host.open_context(context.id, kernel, workdir)
+            running = RunningKernel(host, self.config, self.id, kernel)
+            try:
+                await running.connect(await host.launch())
+            except BaseException:
+                running.close()
+                await host.cleanup()
+                raise
+            self._contexts[context.id] = (context, running)
+        await self._emit(ContextChanged(self.id, context, "created", current_context()))
+        return context
 
-    async def _try_restart(self) -> str:
-        """Restart the kernel; return a sentence saying what was lost, or why it failed."""
-        try:
-            return await self._restart_kernel()
-        except SandboxError as exc:
-            return f"restarting the kernel failed: {exc}"
+    async def restart_context(self, context: Context | str) -> None:
+        """Restart one context's kernel: its variables are lost, files and the other
+        contexts are kept (the default context's restart is :meth:`restart`'s, which
+        also ends every process of the sandbox)."""
+        found = self.get_context(context if isinstance(context, str) else context.id)
+        if found.is_default:
+            await self.restart()
+            return
+        async with self._lock:
+            kernel = self._kernel_of(found.id)
+            try:
+                await kernel.restart()
+            finally:
+                await self._emit_restarts(requested=True)
 
-    async def _restart_kernel(self, kill_all: bool = False) -> str:
-        """Restart the kernel in place, else the whole sandbox; say what was lost.
+    async def remove_context(self, context: Context | str) -> None:
+        """End a context's kernel and forget it; the default context cannot be removed."""
+        found = self.get_context(context if isinstance(context, str) else context.id)
+        if found.is_default:
+            raise ConfigError("the default context is the sandbox's own kernel: close the sandbox")
+        async with self._lock:
+            _, kernel = self._contexts.pop(found.id)
+            kernel.close()
+            await kernel.host.cleanup()
+        await self._emit(ContextChanged(self.id, found, "removed", current_context()))
 
-        ``kill_all`` ends every process of the sandbox, not only the kernel's.  The
-        whole restart is the fallback for a host that stopped (its supervisor was
-        killed) or a supervisor that cannot start a new kernel in time.
-        """
-        if self._session is not None:
-            self._session.close()
-            self._session = None
-        started = time.time()
-        try:
-            await self._connect(await self.host.restart_kernel(kill_all=kill_all))
-            message = "the kernel was restarted and all variables were lost"
-            self._restarts.append(KernelRestarted(self.id, message, False, started))
-            return message
-        except SandboxError as exc:
-            # A stopped container (e.g. gVisor's whole-sandbox OOM kill) needs no more words
-            stopped = isinstance(exc.__cause__, ContainerStoppedError)
-            why = "its container had stopped" if stopped else str(exc)
-        log.warning("sandbox %s: restarting the whole sandbox: %s", self.id, why)
-        try:
-            info = await self.host.restart_whole()
-        except Exception as exc:
-            raise KernelError(
-                f"the kernel could not be restarted in place ({why}), "
-                f"nor could the container: {exc}"
-            ) from exc
-        await self._connect(info)
-        message = (
-            f"the kernel could not be restarted in place ({why}), so the whole container "
-            "was restarted: all variables were lost, and files written in the sandbox may "
-            "be lost too"
-        )
-        self._restarts.append(KernelRestarted(self.id, message, True, started))
-        return message
-
-    async def interrupt(self) -> None:
-        """Interrupt the cell running now (``KeyboardInterrupt`` in it); variables stay.
+    async def interrupt(self, context: Context | str | None = None) -> None:
+        """Interrupt the cell running now in a context (default: the sandbox's kernel);
+        variables stay.
 
         Not serialised with other calls (the cell holds the lock): it signals the
-        kernel as jupyter_client does a kernel with ``interrupt_mode: signal``.  An idle
-        kernel ignores it.  Raises :class:`~kernel_sandbox.errors.KernelError` when no
-        kernel runs.
+        kernel as jupyter_client does a kernel with ``interrupt_mode: signal`` (a kernel
+        that wants messages gets one from the sandbox's relay).  An idle kernel ignores
+        it.  Raises :class:`~kernel_sandbox.errors.KernelError` when no kernel runs.
         """
         self.check_open()
-        await self.host.interrupt()
+        if context is None:
+            await self.host.interrupt()
+            return
+        found = self.get_context(context if isinstance(context, str) else context.id)
+        await self._kernel_of(found.id).host.interrupt()
 
     async def restart(self) -> None:
         """Restart the kernel: every variable is lost, files in the sandbox are kept.
 
         Every process in the sandbox ends too, including what shell commands left
-        running in the background.
+        running in the background, and so every other context's kernel: each is
+        started afresh, with its id kept.
         """
         self.check_open()
         async with self._lock:
             try:
-                await self._restart_kernel(kill_all=True)
+                await self._kernel.restart(kill_all=True)
+                for _, kernel in self._contexts.values():
+                    await kernel.restart()
             finally:
                 await self._emit_restarts(requested=True)
 
@@ -506,7 +607,7 @@ class AsyncSandbox:
                 "snapshots (a runtime checkpoint of the whole memory); use exact=None for "
                 "a portable one"
             )
-        if self._session is None:
+        if self._kernel.session is None:
             raise SnapshotError(f"sandbox {self.id} has no running kernel to snapshot")
         store = store or default_store()
         base = {
@@ -531,8 +632,8 @@ class AsyncSandbox:
 
     async def _run_hidden(self, code: str, timeout: float) -> str:
         """Run the machinery's code in the kernel (no history, no events); its stdout."""
-        assert self._session is not None
-        raw = await self._session.execute(
+        assert self._kernel.session is not None
+        raw = await self._kernel.session.execute(
             code,
             timeout=timeout,
             interrupt_grace=self.config.interrupt_grace,
@@ -577,7 +678,8 @@ class AsyncSandbox:
         sandbox_id: str,
         overrides: dict[str, Any],
     ) -> AsyncSandbox:
-        config = SandboxConfig(**snap.config).with_overrides(**overrides)
+        saved = {k: v for k, v in snap.config.items() if k in SandboxConfig.model_fields}
+        config = SandboxConfig(**saved).with_overrides(**overrides)
         sandbox = await cls._start(config, host, sandbox_id)
         try:
             async with sandbox._lock:
@@ -690,3 +792,9 @@ class AsyncSandbox:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<AsyncSandbox {self.id} image={self.image!r} {state}>"
+
+
+if TYPE_CHECKING:  # mypy holds the local sandbox to the seam
+
+    def _is_sandbox_like(sandbox: AsyncSandbox) -> SandboxLike:
+        return sandbox

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from .backends.base import ExecResult, HostState, KernelHost, SandboxRecord
 from .errors import FileOperationError, KernelError, SandboxFileNotFoundError
-from .kernel.connection import LAUNCHER, PORT_NAMES, ConnectionInfo, new_connection_info
+from .kernel.connection import PORT_NAMES, ConnectionInfo, kernel_command, new_connection_info
 from .limits import HeadTail
 from .results import format_size
 from .threads import in_thread
@@ -96,6 +96,19 @@ class LocalKernelHost(KernelHost):
         """A fresh temporary directory of this host (removed by cleanup)."""
         return str(self._work)
 
+    @property
+    def kernel_python(self) -> str:
+        """The interpreter the kernels run with (its kernelspecs are the host's)."""
+        return self.python
+
+    async def open_context(self, context_id: str, kernel: str, cwd: str) -> KernelHost:
+        """Another local kernel process (kernelspec ``kernel``) starting in ``cwd``, with
+        the same working directory; its cleanup ends only that kernel."""
+        config = self.config.model_copy(update={"kernel": kernel})
+        host = LocalKernelHost(f"{self.sandbox_id}-{context_id}", config, python=self.python)
+        host._work = Path(cwd)
+        return host
+
     def snapshot_places(self, tmp: bool = False) -> dict[str, str]:
         """Only the working directory: $HOME and /tmp here are the machine's own."""
         return {"work": self.working_dir}
@@ -129,16 +142,16 @@ class LocalKernelHost(KernelHost):
         for port in PORT_NAMES:  # a new kernel binds fresh sockets; the client waits for them
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"{self._info['ip']}-{self._info[port]}")  # type: ignore[literal-required]
+        program, kernel_env = kernel_command(self.python, self.config.kernel)
         env = {
             **os.environ,
             **self.config.env_vars,
+            **kernel_env,
             "KERNEL_SANDBOX_CONNECTION": json.dumps(self._info),
         }
         with open(self._dir / "kernel.log", "ab") as log:  # the child keeps its own copy
             self._kernel = await asyncio.create_subprocess_exec(
-                self.python,
-                "-c",
-                LAUNCHER,
+                *program,
                 cwd=self._work,
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,

@@ -9,25 +9,28 @@
   :mod:`~kernel_sandbox.agent.events` are what subscribers receive.
 """
 
-from .agent import DEFAULT_MODEL, MODEL_ENV, Agent, AgentResult, AgentStatus
-from .budget import Budget, BudgetHit, BudgetTracker, RetryPolicy, TokenUsage
-from .events import (
-    AgentEvent,
-    AgentListener,
-    AnswerGiven,
-    BudgetExhausted,
-    ModelFailed,
-    ModelResponded,
-    ModelRetrying,
-    SessionEnded,
-    SessionStarted,
-    ToolCallFinished,
-    ToolCallStarted,
-    TurnStarted,
-)
-from .loop import AgentSession
-from .messages import system_prompt
-from .resume import ResumeDivergedError, resume_session
+from .._extras import require_extra
+
+with require_extra("agent", "kernel_sandbox.agent"):
+    from .agent import DEFAULT_MODEL, MODEL_ENV, Agent, AgentResult, AgentStatus
+    from .budget import Budget, BudgetHit, BudgetTracker, RetryPolicy, TokenUsage
+    from .events import (
+        AgentEvent,
+        AgentListener,
+        AnswerGiven,
+        BudgetExhausted,
+        ModelFailed,
+        ModelResponded,
+        ModelRetrying,
+        SessionEnded,
+        SessionStarted,
+        ToolCallFinished,
+        ToolCallStarted,
+        TurnStarted,
+    )
+    from .loop import AgentSession
+    from .messages import system_prompt
+    from .resume import ResumeDivergedError, resume_session
 
 __all__ = [
     "DEFAULT_MODEL",

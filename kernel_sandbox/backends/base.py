@@ -45,6 +45,10 @@ Interface history (hosts outside this package are written against it):
   relabel puts on, so gc does not take what it adopted for an orphan.
 * 2.6 — added :meth:`KernelHost.snapshot_places` (additive, with a default): the
   directories a portable snapshot carries.
+* 2.7 — added :meth:`KernelHost.open_context` (additive; the default says the host
+  cannot) and :attr:`KernelHost.kernel_python`: another kernel in the same sandbox, on
+  a host of its own that shares this one's files and processes; the kernel launched
+  is ``config.kernel``'s kernelspec, any the image holds.
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from ..config import LABEL_PREFIX
+from ..config import KERNEL_PYTHON, LABEL_PREFIX
 from ..errors import KernelError
 from ..kernel.connection import ConnectionInfo
 
@@ -245,6 +249,22 @@ class KernelHost(abc.ABC):
         if tmp:
             places["tmp"] = "/tmp"
         return places
+
+    @property
+    def kernel_python(self) -> str:
+        """The sandbox's Python with jupyter_client (its kernelspecs are listed with it)."""
+        return KERNEL_PYTHON
+
+    async def open_context(self, context_id: str, kernel: str, cwd: str) -> KernelHost:
+        """A host for another kernel in this sandbox: kernelspec ``kernel``, started in
+        ``cwd``, beside this host's own kernel, with the same files, processes and
+        limits.  Its :meth:`launch` starts it; its :meth:`cleanup` ends only it; its
+        ``exec`` is this host's.  Raises :class:`~kernel_sandbox.errors.KernelError`
+        when this host cannot run a second kernel."""
+        raise KernelError(
+            f"the {self.name or type(self).__name__} host runs one kernel per sandbox: "
+            "create another sandbox for another language"
+        )
 
     # -- the kernel's lifecycle -------------------------------------------------------
 

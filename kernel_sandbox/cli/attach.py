@@ -28,8 +28,10 @@ from typing import Any
 
 import click
 
+from .._extras import require_extra
 from ..config import SandboxConfig
 from ..errors import ConfigError
+from ..kernel.wellformed import MALFORMED_WARNINGS, malformed, malformed_note
 from ..notebook.cells import META_KEY, iso_time
 from ..notebook.shared import append_cells, find_notebook
 from ..sandbox import AsyncSandbox
@@ -38,6 +40,8 @@ __all__ = ["attach", "recording_shell"]
 
 #: Output kept per recorded cell (the console shows all of it; the notebook keeps this).
 _CELL_OUTPUT_LIMIT = 1 << 20
+#: The iopub messages whose content the console shows (checked before it does).
+_OUTPUTS = ("stream", "display_data", "execute_result", "update_display_data", "error")
 
 
 async def _guest(sandbox_id: str, host: str) -> AsyncSandbox:
@@ -60,6 +64,12 @@ def recording_shell(base: type, notebook: Path | None) -> Any:
         _captured: list[dict[str, Any]] | None = None
 
         def include_output(self, msg: dict[str, Any]) -> bool:
+            kind = msg.get("header", {}).get("msg_type", "")
+            problem = malformed(kind, msg.get("content")) if kind in _OUTPUTS else None
+            if problem:  # shown as a note; neither the console nor its recording see it
+                MALFORMED_WARNINGS.warn(f"the kernel sent a malformed {kind}: {problem}")
+                print(malformed_note(kind, problem), end="", file=sys.stderr)
+                return False
             if self._captured is not None and self.from_here(msg):
                 self._captured.append(msg)
             return bool(super().include_output(msg))
@@ -85,8 +95,13 @@ def _record(notebook: Path, code: str, messages: list[dict[str, Any]], started: 
     for msg in messages:
         kind = msg["header"]["msg_type"]
         if kind == "execute_input":
-            count = msg["content"].get("execution_count")
+            count = (
+                msg["content"].get("execution_count") if isinstance(msg["content"], dict) else None
+            )
+            count = count if type(count) is int else None
         elif kind in ("stream", "display_data", "execute_result", "error"):
+            if malformed(kind, msg["content"]):
+                continue  # the person's cell is kept; the console showed a note
             size += len(json.dumps(msg["content"]))
             if size > _CELL_OUTPUT_LIMIT:
                 continue
@@ -124,13 +139,9 @@ def attach(sandbox_id: str, notebook: Path | None, host_name: str) -> None:
     What you run is recorded in the sandbox's session notebook as a person's cells.
     Ctrl-C interrupts a running cell; Ctrl-D (or exit) leaves; the sandbox runs on.
     """
-    try:
+    with require_extra("attach", "kernel-sandbox attach"):
         from jupyter_console.app import ZMQTerminalIPythonApp
         from jupyter_console.ptshell import ZMQTerminalInteractiveShell
-    except ImportError as exc:
-        raise ConfigError(
-            "kernel-sandbox attach needs jupyter_console: pip install 'kernel-sandbox[attach]'"
-        ) from exc
     guest = asyncio.run(_guest(sandbox_id, host_name))
     info = dict(guest.connection_info or {})
     asyncio.run(guest.close())  # only the session: a guest removes nothing

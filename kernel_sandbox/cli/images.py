@@ -63,6 +63,9 @@ def build(
     \b
     python       kernel-sandbox:python       Python 3.11, ipykernel, user sandbox
     datascience  kernel-sandbox:datascience  + numpy, pandas, matplotlib, scipy, ...
+    r            kernel-sandbox:r            + R, IRkernel, ggplot2, dplyr, tidyr, readr, data.table
+    javascript   kernel-sandbox:javascript   + Deno's JavaScript/TypeScript kernel
+    polyglot     kernel-sandbox:polyglot     python (datascience), R, JavaScript and bash kernels
     base         kernel-sandbox-base:bookworm  Debian + Python via debootstrap
     standin      python:3.11-slim  a plain Python (no ipykernel) made from the base,
                  for tests and examples where no registry can be reached

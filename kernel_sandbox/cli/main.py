@@ -29,6 +29,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "serve": ("serve", "serve", "Serve sandboxes over HTTP (ms-enclave API, /v1, MCP)."),
     "mcp": ("mcp", "mcp", "Serve one sandbox to an MCP client over stdio."),
     "kernelspec": ("kernelspec", "kernelspec", "Jupyter kernelspecs that run in a sandbox."),
+    "snapshot": ("snapshots", "snapshot", "Save a running sandbox's state (it runs on)."),
+    "restore": ("snapshots", "restore", "Start a new sandbox from a snapshot."),
+    "fork": ("snapshots", "fork", "Start N sandboxes with a running sandbox's state."),
+    "pause": ("snapshots", "pause", "Save a sandbox and remove its container."),
+    "resume": ("snapshots", "resume", "Bring a paused sandbox back under its id."),
+    "snapshots": ("snapshots", "snapshots", "List (ls) or delete (rm) snapshots."),
 }
 
 

@@ -39,10 +39,13 @@ def mcp(
     record: Path | None,
 ) -> None:
     """Serve one sandbox over MCP stdio; it starts on the first call, ends with the process."""
-    import anyio
-
+    from .._extras import require_extra
     from ..config import SandboxConfig
-    from ..mcp import StdioSandbox, build_mcp_server
+
+    with require_extra("server", "kernel-sandbox mcp"):
+        import anyio
+
+        from ..mcp import StdioSandbox, build_mcp_server
 
     if allow_network and network == "none":
         network = "full"

@@ -88,7 +88,22 @@ def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ..
     "--allow-image",
     "allowed_images",
     multiple=True,
-    help="fnmatch pattern (repeatable; default: any).",
+    help="Image reference pattern (repeatable; default: any image the engine has). "
+    "Registry, each path part and the tag match apart: 'kernel-sandbox*' never matches "
+    "'kernel-sandbox.example.com/x'.",
+)
+@click.option(
+    "--pull",
+    type=click.Choice(["never", "allowed"]),
+    default="never",
+    show_default=True,
+    help="Pull an image the engine lacks from its registry, or refuse it.",
+)
+@click.option(
+    "--derive",
+    is_flag=True,
+    help="Derive kernel-ready images from plain Python images clients name (off: "
+    "such images start as they are).",
 )
 @click.option("--max-sandboxes", default=64, show_default=True, type=int)
 @click.option("--max-sandboxes-per-key", default=16, show_default=True, type=int)
@@ -99,6 +114,7 @@ def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ..
 )
 @click.option("--max-memory", default="2g", show_default=True)
 @click.option("--max-cpu", default=2.0, show_default=True, type=float)
+@click.option("--max-disk", default="1g", show_default=True, help="Most disk_limit per sandbox.")
 @click.option("--max-timeout", default=600.0, show_default=True, type=float)
 @click.option(
     "--pool-size", default=0, show_default=True, type=int, help="Warm sandboxes of --image."
@@ -128,6 +144,20 @@ def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ..
     "between coalesce; 0: on every step, on the request path).",
 )
 @click.option(
+    "--pause-after",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Seconds unused before a sandbox is paused (snapshot, container removed); the "
+    "next call resumes it under the same id. Default: never.",
+)
+@click.option(
+    "--snapshot-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where snapshots and paused sandboxes are kept (a volume; they survive a "
+    "restart). Default: $KERNEL_SANDBOX_SNAPSHOTS, else snapshots/server.",
+)
+@click.option(
     "--e2b-template",
     "e2b_templates",
     multiple=True,
@@ -147,6 +177,8 @@ def serve(
     key_networks: tuple[str, ...],
     image: str,
     allowed_images: tuple[str, ...],
+    pull: str,
+    derive: bool,
     max_sandboxes: int,
     max_sandboxes_per_key: int,
     max_request_bytes: int,
@@ -154,19 +186,25 @@ def serve(
     idle_timeout: float,
     max_memory: str,
     max_cpu: float,
+    max_disk: str,
     max_timeout: float,
     pool_size: int,
     on_restart: str,
     record_dir: Path,
     record_flush_delay: float,
+    pause_after: float | None,
+    snapshot_dir: Path | None,
     e2b_templates: tuple[str, ...],
     no_mcp: bool,
 ) -> None:
     """Serve sandboxes over HTTP: ms-enclave's REST API, /v1 (streaming) and MCP at /mcp."""
-    import uvicorn
+    from .._extras import require_extra
 
-    from ..server.app import build_app
-    from ..server.settings import ServerSettings
+    with require_extra("server", "kernel-sandbox serve"):
+        import uvicorn
+
+        from ..server.app import build_app
+        from ..server.settings import ServerSettings
 
     keys = read_keys(api_keys, api_key_file)
     networks = {"max_network": parse_network(max_network)} if max_network is not None else {}
@@ -180,6 +218,8 @@ def serve(
         **networks,  # type: ignore[arg-type]
         default_image=image,
         allowed_images=allowed_images or ("*",),
+        pull=pull,  # type: ignore[arg-type]
+        derive=derive,
         max_sandboxes=max_sandboxes,
         max_sandboxes_per_key=max_sandboxes_per_key,
         max_request_bytes=max_request_bytes,
@@ -187,13 +227,17 @@ def serve(
         idle_timeout=idle_timeout or None,
         max_memory=max_memory,
         max_cpu=max_cpu,
+        max_disk=max_disk,
         max_timeout=max_timeout,
         pool_size=pool_size,
         on_restart=on_restart,  # type: ignore[arg-type]
         record_dir=record_dir,
         record_flush_delay=record_flush_delay,
+        pause_after=pause_after,
         e2b_templates=_templates(e2b_templates),
     )
+    if snapshot_dir is not None:
+        settings = settings.model_copy(update={"snapshot_dir": snapshot_dir})
     settings.check_bind()
     click.echo(
         f"kernel-sandbox serving on http://{host}:{port} "

@@ -24,7 +24,7 @@ import posixpath
 import time
 from collections.abc import AsyncIterable, AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx2
@@ -37,14 +37,19 @@ from ..errors import (
     SandboxError,
     SandboxFileNotFoundError,
     SandboxNotFoundError,
+    SnapshotError,
+    SnapshotNotFoundError,
 )
 from ..events import Listener, PythonExecuted, ShellExecuted, emit
 from ..files import LIST_LIMIT
+from ..kernel.client import OutputCallback
+from ..limits import MAX_SNAPSHOT_BYTES
 from ..results import CommandResult, Execution, FileInfo
+from ..snapshots import Snapshot
 from ..transfer import AsyncReadStream, download_file, upload_file
 from ..wire import command_from, execution_from, file_info_from
 
-__all__ = ["RemoteFiles", "RemoteSandbox", "raise_for"]
+__all__ = ["RemoteFiles", "RemoteSandbox", "RemoteSnapshots", "raise_for"]
 
 #: Longest SSE line the client accepts (an output bigger than this is an error).
 MAX_EVENT_BYTES = 64 * 1024 * 1024
@@ -66,6 +71,10 @@ def raise_for(response: httpx2.Response, what: str) -> None:
     status = response.status_code
     if status == 404 and "file" in str(detail).lower():
         raise SandboxFileNotFoundError(message)
+    if status == 404 and "snapshot" in str(detail).lower():
+        raise SnapshotNotFoundError(message)
+    if status == 409:
+        raise SnapshotError(message)
     if status == 404:
         raise SandboxNotFoundError(message)
     if status in (400, 413, 422, 429):
@@ -296,6 +305,12 @@ class RemoteSandbox:
         finally:
             await self._client.aclose()
 
+    async def detach(self) -> None:
+        """Let go of the sandbox without removing it (it stays on the server)."""
+        if not self._closed:
+            self._closed = True
+            await self._client.aclose()
+
     async def __aenter__(self) -> RemoteSandbox:
         return self
 
@@ -348,7 +363,7 @@ class RemoteSandbox:
     # -- python and shell --------------------------------------------------------------
 
     async def run_python(
-        self, code: str, timeout: float | None = None, on_output: Any = None
+        self, code: str, timeout: float | None = None, on_output: OutputCallback | None = None
     ) -> Execution:
         """Run code in the remote kernel; ``on_output`` sees outputs as they come."""
         wall = time.time()
@@ -423,6 +438,72 @@ class RemoteSandbox:
             raise FileOperationError(f"a path cannot contain a NUL byte: {path!r}")
         return posixpath.normpath(posixpath.join(self.config.working_dir, path))
 
+    # -- durable state ----------------------------------------------------------------
+
+    async def snapshot(
+        self,
+        name: str | None = None,
+        exact: bool | None = None,
+        *,
+        store: Any = None,
+        tmp: bool = False,
+        max_bytes: int = MAX_SNAPSHOT_BYTES,
+    ) -> Snapshot:
+        """Save the remote sandbox's state in the server's store (``store`` and
+        ``max_bytes`` are the server's: its own cap applies)."""
+        body = {"name": name, "exact": exact, "tmp": tmp}
+        response = await self._request(
+            "POST", f"/v1/sandboxes/{self.id}/snapshot", "snapshot", json=body
+        )
+        return Snapshot.from_json(response.json())
+
+    @classmethod
+    async def restore(
+        cls,
+        snapshot: Snapshot | str,
+        *,
+        store: RemoteSnapshots | None = None,
+        host: str | None = None,
+        **overrides: Any,
+    ) -> RemoteSandbox:
+        """A new sandbox on the server from one of the caller's snapshots; ``store``
+        (a :class:`RemoteSnapshots`) says which server and key (``host`` is the
+        server's choice, ``overrides`` are not taken: the snapshot's settings are)."""
+        remote = _remote_store(store)
+        snap_id = snapshot.id if isinstance(snapshot, Snapshot) else snapshot
+        return await remote.open("POST", f"/v1/snapshots/{quote(snap_id, safe='')}/restore")
+
+    async def fork(self, n: int, *, store: Any = None) -> list[RemoteSandbox]:
+        """``n`` new sandboxes on the server with this one's state (child notebooks)."""
+        response = await self._request(
+            "POST", f"/v1/sandboxes/{self.id}/fork", "fork", json={"n": n}
+        )
+        return [
+            type(self)(self.url, self._api_key, view, self._new_client())
+            for view in response.json()
+        ]
+
+    async def pause(self, *, store: Any = None, tmp: bool = True) -> Snapshot:
+        """Pause the remote sandbox (its container goes); any later call resumes it."""
+        response = await self._request("POST", f"/v1/sandboxes/{self.id}/pause", "pause")
+        return Snapshot.from_json(response.json())
+
+    @classmethod
+    async def resume(
+        cls,
+        sandbox_id: str,
+        *,
+        store: RemoteSnapshots | None = None,
+        host: str | None = None,
+        **overrides: Any,
+    ) -> RemoteSandbox:
+        """Bring a paused sandbox of the caller back now, under its id (any call would)."""
+        remote = _remote_store(store)
+        return await remote.open("POST", f"/v1/sandboxes/{quote(sandbox_id, safe='')}/resume")
+
+    def _new_client(self) -> httpx2.AsyncClient:
+        return _client(self.url, self._api_key, self._client.timeout.read or 600.0)
+
     async def notebook(self) -> dict[str, Any]:
         """The server's recorded notebook of this sandbox (nbformat JSON)."""
         response = await self._request("GET", f"/v1/sandboxes/{self.id}/notebook", "notebook")
@@ -431,6 +512,68 @@ class RemoteSandbox:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<RemoteSandbox {self.id} at {self.url} image={self.image!r} {state}>"
+
+
+def _client(url: str, api_key: str | None, timeout: float) -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(
+        base_url=url, headers=_headers(api_key), timeout=httpx2.Timeout(timeout, connect=10)
+    )
+
+
+def _remote_store(store: RemoteSnapshots | None) -> RemoteSnapshots:
+    if not isinstance(store, RemoteSnapshots):
+        raise ConfigError(
+            "a remote restore or resume needs store=RemoteSnapshots(url, api_key=...): "
+            "which server, and whose snapshots"
+        )
+    return store
+
+
+class RemoteSnapshots:
+    """The caller's snapshots on a server: list, get, delete, prune (``kernel-sandbox
+    snapshots``), and where :meth:`RemoteSandbox.restore` / ``resume`` look."""
+
+    def __init__(self, url: str, *, api_key: str | None = None, timeout: float = 600.0) -> None:
+        self.url = url.rstrip("/")
+        self.api_key = api_key
+        self.timeout = timeout
+
+    async def _call(self, method: str, path: str, what: str) -> httpx2.Response:
+        async with _client(self.url, self.api_key, self.timeout) as client:
+            try:
+                response = await client.request(method, path)
+            except httpx2.HTTPError as exc:
+                raise SandboxError(
+                    f"{what}: the server at {self.url} cannot be reached: {exc}"
+                ) from exc
+            raise_for(response, what)
+            return response
+
+    async def open(self, method: str, path: str) -> RemoteSandbox:
+        """A sandbox the server answers with (restored or resumed), with its own client."""
+        client = _client(self.url, self.api_key, self.timeout)
+        try:
+            response = await client.request(method, path)
+            raise_for(response, path.rsplit("/", 1)[-1])
+        except BaseException:
+            await client.aclose()
+            raise
+        return RemoteSandbox(self.url, self.api_key, response.json(), client)
+
+    async def list(self) -> list[Snapshot]:
+        """The caller's snapshots on the server, oldest first."""
+        response = await self._call("GET", "/v1/snapshots", "list snapshots")
+        return [Snapshot.from_json(row) for row in response.json()]
+
+    async def get(self, snapshot_id: str) -> Snapshot:
+        """One snapshot's record."""
+        path = f"/v1/snapshots/{quote(snapshot_id, safe='')}"
+        return Snapshot.from_json((await self._call("GET", path, f"snapshot {snapshot_id}")).json())
+
+    async def delete(self, snapshot_id: str) -> None:
+        """Delete one of the caller's snapshots."""
+        path = f"/v1/snapshots/{quote(snapshot_id, safe='')}"
+        await self._call("DELETE", path, f"delete snapshot {snapshot_id}")
 
 
 _CREATE_FIELDS = {
@@ -443,3 +586,13 @@ _CREATE_FIELDS = {
     "network",
     "env_vars",
 }
+
+
+if TYPE_CHECKING:  # mypy holds the remote twins to the seams
+    from ..protocols import FilesLike, SandboxLike
+
+    def _is_sandbox_like(sandbox: RemoteSandbox) -> SandboxLike:
+        return sandbox
+
+    def _is_files_like(files: RemoteFiles) -> FilesLike:
+        return files

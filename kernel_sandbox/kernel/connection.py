@@ -16,22 +16,24 @@ from typing import Literal, NotRequired, TypedDict
 
 import zmq
 
+from ..config import CONTAINER_RUN_DIR
 from .programs import program
 from .supervisor import SUPERVISOR
 
 __all__ = [
     "BINDER",
     "CONTAINER_RUN_DIR",
+    "IPYTHON_KERNEL",
     "LAUNCHER",
+    "RELAY",
     "ConnectionInfo",
     "free_tcp_ports",
     "ipc_socket_names",
+    "kernel_command",
     "launch_command",
     "new_connection_info",
 ]
 
-#: Where the per-sandbox run directory is mounted inside the container.
-CONTAINER_RUN_DIR = "/run/kernel-sandbox"
 PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
 #: With ipc, the container's main process until it execs the supervisor: binds the
@@ -39,6 +41,11 @@ PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port
 BINDER = program("binder.py")
 #: The kernel, started (and restarted) by the supervisor.
 LAUNCHER = program("launcher.py")
+#: Any other kernelspec's kernel, behind a relay (see the program's docstring).
+RELAY = program("relay.py")
+#: The kernelspec the launcher runs in-process (ipykernel); every other goes through
+#: :data:`RELAY`.
+IPYTHON_KERNEL = "python3"
 
 
 class ConnectionInfo(TypedDict):
@@ -102,17 +109,28 @@ def ipc_socket_names(info: ConnectionInfo) -> set[str]:
     return {f"{prefix}-{info[name]}" for name in PORT_NAMES}  # type: ignore[literal-required]
 
 
+def kernel_command(python: str, kernel: str = IPYTHON_KERNEL) -> tuple[list[str], dict[str, str]]:
+    """The command that runs kernelspec ``kernel`` of the image, with its environment:
+    ipykernel in-process (:data:`LAUNCHER`), any other behind :data:`RELAY`."""
+    if kernel == IPYTHON_KERNEL:
+        return [python, "-c", LAUNCHER], {}
+    return [python, "-c", RELAY], {"KERNEL_SANDBOX_KERNEL": kernel}
+
+
 def launch_command(
-    python: str, info: ConnectionInfo, state_dir: str
+    python: str, info: ConnectionInfo, state_dir: str, kernel: str = IPYTHON_KERNEL
 ) -> tuple[list[str], dict[str, str]]:
     """The container's command and the environment that carries the connection info.
 
     The command is the :mod:`~kernel_sandbox.kernel.supervisor` (with ``ipc``, after
-    :data:`BINDER`), which keeps its status in ``state_dir`` and runs the kernel, again
-    after each restart, with the same environment.  Nothing is written to disk on the
-    host, so the tcp command works on a remote engine where no directory can be shared.
+    :data:`BINDER`), which keeps its status in ``state_dir`` and runs the kernel
+    (kernelspec ``kernel``, see :func:`kernel_command`), again after each restart, with
+    the same environment.  Nothing is written to disk on the host, so the tcp command
+    works on a remote engine where no directory can be shared.
     """
     command = ["sh", "-c", SUPERVISOR, "kernel-sandbox-supervisor", state_dir]
     if info["transport"] == "ipc":
         command = [python, "-c", BINDER, *command[1:]]
-    return [*command, python, "-c", LAUNCHER], {"KERNEL_SANDBOX_CONNECTION": json.dumps(info)}
+    program, env = kernel_command(python, kernel)
+    info = {**info, "kernel_name": kernel}
+    return [*command, *program], {**env, "KERNEL_SANDBOX_CONNECTION": json.dumps(info)}

@@ -23,6 +23,7 @@ from typing import Any
 
 from ..limits import DEFAULT_MAX_OUTPUT_BYTES, cap_notice, split_bytes, utf8_len
 from ..results import format_size
+from .wellformed import MALFORMED_WARNINGS, malformed, malformed_note
 
 __all__ = ["OUTPUT_MSG_TYPES", "OutputCollector"]
 
@@ -101,7 +102,7 @@ class OutputCollector:
 
     def add(self, msg: Message) -> Output | None:
         msg_type = msg["header"]["msg_type"]
-        content = msg["content"]
+        content = msg["content"] if isinstance(msg["content"], dict) else {}
         if msg_type == "clear_output":
             if content.get("wait"):
                 self._clear_pending = True
@@ -110,6 +111,10 @@ class OutputCollector:
             return None
         if msg_type not in OUTPUT_MSG_TYPES:
             return None
+        problem = malformed(msg_type, content)
+        if problem:
+            MALFORMED_WARNINGS.warn(f"a kernel sent a malformed {msg_type}: {problem}")
+            return self._add_stream("stderr", malformed_note(msg_type, problem))
         display_id = (content.get("transient") or {}).get("display_id")
         if display_id and msg_type != "stream":
             self._remember_update(display_id, content)

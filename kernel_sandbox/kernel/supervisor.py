@@ -46,6 +46,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
+from ..config import TCP_STATE_DIR  # no directory is shared with the host with tcp
 from ..errors import KernelError
 from .programs import program
 
@@ -66,9 +67,6 @@ __all__ = [
 STATUS_FILE = "status"
 #: ``go-<n>``, created by the host, lets the supervisor start the kernel after kernel n.
 GO_PREFIX = "go-"
-#: The supervisor's state directory with the tcp transport (no directory is shared with
-#: the host then; with ``ipc`` it is the bind-mounted run directory).
-TCP_STATE_DIR = "/tmp/kernel-sandbox"
 #: Sent to the container's main process to kill the kernel's process group.
 KILL_SIGNAL = "SIGUSR1"
 #: Sent to kill every process of the sandbox but the supervisor (and Docker's init):

@@ -5,7 +5,10 @@ the same tools at ``/mcp`` (streamable HTTP): sandboxes named by id, per MCP ses
 or per API key for session-less calls.
 """
 
-from .server import build_mcp_server
-from .sessions import SessionSandboxes, StdioSandbox
+from .._extras import require_extra
+
+with require_extra("server", "kernel_sandbox.mcp"):
+    from .server import build_mcp_server
+    from .sessions import SessionSandboxes, StdioSandbox
 
 __all__ = ["SessionSandboxes", "StdioSandbox", "build_mcp_server"]

@@ -58,8 +58,12 @@ _SPECIAL = [
         "198.18.0.0/15",  # benchmarking
         "224.0.0.0/4",  # multicast
         "240.0.0.0/4",  # reserved, broadcast
-        "::/128",
-        "::1/128",
+        "::/96",  # unspecified, loopback, IPv4-compatible (::7f00:1 is 127.0.0.1)
+        "::ffff:0:0:0/96",  # IPv4-translated (::ffff:0:7f00:1)
+        "64:ff9b::/96",  # NAT64 (64:ff9b::7f00:1 reaches 127.0.0.1 through a NAT64)
+        "64:ff9b:1::/48",  # local-use NAT64
+        "100::/64",  # discard
+        "2001::/32",  # Teredo (embeds an IPv4 address)
         "fc00::/7",  # unique local
         "fe80::/10",  # link-local
         "fec0::/10",  # site-local

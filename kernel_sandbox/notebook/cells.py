@@ -32,6 +32,7 @@ from nbformat.notebooknode import from_dict
 from nbformat.validator import ValidationError
 
 from ..results import CommandResult, Execution
+from .budget import OutputBudget
 from .tags import NONDETERMINISTIC, nondeterminism
 
 __all__ = [
@@ -158,8 +159,12 @@ def python_cell(
     started_at: float | None = None,
     *,
     seeded: bool = False,
+    budget: OutputBudget | None = None,
 ) -> NotebookNode:
     """A code cell with the real outputs and execution count of one ``run_python`` call.
+
+    ``budget`` (the notebook's) bounds what the cell keeps of the outputs (see
+    :mod:`.budget`); without one every output is kept.
 
     The cell is tagged ``nondeterministic`` (see :mod:`.tags`) when ``metadata`` says
     ``nondeterministic`` (the agent knows) or the code is timed or draws unseeded
@@ -168,6 +173,8 @@ def python_cell(
     flagged = (metadata or {}).get("nondeterministic")
     reason = ("marked by the agent" if flagged is True else flagged) or nondeterminism(code, seeded)
     outputs = [_complete(jsonable(o), execution.execution_count) for o in execution.outputs]
+    if budget is not None:
+        outputs = budget.take(outputs)
     meta = _meta(
         "python",
         metadata,
@@ -192,7 +199,7 @@ def python_cell(
         )
 
 
-def shell_outputs(result: CommandResult) -> list[NotebookNode]:
+def shell_outputs(result: CommandResult, budget: OutputBudget | None = None) -> list[NotebookNode]:
     """stdout and stderr as stream outputs; a non-zero exit status ends stderr."""
     stderr = result.stderr
     if result.exit_code != 0 and not result.timed_out:
@@ -204,7 +211,7 @@ def shell_outputs(result: CommandResult) -> list[NotebookNode]:
         outputs.append(new_output("stream", name="stdout", text=result.stdout))
     if stderr:
         outputs.append(new_output("stream", name="stderr", text=stderr))
-    return outputs
+    return budget.take(outputs) if budget is not None else outputs
 
 
 def shell_cell(
@@ -213,6 +220,7 @@ def shell_cell(
     cwd: str | None = None,
     metadata: Mapping[str, Any] | None = None,
     started_at: float | None = None,
+    budget: OutputBudget | None = None,
 ) -> NotebookNode:
     """A ``%%sh`` code cell: re-runnable in Jupyter, and by replay beside the kernel."""
     prefix = f"cd {shlex.quote(cwd)}\n" if cwd else ""
@@ -227,7 +235,8 @@ def shell_cell(
         truncated_bytes=result.truncated_bytes or None,
         started_at=iso_time(started_at) if started_at else None,
     )
-    return new_code_cell(f"%%sh\n{prefix}{command}", outputs=shell_outputs(result), metadata=meta)
+    outputs = shell_outputs(result, budget)
+    return new_code_cell(f"%%sh\n{prefix}{command}", outputs=outputs, metadata=meta)
 
 
 def _size(n: int | None) -> str:

@@ -14,6 +14,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
+from .._extras import require_extra
 from ..errors import NotebookError
 from .storage import read_notebook
 
@@ -34,7 +35,8 @@ def export_notebook(
         raise NotebookError(f"cannot export to {to!r}; choose 'html' or 'py'")
     source = Path(path)
     nb = read_notebook(source)
-    from nbconvert import HTMLExporter, PythonExporter
+    with require_extra("notebook", "exporting a notebook"):
+        from nbconvert import HTMLExporter, PythonExporter
 
     exporter = (
         HTMLExporter(

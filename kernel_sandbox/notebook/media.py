@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any
 
+from .._extras import require_extra
+
 __all__ = [
     "DEFAULT_HUE_SHIFT",
     "DEFAULT_IMAGE_RMS",
@@ -90,7 +92,8 @@ def decode_raster(payload: str | list[str]) -> Raster | None:
     except (binascii.Error, ValueError):
         return None
     digest = hashlib.sha256(raw).hexdigest()[:16]
-    from PIL import Image, UnidentifiedImageError
+    with require_extra("notebook", "comparing images in a replay"):
+        from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(io.BytesIO(raw)) as image:
@@ -115,7 +118,8 @@ def image_rms(a: Raster, b: Raster) -> float:
         return 0.0
     if a.rgb is None or b.rgb is None or (a.width, a.height) != (b.width, b.height):
         return float("inf")
-    import numpy as np
+    with require_extra("notebook", "comparing images in a replay"):
+        import numpy as np
 
     x = np.frombuffer(a.rgb, dtype=np.uint8).astype(np.int32)
     y = np.frombuffer(b.rgb, dtype=np.uint8).astype(np.int32)
@@ -125,7 +129,8 @@ def image_rms(a: Raster, b: Raster) -> float:
 
 
 def _image(raster: Raster) -> Any:
-    from PIL import Image
+    with require_extra("notebook", "comparing images in a replay"):
+        from PIL import Image
 
     assert raster.rgb is not None
     return Image.frombytes("RGB", (raster.width, raster.height), raster.rgb)
@@ -133,8 +138,9 @@ def _image(raster: Raster) -> Any:
 
 def _phash(raster: Raster) -> Any:
     """A 63-bit perceptual hash: signs of the lowest 8x8 DCT terms of the 32x32 grey image."""
-    import numpy as np
-    from PIL import Image
+    with require_extra("notebook", "comparing images in a replay"):
+        import numpy as np
+        from PIL import Image
 
     n = _HASH_SIZE
     k = np.arange(n)
@@ -146,8 +152,9 @@ def _phash(raster: Raster) -> Any:
 
 def _hue(raster: Raster) -> float | None:
     """The mean hue (degrees) of the clearly coloured pixels, or None for a grey image."""
-    import numpy as np
-    from PIL import Image
+    with require_extra("notebook", "comparing images in a replay"):
+        import numpy as np
+        from PIL import Image
 
     image = _image(raster)
     scale = max(1, max(image.size) // _HUE_SIDE)

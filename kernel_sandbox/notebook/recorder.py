@@ -37,8 +37,11 @@ from ..events import (
     PythonExecuted,
     ShellExecuted,
 )
+from ..protocols import SandboxLike
 from ..results import CommandResult, Execution
+from ..sync import Sandbox, as_async
 from . import shared
+from .budget import OutputBudget
 from .cells import (
     META_KEY,
     file_cell,
@@ -125,6 +128,8 @@ class NotebookRecorder:
         self._watchers: list[Any] = []
         self._steps = 0
         self._seeded = False  # a recorded cell seeded the random generators
+        #: What the notebook keeps of calls' outputs (per call and in all: budget.py).
+        self._budget = OutputBudget()
         now = iso_time()
         session: dict[str, Any] = {
             "format_version": FORMAT_VERSION,
@@ -153,29 +158,29 @@ class NotebookRecorder:
     @classmethod
     def attach(
         cls,
-        sandbox: Any,
+        sandbox: SandboxLike | Sandbox,
         path: str | os.PathLike[str] | None = None,
         *,
         title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> NotebookRecorder:
         """Record everything ``sandbox`` (async or blocking) does from now on into ``path``."""
-        inner = getattr(sandbox, "async_sandbox", sandbox)
+        inner = as_async(sandbox)
         recorder = cls(path, title=title, metadata=metadata)
         recorder.describe_sandbox(inner)
         inner.listeners.append(recorder)
         return recorder
 
-    def detach(self, sandbox: Any) -> None:
+    def detach(self, sandbox: SandboxLike | Sandbox) -> None:
         """Stop recording ``sandbox``; the notebook stays as it is."""
-        inner = getattr(sandbox, "async_sandbox", sandbox)
+        inner = as_async(sandbox)
         if self in inner.listeners:
             inner.listeners.remove(self)
 
-    def describe_sandbox(self, sandbox: Any) -> None:
+    def describe_sandbox(self, sandbox: SandboxLike | Sandbox) -> None:
         """Store the sandbox's id, image and main settings in the notebook metadata, and
         leave the pointer by which a person's console finds this notebook."""
-        inner = getattr(sandbox, "async_sandbox", sandbox)
+        inner = as_async(sandbox)
         config = inner.config
         settings = {name: getattr(config, name) for name in _RECORDED_SETTINGS}
         self.set_metadata(
@@ -264,7 +269,9 @@ class NotebookRecorder:
     ) -> None:
         """Record one Python execution with its real outputs (see ``cells.python_cell``)."""
         with self._lock:
-            cell = python_cell(code, execution, metadata, started_at, seeded=self._seeded)
+            cell = python_cell(
+                code, execution, metadata, started_at, seeded=self._seeded, budget=self._budget
+            )
             self._seeded = self._seeded or seeds_randomness(code)
             self._nb.cells.append(cell)
             if execution.status in ("timeout", "kernel_died") and execution.message:
@@ -284,7 +291,7 @@ class NotebookRecorder:
     ) -> None:
         """Record one shell command as a re-runnable ``%%sh`` cell."""
         with self._lock:
-            cell = shell_cell(command, result, cwd, metadata, started_at)
+            cell = shell_cell(command, result, cwd, metadata, started_at, self._budget)
             self._nb.cells.append(cell)
             self._step()
 

@@ -54,8 +54,8 @@ def write_notebook_atomic(
     text = notebook_text(nb) + "\n"
     try:
         mode = target.stat().st_mode & 0o777
-    except FileNotFoundError:
-        mode = 0o644
+    except FileNotFoundError:  # a new notebook in a private directory is private too
+        mode = 0o600 if not target.parent.stat().st_mode & 0o077 else 0o644
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -11,6 +11,8 @@ The stream is a tar archive (PAX):
   ``home``: ``$HOME``, ``tmp``: ``/tmp``), regular files, directories and symlinks;
 * ``meta/modules.json`` — ``{name: module}`` for every module bound in the namespace
   (re-imported by name on load);
+* ``mpl/rcParams`` — matplotlib's settings, when the session imported it (module state
+  that no variable holds), pickled as a variable is;
 * ``ns/<name>`` — one variable each, pickled by ``dill`` (``pickle`` if the image has
   no dill) with protocol 5: ``<Q pickle size><I buffer count>`` + ``<Q size>`` per
   out-of-band buffer, then the pickle, then the buffers (numpy and pandas data go out
@@ -182,13 +184,19 @@ def save(fifo: str, places: dict[str, str], skip: list[str], max_files: int) -> 
         info = tarfile.TarInfo("meta/modules.json")
         info.size = len(data)
         tar.addfile(info, io.BytesIO(data))
+        matplotlib = sys.modules.get("matplotlib")
+        if matplotlib is not None:
+            settings = {k: v for k, v in matplotlib.rcParams.items() if k != "backend"}
+            _add_variable(tar, "rcParams", settings, {"saved": {}, "not_saved": {}}, "mpl/")
         for name, value in variables:
             if name not in modules:
                 _add_variable(tar, name, value, report)
     return report
 
 
-def _add_variable(tar: tarfile.TarFile, name: str, value: Any, report: dict[str, Any]) -> None:
+def _add_variable(
+    tar: tarfile.TarFile, name: str, value: Any, report: dict[str, Any], prefix: str = "ns/"
+) -> None:
     kind = type(value).__name__
     reason = _refusal(value)
     buffers: list[pickle.PickleBuffer] = []
@@ -203,7 +211,7 @@ def _add_variable(tar: tarfile.TarFile, name: str, value: Any, report: dict[str,
         report["not_saved"][name] = f"{kind}: {reason}"[:REASON_CHARS]
         return
     head = _HEADER.pack(len(data), len(raws)) + b"".join(_SIZE.pack(r.nbytes) for r in raws)
-    info = tarfile.TarInfo("ns/" + name)
+    info = tarfile.TarInfo(prefix + name)
     info.size = len(head) + len(data) + sum(r.nbytes for r in raws)
     tar.addfile(info, io.BufferedReader(_Chain([head, data, *raws]), _COPY))
     report["saved"][name] = {"type": kind, "bytes": info.size}
@@ -266,6 +274,13 @@ def load(fifo: str, places: dict[str, str]) -> dict[str, Any]:
                 except Exception as exc:  # a class gone from the image, a module missing
                     why = f"cannot be loaded ({type(exc).__name__}: {exc})"
                     report["failed"][rest] = why[:REASON_CHARS]
+            elif member.name == "mpl/rcParams":
+                try:
+                    import matplotlib
+
+                    matplotlib.rcParams.update(_load_variable(tar, member))
+                except Exception as exc:
+                    report["failed"]["matplotlib.rcParams"] = f"{exc}"[:REASON_CHARS]
             elif member.name == "meta/modules.json":
                 source_file = tar.extractfile(member)
                 assert source_file is not None

@@ -12,6 +12,9 @@ The server is thin: it translates HTTP and MCP into the same sandbox API and add
 auth, tenancy, limits and streaming.
 """
 
-from .settings import ServerSettings
+from .._extras import require_extra
+
+with require_extra("server", "kernel_sandbox.server (kernel-sandbox serve)"):
+    from .settings import ServerSettings
 
 __all__ = ["ServerSettings"]

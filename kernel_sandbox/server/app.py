@@ -23,7 +23,7 @@ from starlette.types import ASGIApp
 
 from .. import __version__
 from ..errors import SandboxError
-from . import e2b, enclave, live, native
+from . import e2b, enclave, live, native, snapshots
 from .auth import AuthMiddleware, Keyring
 from .deps import error_response
 from .limits import BodyLimitMiddleware
@@ -97,6 +97,7 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
     app.add_exception_handler(Exception, _unexpected)
     app.include_router(enclave.router)
     app.include_router(native.router)
+    app.include_router(snapshots.router)
     app.include_router(live.router)
     for router in e2b.routers:
         app.include_router(router)

@@ -21,6 +21,8 @@ from ..errors import (
     SandboxError,
     SandboxFileNotFoundError,
     SandboxNotFoundError,
+    SnapshotError,
+    SnapshotNotFoundError,
 )
 from ..wire import dumps
 from .auth import principal_of
@@ -56,8 +58,10 @@ async def owner(request: Request) -> str:
 
 def status_of(exc: SandboxError) -> int:
     """The HTTP status that says what went wrong (the client's part or the server's)."""
-    if isinstance(exc, SandboxNotFoundError | SandboxFileNotFoundError):
+    if isinstance(exc, SandboxNotFoundError | SandboxFileNotFoundError | SnapshotNotFoundError):
         return 404
+    if isinstance(exc, SnapshotError):
+        return 409  # the sandbox's state cannot be saved or loaded as asked
     if isinstance(exc, CapacityError):
         return 429
     if isinstance(exc, ConfigError | FileOperationError | ImageError | SandboxClosedError):

@@ -9,10 +9,6 @@ latter's ``notebook_executor`` is our ``python_executor``: state kept across cal
 
 from __future__ import annotations
 
-import asyncio
-import io
-import posixpath
-import tarfile
 import time
 from typing import Annotated, Any
 
@@ -24,6 +20,7 @@ from .. import __version__
 from ..errors import ConfigError
 from ..manager import SandboxInfo, SandboxStatus
 from ..tools.results import ToolResult
+from .archives import unpack_archive
 from .deps import Key, Opts, Ten, json_response
 from .policy import TOOL_ALIASES, client_config
 from .tenancy import Tenancy
@@ -193,57 +190,27 @@ async def execute_tool(request: ToolExecutionRequest, ten: Ten, key: Key) -> Res
     return json_response(_as_enclave(result, request.tool_name))
 
 
-def _safe_member(target: str, name: str) -> str:
-    path = posixpath.normpath(posixpath.join(target, name))
-    if name.startswith("/") or ".." in name.split("/") or not path.startswith(target):
-        raise ConfigError(f"archive member {name!r} points outside {target!r}")
-    return path
-
-
-async def _unpack(tar: tarfile.TarFile, sandbox: Any, target: str) -> None:
-    try:
-        members = tar.getmembers()
-    except (tarfile.TarError, EOFError) as exc:
-        raise ConfigError(f"the body is not a tar archive: {exc}") from None
-    for member in members:  # all checked before anything is written
-        _safe_member(target, member.name)
-        if not (member.isdir() or member.isfile()):
-            raise ConfigError(f"archive member {member.name!r} is not a file or directory")
-    await sandbox.files.mkdir(target)
-    for member in members:
-        path = _safe_member(target, member.name)
-        if member.isdir():
-            await sandbox.files.mkdir(path)
-            continue
-        blob = tar.extractfile(member)
-        content = await asyncio.to_thread(blob.read) if blob else b""
-        await sandbox.files.mkdir(posixpath.dirname(path))
-        await sandbox.files.write(path, content)
-
-
 @router.post("/sandbox/{sandbox_id}/archive")
 async def put_archive(
     sandbox_id: str,
     request: Request,
     ten: Ten,
+    opts: Opts,
     key: Key,
     target_dir: str = Query(...),
 ) -> dict[str, bool]:
     """Unpack a tar archive (the body) into a sandbox directory, as the sandbox user.
 
     Only directories and regular files are taken; links, devices and members that
-    point outside ``target_dir`` are refused (400).  The body is capped (413).
+    point outside ``target_dir`` are refused (400).  The body is capped (413), and so
+    is what it unpacks to, members counted (see :mod:`.archives`).
     """
     data = await request.body()
     if not data:
         raise HTTPException(status_code=400, detail="Archive body must not be empty")
-    try:
-        tar = tarfile.open(fileobj=io.BytesIO(data), mode="r:*")  # noqa: SIM115 (closed below)
-    except (tarfile.TarError, EOFError) as exc:
-        raise ConfigError(f"the body is not a tar archive: {exc}") from None
-    with tar:
-        async with ten.use(key, sandbox_id) as lease:
-            await _unpack(tar, lease.sandbox, lease.sandbox.resolve_path(target_dir))
+    async with ten.use(key, sandbox_id) as lease:
+        target = lease.sandbox.resolve_path(target_dir)
+        await unpack_archive(data, lease.sandbox, target, opts.max_upload_bytes)
     return {"ok": True}
 
 

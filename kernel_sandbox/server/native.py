@@ -25,6 +25,7 @@ from ..files import LIST_LIMIT
 from ..results import Execution
 from ..wire import dumps, to_json
 from .deps import Key, Opts, Ten, json_response
+from .durable import Paused
 from .policy import client_config
 from .settings import ServerSettings
 from .tenancy import Lease, Tenancy
@@ -64,6 +65,8 @@ class SandboxView(BaseModel):
     notes: list[str]
     notebook: str
     pooled: bool = False
+    #: "running", or "paused" (no container; the next call resumes it).
+    status: Literal["running", "paused"] = "running"
 
 
 class CodeRequest(BaseModel):
@@ -94,7 +97,8 @@ class PathRequest(BaseModel):
     path: str = Field(max_length=4096)
 
 
-def _view(lease: Lease) -> SandboxView:
+def view(lease: Lease) -> SandboxView:
+    """A live sandbox as the API shows it."""
     cfg = lease.sandbox.config
     return SandboxView(
         id=lease.id,
@@ -103,6 +107,20 @@ def _view(lease: Lease) -> SandboxView:
         notes=lease.notes,
         notebook=f"/v1/sandboxes/{lease.id}/notebook",
         pooled=lease.pooled,
+    )
+
+
+def paused_view(paused: Paused) -> SandboxView:
+    """A paused sandbox as the API shows it (from its pause snapshot)."""
+    snap = paused.snapshot
+    hidden = {"labels", "volumes", "env_vars"}
+    return SandboxView(
+        id=paused.id,
+        image=snap.image,
+        config={k: v for k, v in snap.config.items() if k not in hidden},
+        notes=[f"paused in snapshot {snap.id}; the next call resumes it"],
+        notebook=f"/v1/sandboxes/{paused.id}/notebook",
+        status="paused",
     )
 
 
@@ -124,19 +142,23 @@ async def create(
         raw = body.model_dump(exclude={"pool", "tools"}, exclude_none=True)
     raw["tools_config"] = body.tools
     cfg, notes = client_config(raw, opts, key)
-    return _view(await ten.create(key, cfg, "docker", notes))
+    return view(await ten.create(key, cfg, "docker", notes))
 
 
 @router.get("/sandboxes", response_model=list[SandboxView])
 async def list_all(ten: Ten, key: Key) -> list[SandboxView]:
-    """The caller's sandboxes."""
-    return [_view(lease) for lease in ten.owned(key)]
+    """The caller's sandboxes, paused ones too."""
+    paused = [paused_view(p) for p in ten.durable.paused_of(key)]
+    return [*(view(lease) for lease in ten.owned(key)), *paused]
 
 
 @router.get("/sandboxes/{sandbox_id}", response_model=SandboxView)
 async def get_one(sandbox_id: str, ten: Ten, key: Key) -> SandboxView:
-    """One sandbox of the caller."""
-    return _view(ten.get(key, sandbox_id))
+    """One sandbox of the caller (a paused one is shown as such, not resumed)."""
+    paused = ten.paused(key, sandbox_id)
+    if paused is not None:
+        return paused_view(paused)
+    return view(ten.get(key, sandbox_id))
 
 
 @router.delete("/sandboxes/{sandbox_id}")
@@ -213,7 +235,7 @@ async def run_python(
             finally:
                 lease.done_running()
 
-    lease = ten.get(key, sandbox_id)  # a 404 before the stream starts
+    lease = await ten.live(key, sandbox_id)  # a 404 before the stream starts
     return StreamingResponse(
         _streamed(ten, key, lease, body, timeout),
         media_type="text/event-stream",

@@ -14,15 +14,20 @@ is written in a worker thread and awaited (on disk when the client gets its answ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import stat
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
+from ..errors import ConfigError
 from ..events import Event
 from ..notebook.recorder import NotebookRecorder
+from ..protocols import SandboxLike
 
-__all__ = ["OffLoopRecorder", "record_sandbox"]
+__all__ = ["OffLoopRecorder", "private_dirs", "record_sandbox"]
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +61,43 @@ class OffLoopRecorder:
             await asyncio.to_thread(self.recorder, event)
 
 
+def private_dirs(*dirs: Path) -> None:
+    """Make ``dirs`` (outermost first) directories only this user can open (0700).
+
+    A notebook holds what a tenant computed, so no other local user may read it, nor
+    open its directory (whose ``flock`` every write takes: another user holding it
+    would stall the tenant's downloads and other keys' creates).  A directory that is
+    a symbolic link or belongs to another user is refused with a ConfigError.
+    """
+    for directory in dirs:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = os.lstat(directory)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            raise ConfigError(
+                f"{directory} is not a directory of this server's user; give --record-dir "
+                "a directory the server owns"
+            )
+        if info.st_mode & 0o077:
+            os.chmod(directory, 0o700)
+
+
 def record_sandbox(
-    sandbox: Any,
+    sandbox: SandboxLike,
     path: Path,
     title: str,
     metadata: dict[str, Any],
     flush_delay: float | None = None,
 ) -> NotebookRecorder:
-    """Start recording ``sandbox`` into ``path``; returns the recorder."""
+    """Start recording ``sandbox`` into ``path``; returns the recorder.
+
+    ``path`` is ``<record dir>/<key id>/<sandbox id>.ipynb``: both directories are
+    made private (:func:`private_dirs`), so the notebook is written 0600.
+    """
+    private_dirs(path.parent.parent, path.parent)
+    with contextlib.suppress(FileNotFoundError):  # an adopted sandbox's older notebook
+        info = os.lstat(path)
+        if stat.S_ISREG(info.st_mode) and info.st_uid == os.geteuid() and info.st_mode & 0o077:
+            os.chmod(path, 0o600)
     recorder = NotebookRecorder(path, title=title, metadata=metadata, flush_delay=flush_delay)
     recorder.describe_sandbox(sandbox)
     sandbox.listeners.append(OffLoopRecorder(recorder))

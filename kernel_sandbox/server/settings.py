@@ -8,13 +8,23 @@ are clamped to the maxima here, host directories are never mounted for a client.
 from __future__ import annotations
 
 import ipaddress
+import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from ..config import DEFAULT_IMAGE, SandboxConfig
 from ..errors import ConfigError
+from ..limits import MAX_SNAPSHOT_BYTES, MIN_DISK_BYTES, MIN_MEMORY_BYTES, parse_size
+from ..snapshots.store import SNAPSHOTS_ENV
 
 __all__ = ["MiB", "ServerSettings", "is_loopback"]
 
@@ -60,7 +70,20 @@ class ServerSettings(BaseModel):
     )
     default_image: str = DEFAULT_IMAGE
     allowed_images: tuple[str, ...] = Field(
-        default=("*",), description="fnmatch patterns of images clients may ask for."
+        default=("*",),
+        description="Patterns of whole image references clients may ask for (see "
+        "images.reference.matches: registry, each path part and the tag matched apart).",
+    )
+    pull: Literal["never", "allowed"] = Field(
+        default="never",
+        description="'never': an image the engine does not have is refused with an error; "
+        "'allowed': it is pulled from its registry (its size and time are the registry's).",
+    )
+    derive: bool = Field(
+        default=False,
+        description="Derive kernel-ready images from plain Python images a client names "
+        "(the probe and the venv run under sandbox limits); off: such images start as "
+        "they are, their kernel expected at /opt/venv/bin/python.",
     )
     max_sandboxes: int = Field(default=64, ge=1, description="Live sandboxes on this server.")
     max_sandboxes_per_key: int = Field(default=16, ge=1)
@@ -77,10 +100,15 @@ class ServerSettings(BaseModel):
     idle_timeout: float | None = Field(
         default=1800.0, gt=0, description="Seconds unused before a sandbox is removed."
     )
-    max_memory: str = "2g"
-    max_cpu: float = Field(default=2.0, gt=0)
-    max_disk: str = "1g"
-    max_timeout: float = Field(default=600.0, gt=0, description="Longest call a client may ask.")
+    max_memory: str = Field(default="2g", description="Most memory a sandbox gets (clamped).")
+    max_cpu: float = Field(default=2.0, gt=0, allow_inf_nan=False, description="Most CPUs.")
+    max_disk: str = Field(default="1g", description="Most disk_limit a sandbox gets (clamped).")
+    max_timeout: float = Field(
+        default=600.0,
+        gt=0,
+        allow_inf_nan=False,
+        description="Longest call a client may ask (calls, defaults and tool options).",
+    )
     pool_size: int = Field(default=0, ge=0, description="Warm sandboxes of the default config.")
     on_restart: Literal["adopt", "remove", "restore", "keep"] = Field(
         default="adopt",
@@ -93,6 +121,23 @@ class ServerSettings(BaseModel):
     record_dir: Path = Field(
         default=Path("notebooks") / "server",
         description="Where every sandbox's session notebook is written (<key id>/<id>.ipynb).",
+    )
+    snapshot_dir: Path = Field(
+        default_factory=lambda: Path(os.environ.get(SNAPSHOTS_ENV) or "snapshots/server"),
+        description="Where snapshots and paused sandboxes are kept (a volume, so that they "
+        "survive a restart; default $KERNEL_SANDBOX_SNAPSHOTS, else snapshots/server).",
+    )
+    pause_after: float | None = Field(
+        default=None,
+        gt=0,
+        description="Seconds unused before a sandbox is paused (snapshot, container "
+        "removed); the next call resumes it. None: idle sandboxes are not paused.",
+    )
+    max_snapshot_bytes: int = Field(
+        default=MAX_SNAPSHOT_BYTES, gt=0, description="Largest snapshot a key may make."
+    )
+    max_snapshots_per_key: int = Field(
+        default=32, ge=1, description="Snapshots a key may keep (paused sandboxes aside)."
     )
     e2b_templates: dict[str, str] = Field(
         default_factory=dict,
@@ -114,6 +159,13 @@ class ServerSettings(BaseModel):
         if isinstance(data, dict) and data.get("allow_network") and "max_network" not in data:
             return {**data, "max_network": "full"}
         return data
+
+    @field_validator("max_memory", "max_disk")
+    @classmethod
+    def _check_size(cls, value: str, info: ValidationInfo) -> str:
+        least = MIN_DISK_BYTES if info.field_name == "max_disk" else MIN_MEMORY_BYTES
+        parse_size(value, str(info.field_name), least)
+        return value.strip().lower()
 
     @field_validator("max_network", "key_networks")
     @classmethod

@@ -27,11 +27,15 @@ from ..manager import DockerSandboxConfig, SandboxManager, SandboxManagerConfig
 from ..notebook.cells import META_KEY
 from ..notebook.recorder import NotebookRecorder
 from ..sandbox import AsyncSandbox
+from .durable import Durability, Paused
+from .image_queue import ImageQueue
 from .labels import SERVER_ID_LABEL, SERVER_KEY_LABEL, SERVER_LABEL
+from .policy import client_config
 from .recording import record_sandbox
 from .settings import ServerSettings
 
 if TYPE_CHECKING:
+    from ..snapshots import Snapshot
     from .restart import Restorable
 
 __all__ = [
@@ -100,7 +104,7 @@ class Tenancy:
     def __init__(self, settings: ServerSettings) -> None:
         self.settings = settings
         labels = {SERVER_LABEL: settings.name}
-        pool_config = DockerSandboxConfig(image=settings.default_image)
+        pool_config = client_config({}, settings)[0]  # what a client omitting fields gets
         self.manager = SandboxManager(
             SandboxManagerConfig(
                 labels=labels,
@@ -115,6 +119,9 @@ class Tenancy:
         self._pool_free: dict[str, asyncio.Queue[str]] = {}
         self._reaper: asyncio.Task[None] | None = None
         self._creating: dict[str, int] = {}
+        self._images = ImageQueue()
+        #: Snapshots, paused sandboxes, restores and forks (see :mod:`.durable`).
+        self.durable = Durability(self)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -146,8 +153,10 @@ class Tenancy:
         await self.manager.start()
         if found:
             await restore_all(self, found)
-        if self.settings.idle_timeout:
-            self._reaper = asyncio.create_task(self._reap_forever(self.settings.idle_timeout))
+        await self.durable.load()
+        idle = min(t for t in (self.settings.idle_timeout, self.settings.pause_after, 1e9) if t)
+        if self.settings.idle_timeout or self.settings.pause_after:
+            self._reaper = asyncio.create_task(self._reap_forever(idle))
 
     async def stop(self) -> None:
         """Remove every sandbox (a graceful stop; a killed server leaves them labelled)."""
@@ -169,18 +178,27 @@ class Tenancy:
                 log.exception("reaping idle sandboxes failed")
 
     async def reap_idle(self) -> list[str]:
-        """Remove every sandbox unused for ``idle_timeout`` seconds; returns their ids."""
-        if not self.settings.idle_timeout:
+        """Pause every sandbox unused for ``pause_after`` seconds (when set), else remove
+        every one unused for ``idle_timeout``; returns their ids."""
+        limit = self.settings.pause_after or self.settings.idle_timeout
+        if not limit:
             return []
         now = time.monotonic()
         idle = [
             lease
             for lease in self._leases.values()
-            if not lease.busy and now - lease.last_used > self.settings.idle_timeout
+            if not lease.busy and not lease.pooled and now - lease.last_used > limit
         ]
         for lease in idle:
-            log.info("removing sandbox %s of key %s: idle", lease.id, lease.owner)
-            await self._remove(lease, "idle timeout")
+            if self.settings.pause_after:
+                log.info("pausing sandbox %s of key %s: idle", lease.id, lease.owner)
+                try:
+                    await self.durable.pause(lease)
+                except SandboxError as exc:  # it runs on, as if never asked
+                    log.warning("could not pause idle sandbox %s: %s", lease.id, exc)
+            else:
+                log.info("removing sandbox %s of key %s: idle", lease.id, lease.owner)
+                await self._remove(lease, "idle timeout")
         return [lease.id for lease in idle]
 
     # -- sandboxes --------------------------------------------------------------------
@@ -217,7 +235,10 @@ class Tenancy:
             config = config.model_copy(update={"labels": labels})
         self._creating[owner] = self._creating.get(owner, 0) + 1
         try:
-            sid = await self.manager.create_sandbox("docker", config, sandbox_id)
+            new = self._images.is_new(config.image, config.host, config.derive_image)
+            async with self._images.turn(owner) if new else contextlib.nullcontext():
+                sid = await self.manager.create_sandbox("docker", config, sandbox_id)
+            self._images.started(config.image, config.derive_image)
         finally:
             self._creating[owner] -= 1
         sandbox = await self.manager.get_sandbox(sid)
@@ -242,7 +263,6 @@ class Tenancy:
         :mod:`kernel_sandbox.notebook.shared`).
         """
         from ..notebook.storage import read_notebook
-        from .policy import client_config
 
         old = await asyncio.to_thread(read_notebook, item.notebook)
         session = dict(old.metadata.get(META_KEY, {}))
@@ -309,10 +329,99 @@ class Tenancy:
             raise SandboxNotFoundError(f"no sandbox {sandbox_id!r} for this API key")
         return lease
 
+    def paused(self, owner: str, sandbox_id: str) -> Paused | None:
+        """The caller's sandbox if it is paused now, else None."""
+        paused = self.durable.paused.get(sandbox_id)
+        if paused is None or paused.owner != owner or sandbox_id in self._leases:
+            return None
+        return paused
+
+    async def live(self, owner: str, sandbox_id: str) -> Lease:
+        """The caller's sandbox, resumed first if it is paused (the call is just slower)."""
+        if self.paused(owner, sandbox_id) is not None:
+            return await self.durable.resume(owner, sandbox_id)
+        return self.get(owner, sandbox_id)
+
+    def check_room(self, owner: str, extra: int = 0) -> None:
+        """Raise CapacityError unless ``owner`` may have ``extra + 1`` more sandboxes."""
+        mine = len(self.owned(owner)) + self._creating.get(owner, 0) + extra
+        if mine >= self.settings.max_sandboxes_per_key:
+            raise CapacityError(
+                f"this key already has {mine} sandboxes (the server allows "
+                f"{self.settings.max_sandboxes_per_key} per key); delete one first"
+            )
+        if len(self._leases) + sum(self._creating.values()) + extra >= self.settings.max_sandboxes:
+            raise CapacityError(
+                f"the server runs its maximum of {self.settings.max_sandboxes} sandboxes; "
+                "try again later"
+            )
+
+    def config_of(self, snap: Snapshot) -> DockerSandboxConfig:
+        """The settings a snapshot's sandbox may have now: its own, checked again by the
+        server's policy for its owner (a key's ceilings may have dropped since)."""
+        from .policy import client_config
+
+        raw = {k: v for k, v in snap.config.items() if k not in ("labels", "volumes")}
+        config, _ = client_config(raw, self.settings, snap.owner)
+        labels = {SERVER_LABEL: self.settings.name, SERVER_KEY_LABEL: snap.owner}
+        return config.model_copy(update={"labels": labels})
+
+    async def attach(
+        self,
+        sandbox: AsyncSandbox,
+        config: DockerSandboxConfig,
+        sandbox_id: str,
+        owner: str,
+        notebook: Path,
+        note: str,
+        forked_from: dict[str, Any] | None = None,
+    ) -> Lease:
+        """Serve a sandbox made elsewhere (resumed, restored, forked) for ``owner``; an
+        existing ``notebook`` goes on, a new one starts (with its ``forked_from``)."""
+        from ..notebook.storage import read_notebook
+
+        try:
+            self.manager.add_sandbox(sandbox, config, sandbox_id)
+        except BaseException:
+            await sandbox.close()
+            raise
+        session = self._session_metadata(config, "docker")
+        if notebook.exists():
+            old = await asyncio.to_thread(read_notebook, notebook)
+            session = dict(old.metadata.get(META_KEY, {}))
+            for stale in ("status", "finished_at", "reason"):
+                session.pop(stale, None)
+        if forked_from is not None:
+            session["forked_from"] = forked_from
+        recorder = await asyncio.to_thread(
+            record_sandbox,
+            sandbox,
+            notebook,
+            f"Sandbox {sandbox_id}",
+            {**session, "status": "running"},
+            self.settings.record_flush_delay,
+        )
+        await asyncio.to_thread(recorder.add_note, note)
+        lease = Lease(sandbox_id, owner, "docker", sandbox, recorder, [note])
+        self._leases[sandbox_id] = lease
+        return lease
+
+    async def forget(self, lease: Lease, status: str) -> None:
+        """Stop serving a sandbox whose container is gone already (paused)."""
+        self._leases.pop(lease.id, None)
+        try:
+            await asyncio.to_thread(lease.recorder.finish, status, status)
+        except Exception:
+            log.warning("could not write the notebook of %s", lease.id, exc_info=True)
+        with contextlib.suppress(SandboxError):
+            await self.manager.delete_sandbox(lease.id)
+
     @contextlib.asynccontextmanager
     async def use(self, owner: str, sandbox_id: str) -> AsyncIterator[Lease]:
-        """Hold a sandbox for one call: it is not reaped meanwhile, and counts as used."""
-        lease = self.get(owner, sandbox_id)
+        """Hold a sandbox for one call: it is not reaped meanwhile, and counts as used.
+
+        A paused sandbox is resumed first."""
+        lease = await self.live(owner, sandbox_id)
         lease.busy += 1
         try:
             yield lease
@@ -321,7 +430,9 @@ class Tenancy:
             lease.last_used = time.monotonic()
 
     async def delete(self, owner: str, sandbox_id: str) -> None:
-        """Remove the caller's sandbox; its notebook stays."""
+        """Remove the caller's sandbox (paused or not); its notebook stays."""
+        if sandbox_id not in self._leases and await self.durable.delete_paused(owner, sandbox_id):
+            return
         await self._remove(self.get(owner, sandbox_id), "deleted")
 
     async def stop_one(self, owner: str, sandbox_id: str) -> None:

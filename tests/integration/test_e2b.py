@@ -84,7 +84,12 @@ html = sb.run_code("from IPython.display import HTML, Markdown\n"
 out["formats"] = [[r.html, r.markdown, r.is_main_result] for r in html.results]
 out["env"] = sb.run_code("import os; os.environ.get('PER_CALL')", envs={"PER_CALL": "yes"}).text
 out["env_after"] = sb.run_code("import os; os.environ.get('PER_CALL')").text
+ctx = sb.create_code_context(cwd="/tmp")
+out["context"] = [sb.run_code("import os; os.getcwd()", context=ctx).text,
+                  sb.run_code("x", context=ctx).error.name]
 out["contexts"] = [c.language for c in sb.list_code_contexts()]
+sb.remove_code_context(ctx)
+out["contexts_after"] = len(sb.list_code_contexts())
 try:
     sb.run_code("import time; time.sleep(30)", timeout=2)
 except Exception as exc:
@@ -105,7 +110,10 @@ def test_run_code_keeps_state_streams_plots_and_errors(server: Server, e2b_pytho
     assert out["formats"] == [["<b>hi</b>", None, False], [None, "**md**", True]]
     assert out["env"] == "yes"
     assert out["env_after"] is None  # gone again after the call: no value to show
-    assert out["contexts"] == ["python"]
+    # a context is a kernel of its own in the same sandbox
+    assert out["context"] == ["/tmp", "NameError"]
+    assert out["contexts"] == ["python", "python"]
+    assert out["contexts_after"] == 1
     # the client's own timeout interrupted the cell; the kernel kept its variables
     assert out["timeout"] == "TimeoutException"
     assert out["after_timeout"] == "41"
@@ -253,10 +261,17 @@ m = a.get_metrics()
 out["metrics"] = [len(m) >= 1, m[0].mem_total > 0, m[0].disk_total > 0, m[0].cpu_count]
 again = Sandbox.connect(a.sandbox_id)
 out["connect"] = again.commands.run("echo same").stdout
-try:
-    a.pause()
-except SandboxException as exc:
-    out["pause"] = str(exc)[:40]
+from e2b_code_interpreter import Sandbox as CodeSandbox
+c = CodeSandbox.create(timeout=120, metadata={"who": "c"})
+c.run_code("kept = 7")
+c.files.write("kept.txt", "on disk")
+out["pause"] = [c.pause(), c.pause()]
+out["paused_state"] = [s.state.value for s in Sandbox.list(
+    query=SandboxQuery(metadata={"who": "c"})).next_items()]
+back = CodeSandbox.connect(c.sandbox_id, timeout=120)
+out["resumed"] = [back.run_code("kept * 6").text, back.files.read("kept.txt"),
+                  back.get_info().state.value]
+back.kill()
 b.set_timeout(1)
 time.sleep(3)
 out["expired"] = b.is_running()
@@ -289,7 +304,10 @@ def test_list_metrics_timeout_kill_and_tenancy(server: Server, e2b_python: Path)
     assert out["info"] == ["base", {"who": "a", "n": "1"}, "running"]
     assert out["metrics"] == [True, True, True, 1]
     assert out["connect"] == "same\n"
-    assert out["pause"].startswith("501: pausing a sandbox is not")
+    # pause saves files and variables and frees the container; connect resumes
+    assert out["pause"] == [True, False]
+    assert out["paused_state"] == ["paused"]
+    assert out["resumed"] == ["42", "on disk", "running"]
     # a sandbox past its timeout is killed
     assert out["expired"] is False
     assert out["expired_listed"] is False

@@ -80,7 +80,9 @@ asyncio.run(main(sys.argv[1], sys.argv[2]))
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, docker_engine) -> Iterator[Server]:  # type: ignore[no-untyped-def]
-    srv = Server(f"t-enclave-{os.getpid()}", tmp_path_factory.mktemp("nb")).start()
+    # ms-enclave's client asks for python:3.11-slim (a plain Python): the operator lets
+    # the server derive it (off by default), confined like a sandbox.
+    srv = Server(f"t-enclave-{os.getpid()}", tmp_path_factory.mktemp("nb"), ["--derive"]).start()
     yield srv
     srv.stop()
 

@@ -94,3 +94,29 @@ def test_a_console_cell_is_recorded_with_its_outputs(tmp_path: Path) -> None:
     assert cell["metadata"][META_KEY]["status"] == "error"
     assert [o["output_type"] for o in cell["outputs"]] == ["stream", "error"]
     nbformat.validate(nbformat.read(path, as_version=4))
+
+
+def test_a_hostile_kernels_malformed_outputs_leave_the_persons_cell_whole(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "s.ipynb"
+    recorder = NotebookRecorder(path)
+
+    def msg(kind: str, content: object) -> dict[str, object]:
+        return {"header": {"msg_type": kind}, "content": content, "metadata": {}}
+
+    messages = [
+        msg("execute_input", {"code": "x", "execution_count": "7; rm"}),
+        msg("display_data", {"data": ["a", "list"], "metadata": {}}),
+        msg("execute_result", {"data": {"text/plain": 3}, "execution_count": 1}),
+        msg("stream", ["no", "dict"]),
+        msg("error", {"ename": "E", "evalue": "v", "traceback": "not a list"}),
+        msg("stream", {"name": "stdout", "text": "kept\n"}),
+    ]
+    _record(path, "x", messages, 0.0)
+    cell = json.loads(path.read_text())["cells"][-1]
+    assert "".join(cell["source"]) == "x" and cell["execution_count"] is None
+    assert ["".join(o["text"]) for o in cell["outputs"]] == ["kept\n"]
+    nbformat.validate(nbformat.read(path, as_version=4))
+    recorder.add_note("the recorder writes on after it")  # and does not raise
+    assert "x" in [c.source for c in nbformat.read(path, as_version=4).cells]

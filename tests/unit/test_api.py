@@ -40,6 +40,15 @@ SUBMODULE_ONLY: dict[str, set[str]] = {
         "describe_invalid",
         "parse_size",
     },
+    "contexts": {
+        "DEFAULT_CONTEXT",
+        "KERNELSPECS_SCRIPT",
+        "LANGUAGES",
+        "kernel_for",
+        "language_of",
+        "normalise_language",
+        "parse_kernelspecs",
+    },
     "errors": set(),  # every exception is catchable from the root
     "events": {"Listener", "current_context", "emit"},
     "files": {"EVENT_DETAIL_CHARS", "LIST_LIMIT", "STREAM_EVENT_CONTENT"},
@@ -53,7 +62,7 @@ SUBMODULE_ONLY: dict[str, set[str]] = {
         "strip_ansi",
     },
     "sandbox": {"PING_TIMEOUT"},
-    "sync": {"ReadStream", "run_sync"},
+    "sync": {"ReadStream", "as_async", "run_sync"},
     "tools": {
         "Artifact",
         "FileOperation",

@@ -83,3 +83,18 @@ async def test_async_sandbox_create_with_a_bad_setting_raises_config_error() -> 
     """Checked before any engine is contacted, so this needs none."""
     with pytest.raises(ConfigError, match="memory_limit='lots' is not a size"):
         await AsyncSandbox.create(memory_limit="lots")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/run/kernel-sandbox",
+        "/run/kernel-sandbox/k",
+        "/run//x/../kernel-sandbox",
+        "/tmp/kernel-sandbox/s",
+    ],
+)
+def test_working_dir_may_not_point_into_the_run_directory(path: str) -> None:
+    with pytest.raises(ConfigError, match="where the kernel's connection lives"):
+        SandboxConfig(working_dir=path)
+    assert SandboxConfig(working_dir="/run/kernel-sandboxes").working_dir == "/run/kernel-sandboxes"

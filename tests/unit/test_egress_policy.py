@@ -33,6 +33,11 @@ from kernel_sandbox.network.pipconf import PYPI_FILES_HOST, PYPI_INDEX
         "fe80::1",
         "::ffff:127.0.0.1",
         "224.0.0.1",
+        "::7f00:1",  # IPv4-compatible 127.0.0.1
+        "64:ff9b::7f00:1",  # NAT64
+        "::ffff:0:7f00:1",  # IPv4-translated
+        "64:ff9b:1::a00:1",  # local-use NAT64
+        "2001:0:4136:e378:8000:63bf:3fff:fdd2",  # Teredo
     ],
 )
 def test_special_addresses(address: str) -> None:

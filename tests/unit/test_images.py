@@ -23,7 +23,9 @@ from kernel_sandbox.backends.docker.images import (
 )
 from kernel_sandbox.backends.docker.images import builder as builder_mod
 from kernel_sandbox.backends.docker.images import wheels as wheels_mod
+from kernel_sandbox.backends.docker.images.accounts import sandbox_account
 from kernel_sandbox.backends.docker.images.builder import ImageBuilder, images_dir
+from kernel_sandbox.backends.docker.images.confined import StepResult
 from kernel_sandbox.backends.docker.images.derive import (
     DERIVED_FROM,
     KERNEL_LABEL,
@@ -205,21 +207,89 @@ def test_derived_tag_is_keyed_by_the_source_image_id() -> None:
     assert derived_tag("sha256:" + "ab" * 32) == "kernel-sandbox-derived:" + "ab" * 6
 
 
-def test_derive_dockerfile_keeps_the_images_environment() -> None:
-    labels = {KERNEL_LABEL: "/opt/venv/bin/python", DERIVED_FROM: "sha256:1"}
+SOURCE_ID = "sha256:" + "12" * 32
+
+
+def test_derive_dockerfile_keeps_the_images_environment_and_runs_nothing() -> None:
+    labels = {KERNEL_LABEL: "/opt/venv/bin/python", DERIVED_FROM: SOURCE_ID}
+    account = sandbox_account(None, None)
     text = derive_dockerfile(
-        "sha256:1", "/usr/local/bin/python3.9", ["PATH=/custom/bin:/usr/bin", "LANG=de_DE"], labels
+        SOURCE_ID, account, ["PATH=/custom/bin:/usr/bin", "LANG=de_DE"], labels
     )
-    assert text.count("FROM sha256:1") == 2  # build stage + final stage without wheels
-    assert "COPY --from=build /opt/venv /opt/venv" in text
-    assert 'RUN ["/usr/local/bin/python3.9", "/tmp/ks/setup.py", "venv"]' in text
+    assert text.count(f"FROM {SOURCE_ID}") == 1
+    assert "RUN" not in text  # nothing of the image runs while the derived image builds
+    assert "ADD ks/venv.tar /" in text
+    assert "COPY --chown=1000:1000 ks/empty/ /sandbox/" in text
     assert 'PATH="/opt/venv/bin:/custom/bin:/usr/bin"' in text
     assert "LANG=C.UTF-8" not in text  # the image's own LANG wins
     assert "ENTRYPOINT []" in text  # an image's entrypoint would wrap the kernel
-    assert text.index("USER sandbox") > text.index('"user"]')
     assert f'{KERNEL_LABEL}="/opt/venv/bin/python"' in text
-    bare = derive_dockerfile("img", "python3", [], {})
+    bare = derive_dockerfile(SOURCE_ID, account, [], {})
     assert "/usr/local/bin:/usr/sbin" in bare and "LANG=C.UTF-8" in bare
+
+
+@pytest.mark.parametrize(
+    "env",
+    [['PATH=/x"\nRUN evil'], ["PATH=/bin\nADD http://127.0.0.1/ /"], ["PATH=$(evil)"]],
+)
+def test_an_images_hostile_path_never_reaches_the_dockerfile(env: list[str]) -> None:
+    text = derive_dockerfile(SOURCE_ID, sandbox_account(None, None), env, {})
+    assert "evil" not in text and "http" not in text and text.count("\n") == 12
+    with pytest.raises(ImageError, match="not an image id"):
+        derive_dockerfile("img\nRUN evil", sandbox_account(None, None), [], {})
+
+
+def test_sandbox_account_skips_taken_ids_and_keeps_an_existing_user() -> None:
+    passwd = b"root:x:0:0:root:/root:/bin/sh\nappuser:x:1000:1000::/home/app:/bin/sh\n"
+    group = b"root:x:0:\nappuser:x:1000:\n"
+    account = sandbox_account(passwd, group)
+    assert (account.uid, account.gid, account.home) == (1001, 1001, "/home/sandbox")
+    assert account.passwd.endswith(b"sandbox:x:1001:1001::/home/sandbox:/bin/sh\n")
+    assert account.group.endswith(b"sandbox:x:1001:\n")
+    kept = sandbox_account(b"sandbox:x:1500:1600::/srv/sb:/bin/sh", b"")
+    assert (kept.uid, kept.gid, kept.home) == (1500, 1600, "/srv/sb")
+    hostile = sandbox_account(b"sandbox:x:7:7::/../../etc:/bin/sh", b"")
+    assert hostile.home == "/home/sandbox"
+
+
+GOOD_PROBE = {
+    "version": [3, 11, 2],
+    "implementation": "cpython",
+    "machine": "x86_64",
+    "libc": "glibc",
+    "libc_version": "2.36",
+    "executable": "/usr/bin/python3",
+    "has_venv": True,
+}
+
+
+def test_a_sound_probe_answer_is_taken() -> None:
+    target = PythonTarget.from_probe(GOOD_PROBE, "img")
+    assert target.key == "cp311-glibc2.36-x86_64"
+    assert target.executable == "/usr/bin/python3"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("libc_version", "2.1000000"),
+        ("libc_version", "../../../tmp/x"),
+        ("executable", "python3"),
+        ("executable", '/usr/bin/python3"]\nRUN ["sh'),
+        ("executable", "/usr/../../bin/sh"),
+        ("machine", "x86/../../y"),
+        ("version", [3, 11]),
+        ("version", [3, 11, "2"]),
+        ("version", [3, 10**9, 0]),
+        ("has_venv", "yes"),
+        ("implementation", "c" * 100),
+    ],
+)
+def test_a_malformed_probe_answer_is_refused(field: str, value: object) -> None:
+    with pytest.raises(ImageError, match=f"does not accept.*{field}"):
+        PythonTarget.from_probe({**GOOD_PROBE, field: value}, "img")
+    with pytest.raises(ImageError):
+        PythonTarget.from_probe(["not", "a", "dict"], "img")
 
 
 class _FakeAPI:
@@ -326,15 +396,17 @@ def test_what_the_images_pip_misses_is_downloaded_until_nothing_is(
     )
     argvs: list[list[str]] = []
 
-    def fake_run(client: Any, image: str, argv: list[str], archive: Any = None) -> tuple[int, str]:
-        argvs.append(argv)
-        with tarfile.open(fileobj=archive) as tar:
+    def fake_run(  # the confined step that runs the image's pip (an engine call)
+        client: Any, image: str, python: str, argv: list[str], files: Any, **options: Any
+    ) -> StepResult:
+        argvs.append([python, *argv])
+        with tarfile.open(fileobj=files) as tar:
             assert "ks-check/w/pip-26.0-py3-none-any.whl" in tar.getnames()
-        return next(outputs)
+        return StepResult(*next(outputs))
 
     downloaded: list[list[str]] = []
     monkeypatch.setattr(wheels_mod, "download_wheels", lambda *a: tmp_path)
-    monkeypatch.setattr(wheels_mod, "_run_once", fake_run)
+    monkeypatch.setattr(wheels_mod, "run_with_files", fake_run)
     monkeypatch.setattr(wheels_mod, "_download", lambda reqs, *a: downloaded.append(reqs))
     py39 = PythonTarget((3, 9, 2), "x86_64", "glibc", "2.31", executable="/usr/bin/python3")
     complete_wheels(None, "img", ["ipykernel"], tmp_path, py39, lambda _: None)  # type: ignore[arg-type]

@@ -340,3 +340,42 @@ def test_one_huge_error_keeps_its_ends_and_last_traceback_lines() -> None:
     assert error["traceback"][-1] == "ValueError: the raising line"
     assert "capped" in error["traceback"][0]
     assert c.truncated_bytes > 1_000_000
+
+
+MALFORMED = [
+    msg("display_data", data=["a", "list"], metadata={}),
+    msg("display_data", data={"text/plain": 5}),
+    msg("display_data", data={"text/plain": "x"}, metadata=[]),
+    msg("display_data", data={"text/plain": "x"}, transient={"display_id": 7}),
+    msg("update_display_data", data=None, transient={"display_id": "d"}),
+    msg("execute_result", data={"text/plain": "x"}, execution_count="1"),
+    msg("stream", name="stdout", text=None),
+    msg("stream", name="weird", text="x"),
+    msg("error", ename="E", evalue="v", traceback=5),
+    {"header": {"msg_type": "display_data"}, "parent_header": {}, "content": ["not", "a", "dict"]},
+]
+
+
+def test_malformed_outputs_become_a_note_and_one_rate_limited_warning(caplog) -> None:  # type: ignore[no-untyped-def]
+    from kernel_sandbox.kernel import wellformed
+
+    wellformed.MALFORMED_WARNINGS._next = 0.0  # a fresh window for this test
+    c = OutputCollector()
+    c.add(display({"text/plain": "fine"}))
+    with caplog.at_level("WARNING", logger="kernel_sandbox.kernel"):
+        for m in MALFORMED * 50:
+            c.add(m)
+    outputs = c.outputs
+    assert outputs[0]["data"] == {"text/plain": "fine"}
+    notes = "".join(o["text"] for o in outputs if o.get("name") == "stderr")
+    assert notes.count("dropped a malformed") == len(MALFORMED) * 50
+    warnings = [r for r in caplog.records if "malformed" in r.getMessage()]
+    assert len(warnings) == 1 and not any(r.exc_info for r in caplog.records)
+    assert len(warnings[0].getMessage()) <= 300
+
+
+def test_a_flood_of_malformed_outputs_keeps_within_the_output_cap() -> None:
+    c = OutputCollector(max_bytes=4096)
+    for _ in range(10_000):
+        c.add(MALFORMED[0])
+    assert sum(len(o.get("text", "")) for o in c.outputs) <= 4096 + 512

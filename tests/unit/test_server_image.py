@@ -15,7 +15,12 @@ from kernel_sandbox.backends.docker.images.wheels import PythonTarget
 def _tree(root: Path) -> Path:
     (root / "kernel_sandbox" / "__pycache__").mkdir(parents=True)
     (root / "pyproject.toml").write_text(
-        '[project]\nname = "kernel-sandbox"\ndependencies = ["click>=8.1", "mcp>=2.3,<3"]\n'
+        '[project]\nname = "kernel-sandbox"\ndependencies = ["click>=8.1"]\n'
+        "[project.optional-dependencies]\n"
+        'client = ["httpx2>=2.16"]\n'
+        'server = ["kernel-sandbox[client]", "mcp>=2.3,<3"]\n'
+        'kubernetes = ["kubernetes>=28", "httpx2>=2.16"]\n'
+        'agent = ["openai>=1.40"]\n'
     )
     (root / "README.md").write_text("readme\n")
     (root / "kernel_sandbox" / "a.py").write_text("A = 1\n")
@@ -40,8 +45,15 @@ def test_an_image_is_current_only_with_this_sources_digest() -> None:
     assert server.server_is_current({server.SOURCE_LABEL: server.source_digest()})
 
 
-def test_the_requirements_are_the_projects_dependencies(tmp_path: Path) -> None:
-    assert server.dependencies(_tree(tmp_path)) == ["click>=8.1", "mcp>=2.3,<3"]
+def test_the_requirements_are_the_core_and_the_servers_extras(tmp_path: Path) -> None:
+    # the server's extras with the one they name (client), each requirement once,
+    # and nothing of the extras the server does not need (agent)
+    assert server.dependencies(_tree(tmp_path)) == [
+        "click>=8.1",
+        "httpx2>=2.16",
+        "mcp>=2.3,<3",
+        "kubernetes>=28",
+    ]
 
 
 def test_the_wheelhouse_check_runs_again_only_when_something_changed(

@@ -45,6 +45,7 @@ from ...kernel.supervisor import (
 from ...network import Decision
 from ...rundirs import runtime_root
 from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
+from .contexts import DockerContextHost
 from .egress import SandboxEgress
 from .engine import ContainerSpec, DockerEngine
 from .exec import exec_process
@@ -133,6 +134,26 @@ class DockerHost(KernelHost):
         return f"kernel-sandbox-{self.sandbox_id}" if self.config.transport == "tcp" else None
 
     @property
+    def run_dir(self) -> Path | None:
+        """The ``ipc`` run directory on this host (None with ``tcp``)."""
+        return self._run_dir
+
+    async def open_context(self, context_id: str, kernel: str, cwd: str) -> KernelHost:
+        """Another kernel in this container, under a supervisor of its own (``ipc``)."""
+        self._check_own("start a context in it")
+        return DockerContextHost(self, context_id, kernel, cwd)
+
+    def keep_entry(self, name: str) -> None:
+        """Keep ``name`` (a context's directory) when the run directory is sealed."""
+        if isinstance(self._state, HostRunDir):
+            self._state.keep.add(name)
+
+    def release_entry(self, name: str) -> None:
+        """Stop keeping ``name``: the next seal removes whatever is left of it."""
+        if isinstance(self._state, HostRunDir):
+            self._state.keep.discard(name)
+
+    @property
     def container_id(self) -> str | None:
         """The container's id once it was created (the same as ``resource_id``)."""
         return self.resource_id
@@ -144,7 +165,7 @@ class DockerHost(KernelHost):
             raise KernelError(f"sandbox {self.sandbox_id} was launched already")
         cfg = self.config
         self.image = await resolve_kernel_image(
-            cfg.image, derive=cfg.derive_image, client=self.engine.client
+            cfg.image, derive=cfg.derive_image, pull=cfg.pull_image, client=self.engine.client
         )
         volumes = dict(cfg.volumes)
         published: dict[int, int] = {}
@@ -172,7 +193,7 @@ class DockerHost(KernelHost):
             )
         )
         state_dir = CONTAINER_RUN_DIR if cfg.transport == "ipc" else TCP_STATE_DIR
-        command, env = launch_command(KERNEL_PYTHON, container_info, state_dir)
+        command, env = launch_command(KERNEL_PYTHON, container_info, state_dir, cfg.kernel)
         if cfg.egress:
             self.egress = SandboxEgress(
                 cfg.network,

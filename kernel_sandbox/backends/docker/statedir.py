@@ -124,6 +124,8 @@ class HostRunDir(StateDir):
         self._fifo: int | None = None
         self._pending = b""
         self._warned = False
+        #: Entries of other kernels' (contexts') the host made here: kept by a seal.
+        self.keep: set[str] = set()
         path.mkdir(mode=0o700)
         self._claim = rundirs.claim(path)  # gc: in use
         fifo = path / STATUS_FILE
@@ -153,6 +155,7 @@ class HostRunDir(StateDir):
         StateDir.__init__(self)
         self.path, self._sockets = path, sockets
         self._pending, self._warned = b"", False
+        self.keep = set()
         self._claim = rundirs.claim(path)
         fifo = path / STATUS_FILE
         try:
@@ -221,7 +224,7 @@ class HostRunDir(StateDir):
         Never follows a link: entries are judged by ``lstat`` and trees removed with
         ``rmtree``, which does not follow links either.
         """
-        keep = {rundirs.OWNER_FILE, STATUS_FILE}
+        keep = {rundirs.OWNER_FILE, STATUS_FILE, *self.keep}
         for entry in os.scandir(self.path):
             if entry.name in keep:
                 continue

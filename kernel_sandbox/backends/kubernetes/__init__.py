@@ -6,7 +6,10 @@ reach a pod, what owns its Secret and policy), ``attach`` (a running pod's conne
 read back from the API), ``host`` (:class:`KubernetesHost`).
 """
 
-from .cluster import PodState, default_namespace
-from .host import KubernetesHost
+from ..._extras import require_extra
+
+with require_extra("kubernetes", "the kubernetes kernel host (host='kubernetes')"):
+    from .cluster import PodState, default_namespace
+    from .host import KubernetesHost
 
 __all__ = ["KubernetesHost", "PodState", "default_namespace"]

@@ -167,8 +167,9 @@ class KubernetesHost(KernelHost):
             ns,
             manifests.secret_manifest(name, labels, info, cfg),
         )
+        pull_policy = self.image_pull_policy if cfg.pull_image else "Never"  # server's --pull never
         pod = manifests.pod_manifest(
-            name, labels, info, cfg, image=cfg.image, image_pull_policy=self.image_pull_policy
+            name, labels, info, cfg, image=cfg.image, image_pull_policy=pull_policy
         )
         created = await api_call("creating the sandbox's pod", core.create_namespaced_pod, ns, pod)
         self.resource_id = name

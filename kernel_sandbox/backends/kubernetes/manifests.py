@@ -95,7 +95,7 @@ def secret_manifest(
     name: str, labels: dict[str, str], info: ConnectionInfo, config: SandboxConfig
 ) -> dict[str, Any]:
     """The Secret holding the kernel's launch environment (with its HMAC key)."""
-    _, env = launch_command(KERNEL_PYTHON, info, TCP_STATE_DIR)
+    _, env = launch_command(KERNEL_PYTHON, info, TCP_STATE_DIR, config.kernel)
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -121,7 +121,7 @@ def pod_manifest(
 ) -> dict[str, Any]:
     """The sandbox's pod: the supervisor and its kernel, locked down (see the module)."""
     uid, gid = sandbox_uid(config)
-    command, _ = launch_command(KERNEL_PYTHON, info, TCP_STATE_DIR)
+    command, _ = launch_command(KERNEL_PYTHON, info, TCP_STATE_DIR, config.kernel)
     memory = parse_size(config.memory_limit)
     budget = config.disk_budget()
     home = "/home/sandbox"

@@ -54,8 +54,6 @@ UNSUPPORTED = {
     "policy decides it at create",
     "logs": "sandbox logs are not served: the session is recorded as a notebook "
     "(GET /v1/sandboxes/{id}/notebook)",
-    "pause": "pausing a sandbox is not supported by this server yet (the durable-sessions "
-    "work brings it)",
 }
 
 
@@ -89,6 +87,7 @@ def _listed(record: E2bSandbox) -> ListedSandbox:
         memory_mb=record.memory_mb,
         disk_size_mb=record.disk_mb,
         metadata=record.metadata,
+        state="paused" if record.paused else "running",
     )
 
 
@@ -170,13 +169,12 @@ def _listing(
 ) -> Response:
     wanted = _metadata_filter(metadata)
     states = {s.strip() for s in state.split(",")} if state else {"running", "paused"}
-    records = sorted(
-        (r for r, _ in registry(request).owned(key)), key=lambda r: (r.started_at, r.id)
-    )
+    records = sorted(registry(request).owned(key), key=lambda r: (r.started_at, r.id))
     chosen = [
         r
         for r in records
-        if "running" in states and all(r.metadata.get(k) == v for k, v in wanted.items())
+        if ("paused" if r.paused else "running") in states
+        and all(r.metadata.get(k) == v for k, v in wanted.items())
     ]
     start = 0
     if next_token:
@@ -209,14 +207,14 @@ async def list_v1(
     metadata: Annotated[str | None, Query(max_length=10_000)] = None,
 ) -> Response:
     """The caller's running sandboxes (E2B's first listing)."""
-    return _listing(request, key, metadata, None, 10_000, None)
+    return _listing(request, key, metadata, "running", 10_000, None)
 
 
 @router.get("/sandboxes/{sandbox_id}", response_model=None)
 async def get_one(request: Request, sandbox_id: str, key: Key) -> Response:
     """One sandbox of the caller, with its envd access token."""
     try:
-        record, _ = registry(request).get(key, sandbox_id)
+        record = registry(request).record(key, sandbox_id)
     except SandboxError as exc:
         return _error(exc)
     listed = _listed(record).model_dump(by_alias=False)
@@ -229,7 +227,7 @@ async def kill(request: Request, sandbox_id: str, key: Key) -> Response:
     """Remove a sandbox (its notebook stays)."""
     reg = registry(request)
     try:
-        record, _ = reg.get(key, sandbox_id)
+        record = reg.record(key, sandbox_id)
     except SandboxError as exc:
         return _error(exc)
     await reg.kill(record)
@@ -261,13 +259,47 @@ async def refresh(request: Request, sandbox_id: str, key: Key) -> Response:
 
 
 async def _connect(request: Request, sandbox_id: str, body: ConnectRequest, key: str) -> Response:
+    """Connect to a running sandbox (200), or resume a paused one (201)."""
+    reg = registry(request)
     try:
-        record, _ = registry(request).get(key, sandbox_id)
+        record = reg.record(key, sandbox_id)
+        if record.paused:
+            await reg.resume(record, _clamped(body.timeout if body.timeout is not None else 300))
+            return JSONResponse(_created(record), status_code=201)
     except SandboxError as exc:
         return _error(exc)
     if body.timeout is not None:  # a running sandbox's timeout only grows
         record.end_at = max(record.end_at, time.time() + _clamped(body.timeout))
     return JSONResponse(_created(record), status_code=200)
+
+
+@router.post("/sandboxes/{sandbox_id}/pause", response_model=None)
+async def pause(request: Request, sandbox_id: str, key: Key) -> Response:
+    """Pause a sandbox: files and variables saved, its container removed (409 if it is
+    paused already); connect resumes it under the same id."""
+    reg = registry(request)
+    try:
+        record = reg.record(key, sandbox_id)
+        if record.paused:
+            return e2b_error(409, f"sandbox {sandbox_id} is paused already")
+        await reg.pause(record)
+    except SandboxError as exc:
+        return _error(exc)
+    return Response(status_code=204)
+
+
+@router.post("/sandboxes/{sandbox_id}/resume", response_model=None)
+async def resume(request: Request, sandbox_id: str, body: ConnectRequest, key: Key) -> Response:
+    """Resume a paused sandbox (E2B's older route; connect does the same)."""
+    reg = registry(request)
+    try:
+        record = reg.record(key, sandbox_id)
+        if not record.paused:
+            return e2b_error(409, f"sandbox {sandbox_id} is running, not paused")
+        await reg.resume(record, _clamped(body.timeout if body.timeout is not None else 300))
+    except SandboxError as exc:
+        return _error(exc)
+    return JSONResponse(_created(record), status_code=201)
 
 
 @router.post("/sandboxes/{sandbox_id}/connect", response_model=None)
@@ -310,8 +342,6 @@ def _unsupported(what: str) -> Any:
 
 _ANY = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 for _path, _what in [
-    ("/sandboxes/{sandbox_id}/pause", "pause"),
-    ("/sandboxes/{sandbox_id}/resume", "pause"),
     ("/sandboxes/{sandbox_id}/snapshots", "snapshots"),
     ("/snapshots", "snapshots"),
     ("/sandboxes/{sandbox_id}/fork", "fork"),

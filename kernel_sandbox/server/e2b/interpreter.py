@@ -10,9 +10,10 @@ sandbox's ``max_output_bytes``.  A client that goes away mid-call (its own timeo
 interrupts the cell: the kernel and its variables stay.  Per-call ``env_vars`` are set
 in the kernel before the code and restored after it (both steps are recorded cells).
 
-Contexts: this server's sandboxes have one kernel each until the multi-kernel work
-lands, so ``/contexts`` lists that one default Python context; creating another, or
-another language, answers E2B's error shape (501) saying so.
+Contexts are the sandbox's own (:meth:`AsyncSandbox.create_context
+<kernel_sandbox.sandbox.AsyncSandbox.create_context>`): each its own kernel in the same
+sandbox, sharing its files, in any language the image has a kernel for (python, r,
+javascript/typescript, bash); the notebook records each cell's language.
 """
 
 from __future__ import annotations
@@ -21,16 +22,16 @@ import asyncio
 import contextlib
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ...errors import KernelError, SandboxError
+from ...contexts import Context, normalise_language
+from ...errors import ConfigError, ContextNotFoundError, KernelError, SandboxError
 from ...results import Execution, strip_ansi
+from ...sandbox import AsyncSandbox
 from ..deps import Opts
 from ..tenancy import Lease
 from .control import registry
@@ -38,7 +39,7 @@ from .files import _error
 from .models import ContextView, CreateContextRequest, ExecuteRequest, e2b_error, iso
 from .state import JUPYTER_PORT, E2bSandbox
 
-__all__ = ["Context", "router"]
+__all__ = ["e2b_output", "router"]
 
 router = APIRouter(prefix="/e2b/sandbox", tags=["e2b"])
 
@@ -57,29 +58,10 @@ _MIME = {
     "e2b/data": "data",
     "e2b/chart": "chart",
 }
-_NO_CONTEXTS = (
-    "this server runs one kernel per sandbox until multi-kernel contexts land: only the "
-    "default python context exists"
-)
 
 
-@dataclass(frozen=True)
-class Context:
-    """A code-interpreter context: a kernel of the sandbox, its language and cwd."""
-
-    id: str
-    language: str
-    cwd: str
-
-    def view(self) -> dict[str, Any]:
-        """The context as ``/contexts`` shows it."""
-        return ContextView(id=self.id, language=self.language, cwd=self.cwd).model_dump()
-
-
-def _default(record: E2bSandbox, lease: Lease) -> Context:
-    if "default" not in record.contexts:
-        record.contexts["default"] = Context(str(uuid.uuid4()), "python", lease.sandbox.working_dir)
-    return record.contexts["default"]
+def _view(context: Context) -> dict[str, Any]:
+    return ContextView(id=context.id, language=context.language, cwd=context.cwd).model_dump()
 
 
 def _line(value: dict[str, Any]) -> bytes:
@@ -90,7 +72,7 @@ def _text(value: Any) -> str:
     return "".join(value) if isinstance(value, list) else str(value)
 
 
-def e2b_outputs(output: dict[str, Any]) -> dict[str, Any] | None:
+def e2b_output(output: dict[str, Any]) -> dict[str, Any] | None:
     """One nbformat output as E2B's NDJSON object (None: nothing E2B shows)."""
     kind = output.get("output_type")
     now = iso(time.time())
@@ -157,7 +139,7 @@ async def _run(
     def on_output(output: dict[str, Any]) -> None:
         nonlocal budget
         shown(output)
-        found = e2b_outputs(output)
+        found = e2b_output(output)
         if found is None or found["type"] == "error":
             return  # the error comes once, from the result
         line = _line(found)
@@ -168,14 +150,20 @@ async def _run(
     async def call() -> Execution:
         try:
             async with registry(request).tenancy.use(record.owner, lease.id):
-                envs = body.env_vars or {}
+                envs = body.env_vars or {} if _is_python(sandbox, body) else {}
                 if envs:
                     before = json.loads(
                         (await sandbox.run_python(_probe_code(envs), 30)).stdout or "{}"
                     )
                     await sandbox.run_python(_env_code(envs), 30)
                 try:
-                    return await sandbox.run_python(body.code, timeout, on_output=on_output)
+                    return await sandbox.run_code(
+                        body.code,
+                        body.language,
+                        context=body.context_id,
+                        timeout=timeout,
+                        on_output=on_output,
+                    )
                 finally:
                     if envs:
                         await sandbox.run_python(_restore_code(before), 30)
@@ -196,7 +184,7 @@ async def _run(
                 await sandbox.interrupt()
     if done.error is not None:
         error = {"output_type": "error", "ename": done.error.ename, "evalue": done.error.evalue}
-        yield _line({**(e2b_outputs({**error, "traceback": done.error.traceback}) or {})})
+        yield _line({**(e2b_output({**error, "traceback": done.error.traceback}) or {})})
     elif done.status in ("timeout", "kernel_died"):
         name = "TimeoutError" if done.status == "timeout" else "DeadKernelError"
         yield _line({"type": "error", "name": name, "value": done.message, "traceback": ""})
@@ -204,20 +192,35 @@ async def _run(
         yield _line({"type": "number_of_executions", "execution_count": done.execution_count})
 
 
+def _is_python(sandbox: AsyncSandbox, body: ExecuteRequest) -> bool:
+    """Whether the call runs Python (per-call ``env_vars`` are set through it)."""
+    if body.context_id:
+        return sandbox.get_context(body.context_id).language == "python"
+    language = body.language or sandbox.default_context.language
+    return normalise_language(language) == "python"
+
+
+def _refused(exc: SandboxError) -> Response:
+    if isinstance(exc, ContextNotFoundError):
+        return e2b_error(404, str(exc))
+    if isinstance(exc, ConfigError):
+        return e2b_error(400, str(exc))
+    return _error(exc)
+
+
 @router.post("/execute", response_model=None)
 async def execute(request: Request, body: ExecuteRequest, opts: Opts) -> Response:
-    """Run code in a context (the default Python one by default), streaming NDJSON."""
+    """Run code in a context (the sandbox's own kernel by default), streaming NDJSON."""
     try:
         record, lease = registry(request).resolve(request.headers, port=JUPYTER_PORT)
+        if body.context_id and body.language:
+            return e2b_error(400, "Only one of context_id or language can be provided")
+        if body.context_id:
+            lease.sandbox.get_context(body.context_id)  # a 404 before the stream starts
+        if body.language:
+            normalise_language(body.language)
     except SandboxError as exc:
-        return _error(exc)
-    if body.context_id and body.language:
-        return e2b_error(400, "Only one of context_id or language can be provided")
-    default = _default(record, lease)
-    if body.context_id and body.context_id != default.id:
-        return e2b_error(404, f"Context {body.context_id} not found")
-    if body.language and body.language.lower() not in ("python", "py"):
-        return e2b_error(501, f"language {body.language!r}: {_NO_CONTEXTS}")
+        return _refused(exc)
     return StreamingResponse(
         _run(request, record, lease, body, opts.max_timeout), media_type="application/x-ndjson"
     )
@@ -229,26 +232,24 @@ def _resolved(request: Request) -> tuple[E2bSandbox, Lease]:
 
 @router.post("/contexts", response_model=None)
 async def create_context(request: Request, body: CreateContextRequest) -> Response:
-    """A new context: only the default Python one exists here (see the module doc)."""
+    """A new context: a kernel of its own in the sandbox (its language, its cwd)."""
     try:
         record, lease = _resolved(request)
+        async with registry(request).tenancy.use(record.owner, lease.id):
+            made = await lease.sandbox.create_context(body.language or "python", cwd=body.cwd)
     except SandboxError as exc:
-        return _error(exc)
-    default = _default(record, lease)
-    language = (body.language or "python").lower()
-    if language == "python" and (body.cwd or default.cwd) == default.cwd:
-        return JSONResponse(default.view())
-    return e2b_error(501, _NO_CONTEXTS)
+        return _refused(exc)
+    return JSONResponse(_view(made))
 
 
 @router.get("/contexts", response_model=None)
 async def list_contexts(request: Request) -> Response:
-    """The sandbox's contexts."""
+    """The sandbox's contexts, its own kernel first."""
     try:
-        record, lease = _resolved(request)
+        _, lease = _resolved(request)
     except SandboxError as exc:
-        return _error(exc)
-    return JSONResponse([_default(record, lease).view()])
+        return _refused(exc)
+    return JSONResponse([_view(c) for c in lease.sandbox.list_contexts()])
 
 
 @router.post("/contexts/{context_id}/restart", response_model=None)
@@ -256,22 +257,20 @@ async def restart_context(request: Request, context_id: str) -> Response:
     """A fresh kernel for the context: its variables go, the files stay."""
     try:
         record, lease = _resolved(request)
-        if context_id != _default(record, lease).id:
-            return e2b_error(404, f"Context {context_id} not found")
         async with registry(request).tenancy.use(record.owner, lease.id):
-            await lease.sandbox.restart()
+            await lease.sandbox.restart_context(context_id)
     except SandboxError as exc:
-        return _error(exc)
+        return _refused(exc)
     return Response(status_code=204)
 
 
 @router.delete("/contexts/{context_id}", response_model=None)
 async def remove_context(request: Request, context_id: str) -> Response:
-    """Remove a context: the default one stays with its sandbox (see the module doc)."""
+    """End a context's kernel (the sandbox's own kernel stays with the sandbox)."""
     try:
         record, lease = _resolved(request)
+        async with registry(request).tenancy.use(record.owner, lease.id):
+            await lease.sandbox.remove_context(context_id)
     except SandboxError as exc:
-        return _error(exc)
-    if context_id != _default(record, lease).id:
-        return e2b_error(404, f"Context {context_id} not found")
-    return e2b_error(501, f"the default context cannot be removed: {_NO_CONTEXTS}")
+        return _refused(exc)
+    return Response(status_code=204)

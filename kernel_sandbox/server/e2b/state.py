@@ -32,7 +32,6 @@ from ..tenancy import Lease, Tenancy
 
 if TYPE_CHECKING:
     from .filesystem import Watcher
-    from .interpreter import Context
     from .process import Command
 
 __all__ = ["ENVD_PORT", "JUPYTER_PORT", "E2bRegistry", "E2bSandbox", "Unauthorized", "new_id"]
@@ -67,11 +66,12 @@ class E2bSandbox:
     disk_mb: int
     end_at: float
     on_timeout: Literal["kill", "pause"] = "kill"
+    #: Paused (its state in the key's store, no container) until connect resumes it.
+    paused: bool = False
     access_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     started_at: float = field(default_factory=time.time)
     commands: dict[int, Command] = field(default_factory=dict)
     watchers: dict[str, Watcher] = field(default_factory=dict)
-    contexts: dict[str, Context] = field(default_factory=dict)
 
     def token_ok(self, given: str | None) -> bool:
         """Whether ``given`` is this sandbox's envd access token (constant time)."""
@@ -119,9 +119,15 @@ class E2bRegistry:
     async def expire(self, now: float | None = None) -> list[str]:
         """End every sandbox past its timeout; returns their ids."""
         now = time.time() if now is None else now
-        done = [r for r in self._sandboxes.values() if r.end_at <= now]
+        done = [r for r in self._sandboxes.values() if r.end_at <= now and not r.paused]
         for record in done:
             log.info("E2B sandbox %s reached its timeout: %s", record.id, record.on_timeout)
+            if record.on_timeout == "pause":
+                try:
+                    await self.pause(record)
+                    continue
+                except SandboxError:
+                    log.exception("pausing E2B sandbox %s failed: killing it", record.id)
             await self.kill(record)
         return [r.id for r in done]
 
@@ -131,20 +137,30 @@ class E2bRegistry:
         """Keep a sandbox the control API just created."""
         self._sandboxes[record.id] = record
 
-    def get(self, owner: str, sandbox_id: str) -> tuple[E2bSandbox, Lease]:
-        """The caller's E2B sandbox and its lease; another key's is as unknown as none."""
+    def record(self, owner: str, sandbox_id: str) -> E2bSandbox:
+        """The caller's E2B sandbox, running or paused; another key's is as unknown as
+        none."""
         record = self._sandboxes.get(sandbox_id)
         if record is None or record.owner != owner:
             raise SandboxNotFoundError(f"sandbox {sandbox_id!r} not found")
+        if not record.paused:
+            self._lease(record)  # gone another way: not found
+        return record
+
+    def get(self, owner: str, sandbox_id: str) -> tuple[E2bSandbox, Lease]:
+        """The caller's running E2B sandbox and its lease."""
+        record = self.record(owner, sandbox_id)
+        if record.paused:
+            raise SandboxNotFoundError(f"The sandbox {sandbox_id} is paused: connect resumes it")
         return record, self._lease(record)
 
-    def owned(self, owner: str) -> list[tuple[E2bSandbox, Lease]]:
-        """The caller's live E2B sandboxes."""
+    def owned(self, owner: str) -> list[E2bSandbox]:
+        """The caller's E2B sandboxes, running and paused."""
         found = []
         for record in list(self._sandboxes.values()):
             if record.owner == owner:
                 with contextlib.suppress(SandboxNotFoundError):
-                    found.append((record, self._lease(record)))
+                    found.append(self.record(owner, record.id))
         return found
 
     def _lease(self, record: E2bSandbox) -> Lease:
@@ -175,16 +191,34 @@ class E2bRegistry:
                 f"The sandbox {sandbox_id} is running but port is not open: {wanted} (only "
                 f"envd on {ENVD_PORT} and the code interpreter on {JUPYTER_PORT} are served)"
             )
+        if record.paused:
+            raise SandboxNotFoundError(f"The sandbox {sandbox_id} was not found (it is paused)")
         token = headers.get("x-access-token")
         if (token_required or token is not None) and not record.token_ok(token):
             raise Unauthorized("missing or wrong envd access token (X-Access-Token)")
         return record, self._lease(record)
 
     async def kill(self, record: E2bSandbox) -> None:
-        """Remove a sandbox: its commands and watchers stop, its notebook stays."""
+        """Remove a sandbox (a paused one's saved state too); its notebook stays."""
         await self.forget(record.id)
+        if record.paused:
+            await self.tenancy.durable.delete_paused(record.owner, record.id)
+            return
         with contextlib.suppress(SandboxNotFoundError):
             await self.tenancy.delete(record.owner, record.id)
+
+    async def pause(self, record: E2bSandbox) -> None:
+        """Pause a running sandbox: commands and watchers end, its state is saved."""
+        await self._stop_streams(record)
+        await self.tenancy.durable.pause(self.tenancy.get(record.owner, record.id))
+        record.paused = True
+
+    async def resume(self, record: E2bSandbox, timeout: float) -> Lease:
+        """Bring a paused sandbox back, with ``timeout`` seconds to live."""
+        lease = await self.tenancy.durable.resume(record.owner, record.id)
+        record.paused = False
+        record.end_at = time.time() + timeout
+        return lease
 
     async def forget(self, sandbox_id: str) -> None:
         """Drop the E2B side of a sandbox (its commands and watchers stop)."""

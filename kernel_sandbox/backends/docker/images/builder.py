@@ -28,6 +28,7 @@ from ....config import LABEL_PREFIX
 from ....errors import ImageError
 from ..engine import docker_client
 from .engine_build import build_client, image_exists, images_dir, run_build
+from .npm import DENO_PACKAGE, npm_pack
 from .server import build_server_image, server_is_current
 from .wheels import Progress, build_context, complete_wheels, probe_python, wheel_cache_dir
 
@@ -54,7 +55,20 @@ DEBIAN_SUITE = "bookworm"
 DEBIAN_PACKAGES = "python3,python3-venv,python3-pip,python-is-python3,ca-certificates"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 #: Our images in build order, each with the image it is built on.
-IMAGE_NAMES: dict[str, str | None] = {"python": None, "datascience": "python"}
+IMAGE_NAMES: dict[str, str | None] = {
+    "python": None,
+    "datascience": "python",
+    "r": "python",
+    "javascript": "python",
+    "polyglot": "r",
+}
+#: What ``build`` builds when given no names: the default sandbox image and its parent.
+DEFAULT_IMAGES = ("python", "datascience")
+#: Images whose build installs Debian packages (apt over plain HTTP, signed lists: the
+#: build gets a network); every other build runs with none.
+APT_IMAGES = frozenset({"r"})
+#: npm packages the host fetches into an image's build context (see :mod:`.npm`).
+NPM_PACKAGES = {"javascript": (DENO_PACKAGE,), "polyglot": (DENO_PACKAGE,)}
 #: Names ``build`` accepts besides our images (``server``: ``kernel-sandbox serve`` for a
 #: cluster, on our python image; see ``server.py``).
 HELPER_NAMES = ("base", "standin", "server")
@@ -128,9 +142,9 @@ class ImageBuilder:
             order += [n for n in reversed(chain) if n not in order]
         return order
 
-    def build(self, names: Iterable[str] = tuple(IMAGE_NAMES)) -> list[BuildReport]:
+    def build(self, names: Iterable[str] = DEFAULT_IMAGES) -> list[BuildReport]:
         """Build the named images (and what they need) that are missing."""
-        requested = list(names) or list(IMAGE_NAMES)
+        requested = list(names) or list(DEFAULT_IMAGES)
         reports: list[BuildReport] = []
         for name in self.plan(requested):
             tag = self.tag(name)
@@ -168,7 +182,12 @@ class ImageBuilder:
         extra_dirs: dict[str, Path] = {}
         extra_files: dict[str, bytes | Path] = {}
         network_mode = None
-        if self.pip == "host":
+        for spec in NPM_PACKAGES.get(name, ()):
+            tarball = npm_pack(spec, self.progress)
+            extra_files[f"build-extras/{tarball.name}"] = tarball
+        if not (directory / "requirements.txt").is_file():
+            network_mode = None if name in APT_IMAGES else "none"
+        elif self.pip == "host":
             target = probe_python(self.client, base)
             wheels = wheel_cache_dir() / f"{name}-{target.key}"
             requirements = ["-r", str(directory / "requirements.txt")]
@@ -176,7 +195,8 @@ class ImageBuilder:
                 self.client, base, requirements, wheels, target, self.progress
             )
             buildargs["PIP_INSTALL_ARGS"] = "--no-index"
-            network_mode = "none"  # proves the image needs nothing from the network
+            # proves the image needs nothing from the network (but Debian's archive)
+            network_mode = None if name in APT_IMAGES else "none"
         elif self.pip_cert is not None:
             extra_files["build-extras/ca.pem"] = self.pip_cert
         context = build_context(directory, extra_dirs=extra_dirs, extra_files=extra_files)

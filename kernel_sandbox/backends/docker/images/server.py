@@ -115,11 +115,39 @@ def _own_wheel(root: Path, dest: Path) -> Path:
     return found[-1]
 
 
-def dependencies(root: Path) -> list[str]:
-    """kernel-sandbox's own requirements (``[project] dependencies``), as pip reads them."""
+#: The extras the server image installs: the server itself, on the kubernetes host.
+SERVER_EXTRAS = ("server", "kubernetes")
+
+
+def dependencies(root: Path, extras: tuple[str, ...] = SERVER_EXTRAS) -> list[str]:
+    """kernel-sandbox's requirements with ``extras``, as pip reads them.
+
+    The core (``[project] dependencies``), then each extra's requirements in order; an
+    extra that names another of ours (``kernel-sandbox[client]``) brings that one's, so
+    the list holds only third-party requirements, each once.
+    """
     with (root / "pyproject.toml").open("rb") as handle:
         project = tomllib.load(handle)["project"]
-    return [str(req) for req in project.get("dependencies", [])]
+    name = project.get("name", "kernel-sandbox")
+    optional: dict[str, list[str]] = project.get("optional-dependencies", {})
+    found: list[str] = [str(req) for req in project.get("dependencies", [])]
+    seen: set[str] = set()
+
+    def add(extra: str) -> None:  # depth first: an included extra where it is named
+        if extra in seen:
+            return
+        seen.add(extra)
+        for req in optional.get(extra, []):
+            own = req.split("[", 1)
+            if own[0].strip() == name and len(own) == 2:
+                for included in own[1].split("]", 1)[0].split(","):
+                    add(included.strip())
+            elif req not in found:
+                found.append(req)
+
+    for extra in extras:
+        add(extra)
+    return found
 
 
 def _wheelhouse_digest(requirements: list[str], deps: Path, target: PythonTarget) -> str:

@@ -24,10 +24,11 @@ from pathlib import Path
 from typing import IO, Any
 
 import docker
-import docker.errors
 
 from ....errors import ImageError
 from ....kernel.programs import program
+from ....limits import IMAGE_DERIVE_SECONDS, IMAGE_PROBE_SECONDS
+from .confined import StepResult, run_confined
 
 __all__ = [
     "PROBE",
@@ -38,6 +39,7 @@ __all__ = [
     "download_wheels",
     "pip_download_args",
     "probe_python",
+    "run_with_files",
     "wheel_cache_dir",
 ]
 
@@ -50,6 +52,12 @@ Progress = Callable[[str], None]
 PROBE = program("probe.py")
 PYTHON_CANDIDATES = ("python3", "python")
 MIN_PYTHON = (3, 8)
+# What a probe answer may hold (a path, a directory name and a command line use them).
+_PROBE_EXECUTABLE = re.compile(r"^/[A-Za-z0-9._+/-]{1,200}$")
+_PROBE_LIBC_VERSION = re.compile(r"^(?:\d{1,2}\.\d{1,2}(?:\.\d{1,2})?)?$")
+_PROBE_LIBC = re.compile(r"^[a-z]{0,16}$")
+_PROBE_MACHINE = re.compile(r"^[A-Za-z0-9_]{1,20}$")
+_PROBE_WORD = re.compile(r"^[a-z]{1,20}$")
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,53 @@ class PythonTarget:
     implementation: str = "cpython"
     executable: str = "python3"
     has_venv: bool = True
+
+    @classmethod
+    def from_probe(cls, info: Any, image: str) -> PythonTarget:
+        """The probe's JSON answer, checked field by field; ImageError when malformed.
+
+        The answer comes from the image's own code, and its fields end up in a path
+        (the wheelhouse) and a command line: each must be short, of safe characters,
+        and mean what it claims (a version of three small numbers, an absolute path
+        for the executable, a dotted number for the C library's version).
+        """
+        problems: list[str] = []
+
+        def field(key: str, pattern: re.Pattern[str], default: str = "") -> str:
+            value = info.get(key, default) if isinstance(info, dict) else None
+            value = default if value is None else value
+            if not isinstance(value, str) or not pattern.fullmatch(value):
+                problems.append(f"{key}={str(value)[:60]!r}")
+                return default
+            return value
+
+        version = info.get("version") if isinstance(info, dict) else None
+        if not (
+            isinstance(version, list)
+            and len(version) == 3
+            and all(type(v) is int and 0 <= v < 1000 for v in version)
+        ):
+            problems.append(f"version={str(version)[:60]!r}")
+            version = [0, 0, 0]
+        libc = field("libc", _PROBE_LIBC)
+        has_venv = info.get("has_venv") if isinstance(info, dict) else None
+        if not isinstance(has_venv, bool):
+            problems.append(f"has_venv={str(has_venv)[:60]!r}")
+        target = cls(
+            version=(version[0], version[1], version[2]),
+            machine=field("machine", _PROBE_MACHINE),
+            libc=libc,
+            libc_version=field("libc_version", _PROBE_LIBC_VERSION),
+            implementation=field("implementation", _PROBE_WORD),
+            executable=field("executable", _PROBE_EXECUTABLE),
+            has_venv=bool(has_venv),
+        )
+        if problems or ".." in target.executable.split("/"):
+            raise ImageError(
+                f"image {image!r} described its Python with values kernel-sandbox does not "
+                f"accept ({', '.join(problems) or 'executable'}); it cannot be derived"
+            )
+        return target
 
     @property
     def key(self) -> str:
@@ -205,14 +260,15 @@ def _missing_in_image(
             args[i + 1] = "/tmp/ks-check/requirements.txt"
     archive = build_context(extra_dirs={"ks-check/w": dest}, extra_files=files)
     pip = f"/tmp/ks-check/{pip_wheels[-1].name}/pip"
-    argv = [target.executable, pip, "download", "--no-index", "--find-links", "/tmp/ks-check/w"]
+    argv = [pip, "download", "--no-index", "--find-links", "/tmp/ks-check/w"]
     argv += ["-d", "/tmp/ks-check/d", "--no-cache-dir", "--disable-pip-version-check", *args]
-    code, out = _run_once(client, image, argv, archive=archive)
-    if code == 0:
+    step = run_with_files(client, image, target.executable, argv, archive)
+    if step.code == 0:
         return None
-    match = _NOT_FOUND.search(out)
+    match = _NOT_FOUND.search(step.output)
     if match is None:
-        raise ImageError(f"checking the wheels in image {image!r} failed:\n{out[-2000:]}")
+        why = step.stopped or step.output[-2000:]
+        raise ImageError(f"checking the wheels in image {image!r} failed:\n{why}")
     return match.group(1)
 
 
@@ -231,30 +287,26 @@ def _pip(argv: list[str], progress: Progress | None) -> subprocess.CompletedProc
 
 
 def probe_python(client: docker.DockerClient, image: str, name: str | None = None) -> PythonTarget:
-    """Run the image's Python once (no network) and describe it; ImageError if none works.
+    """Run the image's Python once, confined, and describe it; ImageError if none works.
 
     ``name`` is how the image is called in the error message (``image`` may be an id).
+    The answer is the image's, so it is checked as data (:meth:`PythonTarget.from_probe`)
+    before anything uses it.
     """
     tried: list[str] = []
     for candidate in PYTHON_CANDIDATES:
-        code, out = _run_once(client, image, [candidate, "-c", PROBE])
-        if code is None or code != 0:
-            tried.append(f"`{candidate}`: {out.strip()[-300:] or f'exit status {code}'}")
+        step = run_confined(client, image, [candidate, "-c", PROBE], timeout=IMAGE_PROBE_SECONDS)
+        out = step.output
+        if step.code != 0:
+            why = step.stopped or out.strip()[-300:] or f"exit status {step.code}"
+            tried.append(f"`{candidate}`: {why}")
             continue
         try:
-            info: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+            info: Any = json.loads(out.strip().splitlines()[-1])
         except (ValueError, IndexError):
-            tried.append(f"`{candidate}` printed no description: {out.strip()[-200:]}")
+            tried.append(f"`{candidate}` printed no description: {out.strip()[-200:]!r}")
             continue
-        return PythonTarget(
-            version=tuple(info["version"]),
-            machine=str(info["machine"]),
-            libc="glibc" if info["libc"] == "glibc" else str(info["libc"] or ""),
-            libc_version=str(info["libc_version"] or ""),
-            implementation=str(info["implementation"]),
-            executable=str(info["executable"]),
-            has_venv=bool(info["has_venv"]),
-        )
+        return PythonTarget.from_probe(info, name or image)
     raise ImageError(
         f"image {name or image!r} has no usable Python ({'; '.join(tried)}). kernel-sandbox needs "
         "CPython >= 3.8 with the venv module on the PATH as `python3` or `python`; "
@@ -262,37 +314,35 @@ def probe_python(client: docker.DockerClient, image: str, name: str | None = Non
     )
 
 
-def _run_once(
-    client: docker.DockerClient, image: str, argv: list[str], archive: IO[bytes] | None = None
-) -> tuple[int | None, str]:
-    """Run ``argv`` as root without network; (exit code or None if it never ran, output).
+#: Unpacks the tar on stdin into /tmp, then runs the rest of the command line (runs
+#: in the image with its own Python, 3.8 too; the tar is the host's, never the image's).
+UNPACK_THEN_RUN = (
+    "import os, sys, tarfile\n"
+    "t = tarfile.open(fileobj=sys.stdin.buffer, mode='r|')\n"
+    "t.extractall('/tmp', **({'filter': 'data'} if hasattr(tarfile, 'data_filter') else {}))\n"
+    "t.close()\n"
+    "os.execv(sys.executable, [sys.executable] + sys.argv[1:])\n"
+)
 
-    ``archive`` (a tar) is unpacked into /tmp of the container first.
 
-    The low-level API, so that a container whose command cannot start is removed too.
-    """
-    api = client.api
-    container = api.create_container(
-        image,
-        command=argv[1:],
-        entrypoint=argv[:1],
-        user="0",
-        network_disabled=True,
-        labels={"kernel-sandbox.probe": "1"},
-        host_config=api.create_host_config(network_mode="none"),
-    )
-    try:
-        if archive is not None:
-            with archive:
-                api.put_archive(container, "/tmp", archive.read())
-        try:
-            api.start(container)
-        except docker.errors.APIError as exc:  # e.g. executable file not found
-            return None, str(exc.explanation or exc)
-        code = int(api.wait(container, timeout=120)["StatusCode"])
-        return code, api.logs(container, stdout=True, stderr=True).decode(errors="replace")
-    finally:
-        api.remove_container(container, force=True)
+def run_with_files(
+    client: docker.DockerClient,
+    image: str,
+    python: str,
+    argv: list[str],
+    files: IO[bytes],
+    **options: Any,
+) -> StepResult:
+    """Run ``python argv...`` confined in ``image`` after unpacking ``files`` into /tmp."""
+    with files:
+        return run_confined(
+            client,
+            image,
+            [python, "-c", UNPACK_THEN_RUN, *argv],
+            stdin=files,
+            timeout=options.pop("timeout", IMAGE_DERIVE_SECONDS),
+            **options,
+        )
 
 
 def build_context(

@@ -1,0 +1,171 @@
+"""Running an image's own code on the engine under a sandbox's limits, never more.
+
+Deriving an image means running *its* Python: to describe it (the probe), to build
+the venv, to let its pip check the wheels.  The image may be a tenant's, so each of
+these runs as a sandbox would: uid 65534, every capability dropped,
+``no-new-privileges``, a read-only root with a small in-memory /tmp, no network,
+memory, pids and CPU bounded (:mod:`kernel_sandbox.limits`, ``IMAGE_STEP_*``), killed
+at its deadline, no engine log kept.  Its output is read from the attach stream and
+bounded: stderr (and stdout unless it is a payload) keeps only its head and tail,
+and a step that prints past ``IMAGE_STEP_CHATTER_BYTES`` is killed;
+a payload on stdout (the venv's tar) is copied to a sink up to a byte cap, past
+which the container is killed.  Input goes in on stdin (a tar), so nothing of the
+host is mounted and a remote engine works too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from dataclasses import dataclass
+from typing import IO, Any
+
+import docker
+import docker.errors
+from docker.types import LogConfig
+
+from ....limits import (
+    IMAGE_STEP_CHATTER_BYTES,
+    IMAGE_STEP_CPUS,
+    IMAGE_STEP_MEMORY_BYTES,
+    IMAGE_STEP_OUTPUT_BYTES,
+    IMAGE_STEP_PIDS,
+    IMAGE_STEP_TMP_BYTES,
+    HeadTail,
+)
+from ..attach import STDOUT, attach_body, read_frames
+
+__all__ = ["NOBODY", "PROBE_LABEL", "StepResult", "run_confined"]
+
+log = logging.getLogger("kernel_sandbox.images")
+
+#: The user every step runs as (the kernel's nobody): no account of the image is used.
+NOBODY = "65534:65534"
+#: Label of these containers (``gc`` and tests find leftovers by it).
+PROBE_LABEL = "kernel-sandbox.probe"
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """How one confined step ended."""
+
+    #: Exit status; None when the process never started (e.g. no such executable).
+    code: int | None
+    #: stderr (and stdout when it was not a payload), head and tail, decoded.
+    output: str
+    #: Why the host stopped it: "" or a sentence (deadline, payload over its cap).
+    stopped: str = ""
+
+
+def _host_config(api: Any, tmpfs: dict[str, str]) -> Any:
+    return api.create_host_config(
+        network_mode="none",
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        mem_limit=IMAGE_STEP_MEMORY_BYTES,
+        memswap_limit=IMAGE_STEP_MEMORY_BYTES,
+        pids_limit=IMAGE_STEP_PIDS,
+        nano_cpus=int(IMAGE_STEP_CPUS * 1e9),
+        read_only=True,
+        tmpfs={"/tmp": f"rw,nosuid,nodev,size={IMAGE_STEP_TMP_BYTES}", **tmpfs},
+        log_config=LogConfig(type=LogConfig.types.NONE),
+    )
+
+
+def run_confined(
+    client: docker.DockerClient,
+    image: str,
+    argv: list[str],
+    *,
+    timeout: float,
+    stdin: IO[bytes] | None = None,
+    stdout_to: IO[bytes] | None = None,
+    stdout_cap: int = 0,
+    tmpfs: dict[str, str] | None = None,
+) -> StepResult:
+    """Run ``argv`` in ``image`` under sandbox limits; see the module docstring.
+
+    ``stdin`` is sent and then closed; ``stdout_to`` receives stdout (at most
+    ``stdout_cap`` bytes); ``tmpfs`` adds in-memory mounts (path -> mount options).
+    The container is removed whatever happens.
+    """
+    api = client.api
+    container = api.create_container(
+        image,
+        command=argv[1:],
+        entrypoint=argv[:1],
+        user=NOBODY,
+        environment={"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"},
+        working_dir="/tmp",
+        network_disabled=True,
+        labels={PROBE_LABEL: "1"},
+        stdin_open=stdin is not None,  # the SDK sets StdinOnce with it
+        host_config=_host_config(api, tmpfs or {}),
+    )["Id"]
+    stopped: list[str] = []
+
+    def stop(reason: str) -> None:
+        if not stopped:
+            stopped.append(reason)
+        with contextlib.suppress(docker.errors.APIError):
+            api.kill(container)
+
+    timer = threading.Timer(timeout, stop, [f"stopped after its deadline of {timeout:g} s"])
+    try:
+        params = {"stdout": 1, "stderr": 1, "stream": 1, "stdin": int(stdin is not None)}
+        response = api.post(
+            api._url("/containers/{0}/attach", container),
+            None,
+            params=params,
+            stream=True,
+            headers={"Connection": "Upgrade", "Upgrade": "tcp"},
+        )
+        with response:
+            body = attach_body(response)
+            api._disable_socket_timeout(body.raw)
+            try:
+                api.start(container)
+            except docker.errors.APIError as exc:  # e.g. executable file not found
+                return StepResult(None, str(exc.explanation or exc))
+            timer.start()
+            if stdin is not None:
+                _send(body, stdin)
+            output = HeadTail(IMAGE_STEP_OUTPUT_BYTES)
+            sent = chatter = 0
+            with contextlib.suppress(OSError, EOFError):
+                for stream, piece in read_frames(body):
+                    if stream != STDOUT or stdout_to is None:
+                        output.add(piece)
+                        chatter += len(piece)
+                        if chatter > IMAGE_STEP_CHATTER_BYTES:
+                            stop(f"it printed more than {IMAGE_STEP_CHATTER_BYTES:,} bytes")
+                            break
+                        continue
+                    sent += len(piece)
+                    if sent > stdout_cap:
+                        stop(f"its output passed the cap of {stdout_cap:,} bytes")
+                        break
+                    stdout_to.write(piece)
+        code = api.wait(container, timeout=timeout + 30)["StatusCode"]
+        text = output.value().decode(errors="replace")
+        return StepResult(int(code), text, stopped[0] if stopped else "")
+    finally:
+        timer.cancel()
+        with contextlib.suppress(docker.errors.APIError):
+            api.remove_container(container, force=True)
+
+
+def _send(body: Any, stdin: IO[bytes]) -> None:
+    """Copy ``stdin`` into the attach connection, then close its writing half."""
+    raw: Any = body.raw
+    sock = getattr(raw, "_sock", raw)
+    if not isinstance(sock, socket.socket):
+        raise OSError(f"this engine connection ({type(sock).__name__}) cannot carry input")
+    # A step that ends without reading its input (it failed) closes the pipe: its
+    # output and status tell why.
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        while chunk := stdin.read(64 * 1024):
+            sock.sendall(chunk)
+        sock.shutdown(socket.SHUT_WR)

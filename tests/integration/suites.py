@@ -1,0 +1,130 @@
+"""Run the Jupyter ecosystem's own test suites on a stock kernel and on ours, and compare.
+
+A suite runs unmodified in a pytest of its own (its own configuration, pytest-timeout
+so that a hang is a failure), once with the stock ``python3`` kernelspec and once with
+ours installed *as* ``python3`` in a private ``JUPYTER_PATH`` (found before the stock
+one), at the same time.  The outcome of each test comes from the JUnit XML report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+#: Label on every container a suite run makes, so the caller can prove all are gone.
+LABEL = "kernel-sandbox.test-suites"
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    """Each test's outcome (passed, failed, error, skipped) and its failure text."""
+
+    results: dict[str, str]
+    messages: dict[str, str]
+
+    @property
+    def passed(self) -> set[str]:
+        """The tests that passed."""
+        return {name for name, what in self.results.items() if what == "passed"}
+
+    def timed_out(self) -> set[str]:
+        """The tests pytest-timeout stopped."""
+        return {name for name, text in self.messages.items() if "Timeout" in text}
+
+
+def install_ours(where: Path, image: str, label: str, name: str = "python3") -> dict[str, str]:
+    """Install our kernelspec as ``name`` under ``where``; the env that makes it found."""
+    subprocess.run(
+        [sys.executable, "-m", "kernel_sandbox.cli.main", "kernelspec", "install",
+         "--name", name, "--image", image, "--prefix", str(where)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, capture_output=True,
+    )  # fmt: skip
+    spec_file = where / "share" / "jupyter" / "kernels" / name / "kernel.json"
+    spec = json.loads(spec_file.read_text())
+    spec["metadata"]["kernel_provisioner"]["config"]["sandbox"]["labels"] = {LABEL: label}
+    spec_file.write_text(json.dumps(spec))
+    return {"JUPYTER_PATH": str(where / "share" / "jupyter")}
+
+
+def run_suite(
+    cwd: Path, args: list[str], envs: dict[str, dict[str, str]], timeout: float
+) -> dict[str, Outcomes]:
+    """Run ``pytest args`` in ``cwd`` once per entry of ``envs``, all at once."""
+    runs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            for name, extra in envs.items():
+                report = Path(tmp) / f"{name}.xml"
+                env = {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+                env.pop("PYTEST_ADDOPTS", None)
+                argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        f"--junitxml={report}", *args]  # fmt: skip
+                with open(Path(tmp) / f"{name}.log", "wb") as out:
+                    proc = subprocess.Popen(
+                        argv, cwd=cwd, env=env, stdout=out, stderr=out, start_new_session=True
+                    )
+                runs[name] = (proc, report)
+            deadline = time.monotonic() + timeout
+            for name, (proc, report) in runs.items():
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(max(1.0, deadline - time.monotonic()))
+                log = (Path(tmp) / f"{name}.log").read_text(errors="replace")
+                assert report.exists(), f"{name}: the suite left no report:\n{log[-3000:]}"
+                results[name] = parse_junit(report)
+        finally:  # the suites and their kernels end with the test, whatever happened
+            for proc, _ in runs.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    return results
+
+
+def parse_junit(report: Path) -> Outcomes:
+    """The outcomes in a JUnit XML report, by ``file::Class::test`` name."""
+    results: dict[str, str] = {}
+    messages: dict[str, str] = {}
+    for case in ET.parse(report).iter("testcase"):
+        name = f"{case.get('classname')}::{case.get('name')}"
+        what = "passed"
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                what = child.tag
+                messages[name] = f"{child.get('message', '')}\n{child.text or ''}"[:2000]
+                break
+        results[name] = what
+    return Outcomes(results, messages)
+
+
+def containers_left(label: str) -> list[str]:
+    """Containers of a suite run still there (removed now: the caller fails on them)."""
+    out = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label={LABEL}={label}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    left = out.stdout.split()
+    if left:
+        subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
+    return left
+
+
+def compare(outcomes: dict[str, Outcomes]) -> str:
+    """What a report of stock against ours says, for an assertion's message."""
+    stock, ours = outcomes["stock"], outcomes["ours"]
+    lost = sorted(stock.passed - ours.passed)
+    lines = [f"stock {len(stock.passed)}/{len(stock.results)} passed, "
+             f"ours {len(ours.passed)}/{len(ours.results)}"]  # fmt: skip
+    for name in lost:
+        lines.append(f"- {name}: {ours.results.get(name, 'missing')}")
+        lines.append("  " + ours.messages.get(name, "").strip()[:600].replace("\n", "\n  "))
+    return "\n".join(lines)

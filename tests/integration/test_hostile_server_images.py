@@ -1,0 +1,380 @@
+"""A tenant's image against ``kernel-sandbox serve``: nothing of it runs outside limits.
+
+Issue 22 item 1, as an attacker holding key A would try it.  Each hostile image is
+``python:3.11-slim`` (the local stand-in) with a ``.pth`` hook that runs at every start
+of its Python, so whatever the server runs of the image runs the attack:
+
+- ``spy-probe`` / ``spy-venv``: report the limits it runs under (uid, capabilities,
+  no-new-privileges, a writable root, memory and pids limits, network interfaces) and
+  fail, in the probe and in the venv build.
+- ``flood``: print 100 MiB (the server's RSS went 101 -> 505 MB, a 102 MiB engine log).
+- ``libc-huge`` / ``libc-dotdot`` / ``exe-inject``: answer the probe with a C library
+  version of 2.1000000 (515 MB and a 500), a path of its choosing, a Dockerfile line.
+- ``slow``: a probe that takes ``SLOW`` seconds; key A asks for it many times at once
+  (another key's create went 1.1 s -> 78.8 s).
+- an image with ``ONBUILD ADD http://127.0.0.1:<port>/`` (the engine fetched it).
+
+Around each attack the server's RSS (``/proc/<pid>/status``), its log and another
+key's ``/health`` are measured; the bounds are the issue's: ``RSS_BOUND`` growth per
+attack, ``HEALTH_BOUND`` seconds for another key's ``/health``.  Figures print with -s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import http.server
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+import docker.errors
+import httpx2 as httpx
+import pytest
+
+from kernel_sandbox.backends.docker.images.confined import PROBE_LABEL
+from kernel_sandbox.limits import IMAGE_QUEUE_PER_KEY, IMAGE_STEP_MEMORY_BYTES, IMAGE_STEP_PIDS
+from tests.integration.serving import KEY_A, KEY_B, ROOT, free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
+
+MB = 1000**2
+#: Growth of the server's resident memory allowed per attack (the issue's ~64 MB).
+RSS_BOUND = 64 * MB
+#: Seconds another key's /health may take while an attack runs.
+HEALTH_BOUND = 2.0
+#: Bytes the server's log may grow by per attack.
+LOG_BOUND = 64 * 1024
+#: Seconds the slow image's probe takes.
+SLOW = 8
+BASE = "python:3.11-slim"
+IMAGE_LABEL = {"kernel-sandbox.test-image": "1"}
+
+HOOK = r"""
+import json, os, sys, time
+mode = os.environ.get("HOSTILE", "")
+argv = open("/proc/self/cmdline", "rb").read().decode().split("\0")[:-1]
+venv_step = len(argv) > 1 and argv[1].endswith("setup.py")
+probe = len(argv) == 3 and argv[1] == "-c" and "libc_ver" in argv[2]
+
+def spy():
+    status = dict(l.split(":", 1) for l in open("/proc/self/status") if ":" in l)
+    def read(path):
+        try:
+            return open(path).read().strip()
+        except OSError as exc:
+            return "-"
+    try:
+        open("/ks-root-probe", "w")
+        root = "writable"
+    except OSError:
+        root = "read-only"
+    report = {"uid": os.getuid(), "cap": status["CapEff"].strip(),
+              "nnp": status.get("NoNewPrivs", "?").strip(), "root": root,
+              "mem": read("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+              "pids": read("/sys/fs/cgroup/pids/pids.max"),
+              "net": sorted(os.listdir("/sys/class/net"))}
+    sys.stderr.write("SPY" + json.dumps(report, separators=(",", ":")) + "YPS\n")
+    sys.stderr.flush()
+    os._exit(3)
+
+if mode == "spy-probe" and probe or mode == "spy-venv" and venv_step:
+    spy()
+if mode == "flood" and probe:
+    chunk = "x" * (1 << 20)
+    for _ in range(100):
+        sys.stdout.write(chunk)
+    sys.stdout.flush()
+if mode == "slow" and probe:
+    time.sleep(int(os.environ["SLOW"]))
+    sys.stderr.write("slow image: no python here\n")
+    sys.stderr.flush()
+    os._exit(1)
+if mode in ("libc-huge", "libc-dotdot", "exe-inject") and probe:
+    real = json.dumps
+    def dumps(obj, *args, **kwargs):
+        if isinstance(obj, dict) and "libc_version" in obj:
+            obj = dict(obj)
+            if mode == "libc-huge":
+                obj["libc_version"] = "2.1000000"
+            elif mode == "libc-dotdot":
+                obj["libc_version"] = "/../../../../../../tmp/" + os.environ["MARK"]
+            else:
+                obj["executable"] = (
+                    '/usr/bin/python3", "-c", "1"]\nADD http://127.0.0.1/ /\nRUN ["sh'
+                )
+        return real(obj, *args, **kwargs)
+    json.dumps = dumps
+"""
+
+
+def _build(client: docker.DockerClient, tag: str, dockerfile: str, files: dict[str, str]) -> None:
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for name, text in {"Dockerfile": dockerfile, **files}.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    context.seek(0)
+    client.images.build(
+        fileobj=context,
+        custom_context=True,
+        tag=tag,
+        labels=IMAGE_LABEL,
+        network_mode="none",
+        forcerm=True,
+    )
+
+
+def hostile_image(client: docker.DockerClient, mode: str, **env: str) -> str:
+    tag = f"kernel-sandbox-test-hostile:{mode}"
+    lines = " ".join(f"{k}={v}" for k, v in {"HOSTILE": mode, **env}.items())
+    dockerfile = (
+        f"FROM {BASE}\n"
+        "COPY ks_hostile.py ks_hostile.pth /usr/lib/python3/dist-packages/\n"
+        f"ENV {lines}\n"
+    )
+    _build(
+        client, tag, dockerfile, {"ks_hostile.py": HOOK, "ks_hostile.pth": "import ks_hostile\n"}
+    )
+    return tag
+
+
+@dataclass
+class HostileServer:
+    """A ``kernel-sandbox serve`` whose log goes to a file, measured from outside."""
+
+    log: Path
+    record_dir: Path
+    extra: list[str] = field(default_factory=list)
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> HostileServer:
+        args = [
+            sys.executable, "-m", "kernel_sandbox.cli.main", "serve",
+            "--port", str(self.port), "--api-key", KEY_A, "--api-key", KEY_B,
+            "--name", f"t-hostile-img-{os.getpid()}", "--image", "kernel-sandbox:python",
+            "--record-dir", str(self.record_dir), *self.extra,
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stderr=log)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()[-2000:]
+            with contextlib.suppress(httpx.HTTPError):
+                answer = httpx.get(f"{self.url}/health", headers={"X-API-Key": KEY_A}, timeout=2)
+                if answer.status_code == 200:
+                    return self
+            time.sleep(0.2)
+        raise RuntimeError("the server did not answer within 60 s")
+
+    def rss(self) -> int:
+        assert self.proc is not None
+        status = Path(f"/proc/{self.proc.pid}/status").read_text().splitlines()
+        return next(int(line.split()[1]) * 1024 for line in status if line.startswith("VmRSS:"))
+
+    def stop(self) -> None:
+        from kernel_sandbox.server.restart import remove_leftovers
+
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(60)
+        asyncio.run(remove_leftovers(f"t-hostile-img-{os.getpid()}"))
+
+
+@pytest.fixture(scope="module")
+def hostile(tmp_path_factory: pytest.TempPathFactory, docker_engine) -> Iterator[HostileServer]:  # type: ignore[no-untyped-def]
+    root = tmp_path_factory.mktemp("hostile-images")
+    server = HostileServer(root / "server.log", root / "nb", ["--derive"]).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        for container in docker_engine.containers.list(all=True, filters={"label": PROBE_LABEL}):
+            if any("kernel-sandbox-test-hostile" in tag for tag in container.image.tags):
+                container.remove(force=True)
+        for image in docker_engine.images.list(name="kernel-sandbox-test-hostile"):
+            with contextlib.suppress(docker.errors.APIError):
+                docker_engine.images.remove(image.id, force=True)
+
+
+@dataclass
+class Measured:
+    """What an attack cost the server: RSS growth, log growth, another key's /health."""
+
+    rss_growth: int = 0
+    log_growth: int = 0
+    health: list[float] = field(default_factory=list)
+
+    def check(self, what: str) -> None:
+        worst = max(self.health, default=0.0)
+        print(
+            f"\n{what}: server RSS +{self.rss_growth / MB:.1f} MB, log +{self.log_growth} B, "
+            f"other key's /health worst {worst:.2f} s over {len(self.health)} calls"
+        )
+        assert self.rss_growth <= RSS_BOUND, what
+        assert self.log_growth <= LOG_BOUND, what
+        assert self.health and worst <= HEALTH_BOUND, what
+
+
+@contextlib.asynccontextmanager
+async def measured(server: HostileServer) -> AsyncIterator[Measured]:
+    figures = Measured()
+    rss, log = server.rss(), server.log.stat().st_size
+    peak = rss
+    done = asyncio.Event()
+
+    async def poll_health() -> None:
+        nonlocal peak
+        async with httpx.AsyncClient(headers={"X-API-Key": KEY_B}, timeout=30) as other:
+            while not done.is_set():
+                started = time.monotonic()
+                assert (await other.get(f"{server.url}/health")).status_code == 200
+                figures.health.append(time.monotonic() - started)
+                peak = max(peak, server.rss())
+                await asyncio.sleep(0.1)
+
+    poller = asyncio.create_task(poll_health())
+    try:
+        yield figures
+    finally:
+        done.set()
+        await poller
+        figures.rss_growth = max(peak, server.rss()) - rss
+        figures.log_growth = server.log.stat().st_size - log
+
+
+async def create(server: HostileServer, image: str, key: str = KEY_A) -> httpx.Response:
+    async with httpx.AsyncClient(headers={"X-API-Key": key}, timeout=300) as c:
+        return await c.post(f"{server.url}/v1/sandboxes", json={"image": image})
+
+
+async def test_an_image_the_server_lacks_is_refused_not_pulled(hostile: HostileServer) -> None:
+    answer = await create(hostile, "kernel-sandbox-test-hostile/absent:1")
+    assert answer.status_code == 404 or answer.status_code == 400, answer.text
+    assert "does not pull images" in answer.json()["detail"]
+
+
+@pytest.mark.parametrize("step", ["probe", "venv"])
+async def test_the_images_code_runs_only_under_sandbox_limits(
+    hostile: HostileServer, docker_engine: docker.DockerClient, step: str
+) -> None:
+    image = hostile_image(docker_engine, f"spy-{step}")
+    async with measured(hostile) as figures:
+        answer = await create(hostile, image)
+    figures.check(f"spy in the {step}")
+    detail = answer.json()["detail"]
+    assert answer.status_code == 400 and "SPY" in detail, detail
+    report = json.loads(detail.split("SPY", 1)[1].split("YPS", 1)[0])
+    print(f"{step} ran under: {report}")
+    assert report["uid"] == 65534
+    assert int(report["cap"], 16) == 0  # every capability dropped
+    assert report["nnp"] == "1" and report["root"] == "read-only"
+    assert report["net"] == ["lo"]
+    assert int(report["mem"]) <= IMAGE_STEP_MEMORY_BYTES
+    assert int(report["pids"]) <= IMAGE_STEP_PIDS
+
+
+async def test_a_probe_that_prints_100_mib_costs_the_server_nothing(
+    hostile: HostileServer, docker_engine: docker.DockerClient
+) -> None:
+    image = hostile_image(docker_engine, "flood")
+    async with measured(hostile) as figures:
+        answer = await create(hostile, image)
+    figures.check("probe printing 100 MiB")
+    assert answer.status_code == 400
+    assert len(answer.content) < 4096  # the error keeps a few hundred bytes of it
+    assert "printed more than" in answer.json()["detail"]
+    source = docker_engine.images.get(image).id
+    assert not docker_engine.images.list(filters={"label": f"kernel-sandbox.derived-from={source}"})
+
+
+@pytest.mark.parametrize("mode", ["libc-huge", "libc-dotdot", "exe-inject"])
+async def test_hostile_probe_answers_are_refused_as_data(
+    hostile: HostileServer, docker_engine: docker.DockerClient, mode: str
+) -> None:
+    mark = f"ks-hostile-{os.getpid()}-{mode}"
+    image = hostile_image(docker_engine, mode, MARK=mark)
+    async with measured(hostile) as figures:
+        answer = await create(hostile, image)
+    figures.check(f"probe answer {mode}")
+    assert answer.status_code == 400, answer.text
+    assert "does not accept" in answer.json()["detail"]
+    assert not Path("/tmp", mark).exists()
+    assert not list(Path("/tmp").glob(f"*{mark}*"))
+
+
+async def test_onbuild_triggers_never_run(
+    hostile: HostileServer, docker_engine: docker.DockerClient
+) -> None:
+    hits: list[str] = []
+
+    class Secret(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"host-only secret")
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    local = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Secret)
+    threading.Thread(target=local.serve_forever, daemon=True).start()
+    port = local.server_address[1]
+    tag = "kernel-sandbox-test-hostile:onbuild"
+    _build(
+        docker_engine,
+        tag,
+        f"FROM {BASE}\nONBUILD ADD http://127.0.0.1:{port}/secret /secret\n"
+        "ONBUILD RUN touch /onbuild-ran\n",
+        {},
+    )
+    try:
+        async with measured(hostile) as figures:
+            answer = await create(hostile, tag)
+        figures.check("ONBUILD image")
+    finally:
+        local.shutdown()
+    assert answer.status_code == 400, answer.text
+    assert "ONBUILD" in answer.json()["detail"]
+    assert hits == []  # the engine never fetched the host-only URL
+
+
+async def test_one_keys_slow_images_do_not_hold_another_keys_create(
+    hostile: HostileServer, docker_engine: docker.DockerClient
+) -> None:
+    image = hostile_image(docker_engine, "slow", SLOW=str(SLOW))
+    many = IMAGE_QUEUE_PER_KEY + 3
+    async with measured(hostile) as figures:
+        attack = [asyncio.create_task(create(hostile, image)) for _ in range(many)]
+        await asyncio.sleep(1)  # A's requests are in: one probing, the rest queued
+        started = time.monotonic()
+        other = await create(hostile, "kernel-sandbox:python", key=KEY_B)
+        took = time.monotonic() - started
+        still_busy = sum(not task.done() for task in attack)
+        answers = await asyncio.gather(*attack)
+    figures.check(f"{many} slow probes of one key")
+    print(f"another key's create took {took:.1f} s while {still_busy} of A's were pending")
+    assert other.status_code == 200, other.text
+    assert still_busy >= IMAGE_QUEUE_PER_KEY  # B did not wait for A's queue
+    codes = sorted(answer.status_code for answer in answers)
+    assert codes.count(429) >= many - IMAGE_QUEUE_PER_KEY - 1, codes  # the rest refused
+    async with httpx.AsyncClient(headers={"X-API-Key": KEY_B}, timeout=60) as c:
+        await c.delete(f"{hostile.url}/v1/sandboxes/{other.json()['id']}")

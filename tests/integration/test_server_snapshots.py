@@ -1,0 +1,107 @@
+"""Durable sandboxes on a real ``kernel-sandbox serve``: pause/resume under the same id,
+auto-pause that frees the container, resume after SIGKILL and restart, forks with child
+notebooks, and keys kept apart — through /v1 and the remote client."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+import nbformat
+import pytest
+
+from kernel_sandbox import (
+    RemoteSandbox,
+    RemoteSnapshots,
+    SandboxNotFoundError,
+    SnapshotNotFoundError,
+)
+from kernel_sandbox.notebook import META_KEY
+from kernel_sandbox.server.restart import leftovers
+from tests.integration.serving import KEY_A, KEY_B, Server, client
+
+pytestmark = pytest.mark.integration
+
+
+async def _wait_paused(c, sid: str, deadline: float = 60) -> None:  # type: ignore[no-untyped-def]
+    ends = time.monotonic() + deadline
+    while time.monotonic() < ends:
+        if (await c.get(f"/v1/sandboxes/{sid}")).json()["status"] == "paused":
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"sandbox {sid} was not paused within {deadline} s")
+
+
+async def test_auto_pause_frees_the_container_and_the_next_call_brings_it_back(
+    docker_engine,  # type: ignore[no-untyped-def]
+    tmp_path,
+) -> None:
+    extra = ["--pause-after", "1", "--snapshot-dir", str(tmp_path / "snaps")]
+    server = Server(f"t-pause-{os.getpid()}", tmp_path / "nb", extra).start()
+    try:
+        async with client(server) as c, client(server, KEY_B) as b:
+            sid = (await c.post("/v1/sandboxes", json={})).json()["id"]
+            ran = await c.post(f"/v1/sandboxes/{sid}/python", json={"code": "x = 41"})
+            assert ran.json()["status"] == "ok"
+            await _wait_paused(c, sid)
+            assert await leftovers(server.name) == []  # the container is gone
+            assert (
+                await b.post(f"/v1/sandboxes/{sid}/python", json={"code": "1"})
+            ).status_code == 404
+            ran = await c.post(f"/v1/sandboxes/{sid}/python", json={"code": "x + 1"})
+            assert ran.json()["status"] == "ok", ran.json()
+            assert ran.json()["outputs"][-1]["data"]["text/plain"] == "42"
+            assert (await c.get(f"/v1/sandboxes/{sid}")).json()["status"] == "running"
+            await _wait_paused(c, sid)  # and again: one notebook for the whole session
+        notebook = nbformat.read(
+            tmp_path / "nb" / next(p.name for p in (tmp_path / "nb").iterdir()) / f"{sid}.ipynb",
+            as_version=4,
+        )
+        sources = [cell.source for cell in notebook.cells]
+        assert "x = 41" in sources and "x + 1" in sources
+        assert sum("paused" in s for s in sources) == 2 and any("resumed" in s for s in sources)
+    finally:
+        server.stop()
+
+
+async def test_a_paused_sandbox_survives_sigkill_and_forks_are_independent(
+    docker_engine,  # type: ignore[no-untyped-def]
+    tmp_path,
+) -> None:
+    extra = ["--snapshot-dir", str(tmp_path / "snaps")]
+    server = Server(f"t-durable-{os.getpid()}", tmp_path / "nb", extra).start()
+    try:
+        sb = await RemoteSandbox.create(server.url, api_key=KEY_A)
+        await sb.run_python("state = {'n': 1}")
+        await sb.files.write("kept.txt", "on disk")
+        forks = await sb.fork(2)
+        await forks[0].run_python("state['n'] = 99")
+        for other in (forks[1], sb):
+            assert (await other.run_python("state['n']")).text == "1"
+        assert (await forks[0].run_python("state['n']")).text == "99"
+        meta = (await forks[1].notebook())["metadata"][META_KEY]["forked_from"]
+        assert meta["sandbox"] == sb.id and meta["snapshot"].startswith("snap-")
+
+        snap = await sb.pause()
+        assert snap.paused is not None
+        server.kill()  # SIGKILL: the pause is all that is left of it, on disk
+        server.start()
+        store_a = RemoteSnapshots(server.url, api_key=KEY_A)
+        store_b = RemoteSnapshots(server.url, api_key=KEY_B)
+        assert snap.id in {s.id for s in await store_a.list()}
+        assert await store_b.list() == []
+        with pytest.raises(SnapshotNotFoundError):
+            await store_b.get(snap.id)
+        with pytest.raises(SandboxNotFoundError):  # another key's paused sandbox: unknown
+            await RemoteSandbox.resume(sb.id, store=store_b)
+        resumed = await RemoteSandbox.resume(sb.id, store=store_a)
+        assert resumed.id == sb.id
+        assert (await resumed.run_python("state['n']")).text == "1"
+        assert await resumed.files.read_text("kept.txt") == "on disk"
+        await resumed.close()
+        for fork in forks:
+            await fork.close()
+        await sb._client.aclose()
+    finally:
+        server.stop()
