@@ -10,14 +10,9 @@
 
 pydantic-ai needs no adapter: its MCP client drives ``kernel-sandbox serve``'s ``/mcp``
 (see the frameworks page of the docs).  Each module imports its framework only when it
-is imported itself, and says which extra installs the framework when it is missing.
+is imported itself, and names the extra to install when the framework is missing.
 """
 
 from __future__ import annotations
 
-__all__ = ["missing_framework"]
-
-
-def missing_framework(module: str, extra: str) -> ImportError:
-    """The error for an adapter whose framework is not installed: it names the extra."""
-    return ImportError(f"{module} is not installed: pip install 'kernel-sandbox[{extra}]'")
+__all__: list[str] = []

@@ -23,9 +23,9 @@ import uuid
 from pathlib import Path
 from typing import Any, Literal
 
-from . import missing_framework
+from .._extras import require_extra
 
-try:
+with require_extra("openai-agents", "kernel_sandbox.integrations.openai_agents"):
     from agents import FunctionTool, RunContextWrapper
     from agents.sandbox import Capability, Manifest
     from agents.sandbox.errors import (
@@ -41,8 +41,6 @@ try:
     from agents.sandbox.types import ExecResult, User
     from agents.tool import Tool as AgentsTool
     from agents.tool import ToolOutputImage, ToolOutputText
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise missing_framework("openai-agents", "openai-agents") from exc
 
 from ..config import SandboxConfig
 from ..errors import SandboxError, SandboxNotFoundError
