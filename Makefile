@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: docs package install engine images run demo test test-unit test-integration test-runsc test-kubernetes cluster-up cluster-down soak lint bench bench-server bench-quick
+.PHONY: docs package tiers install engine images run demo test test-unit test-integration test-runsc test-kubernetes cluster-up cluster-down soak lint bench bench-server bench-quick
 #: Run a second time under gVisor (runtime="runsc", docs/how-to/gvisor.md): every
 #: hostile-code suite (the glob takes new ones too) and the core sandbox tests.
 RUNSC_TESTS ?= tests/integration/test_hostile*.py tests/integration/test_sandbox.py
@@ -24,9 +24,11 @@ run: images         ## the main job: install, build what is missing, run the dem
 demo:
 	kernel-sandbox demo
 
-test:               ## both tiers, then the hostile and core suites again under gVisor
-	$(PYTHON) -m pytest -q -rfEs $(DURATIONS)
-	$(MAKE) --no-print-directory test-runsc
+test:               ## every tier: sets up what they need (root), both tiers, then the gVisor pass
+	PYTHON="$(PYTHON)" DURATIONS="$(DURATIONS)" RUNSC_TESTS="$(RUNSC_TESTS)" scripts/test.sh
+
+tiers:              ## set up what every tier needs, no tests (root; without: what cannot run here)
+	PYTHON="$(PYTHON)" scripts/setup-tiers.sh
 
 test-runsc:         ## the hostile and core suites with KERNEL_SANDBOX_RUNTIME=runsc (tcp is refused there)
 	KERNEL_SANDBOX_RUNTIME=runsc $(PYTHON) -m pytest -q -rfEs $(DURATIONS) -m "not tcp_transport" $(RUNSC_TESTS)

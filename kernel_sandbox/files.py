@@ -448,3 +448,10 @@ def _describe_bytes(data: bytes) -> tuple[int | None, str]:
 
 def _describe_listing(entries: list[FileInfo]) -> tuple[int | None, str]:
     return len(entries), "\n".join(e.name for e in entries)
+
+
+if TYPE_CHECKING:  # mypy holds the local files to the seam
+    from .protocols import FilesLike
+
+    def _is_files_like(files: AsyncFiles) -> FilesLike:
+        return files

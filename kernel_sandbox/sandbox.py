@@ -72,7 +72,7 @@ from .snapshots.portable import Restored, load_snapshot, take_snapshot
 from .snapshots.store import SnapshotStore, default_store
 
 if TYPE_CHECKING:
-    from .client.remote import RemoteSandbox
+    from .protocols import SandboxLike
 
 __all__ = ["PING_TIMEOUT", "AsyncSandbox"]
 
@@ -190,26 +190,6 @@ class AsyncSandbox:
                 ) from exc
             raise
         return sandbox
-
-    @classmethod
-    async def connect(
-        cls,
-        url: str,
-        sandbox_id: str | None = None,
-        *,
-        api_key: str | None = None,
-        timeout: float = 600.0,
-    ) -> RemoteSandbox:
-        """A sandbox on a ``kernel-sandbox serve`` server, with this class's methods.
-
-        With ``sandbox_id``, the caller's existing sandbox there; without, a new one
-        with the server's defaults (``RemoteSandbox.create`` takes settings).  The
-        server's key decides which sandboxes the caller may see; ``timeout`` bounds
-        each HTTP call.
-        """
-        from .client.remote import RemoteSandbox
-
-        return await RemoteSandbox.connect(url, sandbox_id, api_key=api_key, timeout=timeout)
 
     @property
     def image(self) -> str:
@@ -812,3 +792,9 @@ class AsyncSandbox:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<AsyncSandbox {self.id} image={self.image!r} {state}>"
+
+
+if TYPE_CHECKING:  # mypy holds the local sandbox to the seam
+
+    def _is_sandbox_like(sandbox: AsyncSandbox) -> SandboxLike:
+        return sandbox

@@ -33,17 +33,19 @@ from .backends.base import KernelHost
 from .backends.factory import HostFactory
 from .config import SandboxConfig
 from .contexts import Context, KernelSpecInfo
+from .errors import ConfigError
 from .files import LIST_LIMIT, AsyncFiles
 from .kernel.client import OutputCallback
 from .kernel.connection import ConnectionInfo
 from .limits import MAX_SNAPSHOT_BYTES
+from .protocols import FilesLike, SandboxLike
 from .results import CommandResult, Execution, FileInfo
 from .sandbox import PING_TIMEOUT, AsyncSandbox
 from .snapshots import Restored, Snapshot, SnapshotStore
 from .threads import after_fork, in_thread
 from .transfer import AsyncReadStream
 
-__all__ = ["Files", "ReadStream", "Sandbox", "run_sync"]
+__all__ = ["Files", "ReadStream", "Sandbox", "as_async", "run_sync"]
 
 T = TypeVar("T")
 C = TypeVar("C")
@@ -99,7 +101,7 @@ def _twin_of(twin: type) -> Callable[[type[C]], type[C]]:
 class Files:
     """Blocking ``sandbox.files``; see :class:`~kernel_sandbox.files.AsyncFiles`."""
 
-    def __init__(self, files: AsyncFiles) -> None:
+    def __init__(self, files: FilesLike) -> None:
         self._files = files
 
     def read(self, path: str) -> bytes:
@@ -190,11 +192,21 @@ class Sandbox:
     """Blocking twin of :class:`~kernel_sandbox.sandbox.AsyncSandbox`.
 
     ``with Sandbox.create() as sb: sb.run_python("x = 1")``
+
+    It wraps any :class:`~kernel_sandbox.protocols.SandboxLike` (a
+    ``RemoteSandbox`` too: see :func:`kernel_sandbox.client.connect`); what only a
+    local sandbox has (``host``, ``labels``, ``connection_info``, contexts) raises
+    ``ConfigError`` on a remote one.
     """
 
-    def __init__(self, inner: AsyncSandbox) -> None:
+    def __init__(self, inner: SandboxLike) -> None:
         self._inner = inner
         self.files = Files(inner.files)
+
+    def _local(self, what: str) -> AsyncSandbox:
+        if isinstance(self._inner, AsyncSandbox):
+            return self._inner
+        raise ConfigError(f"{what} exists only on a local sandbox, not on {self._inner!r}")
 
     @classmethod
     def create(
@@ -222,22 +234,6 @@ class Sandbox:
         )
         return cls(run_sync(adopted))
 
-    @classmethod
-    def connect(
-        cls,
-        url: str,
-        sandbox_id: str | None = None,
-        *,
-        api_key: str | None = None,
-        timeout: float = 600.0,
-    ) -> Sandbox:
-        """A blocking handle on a sandbox of a ``kernel-sandbox serve`` server; see
-        ``AsyncSandbox.connect``.  Python, shell, files, interrupt, restart and close
-        work as here; what only a local sandbox has (``host``, ``labels``,
-        ``connection_info``) does not exist on it."""
-        remote = run_sync(AsyncSandbox.connect(url, sandbox_id, api_key=api_key, timeout=timeout))
-        return cls(remote)  # type: ignore[arg-type]  # RemoteSandbox: AsyncSandbox's calls
-
     @property
     def id(self) -> str:
         """Short random id, also in the container's name and labels."""
@@ -258,7 +254,7 @@ class Sandbox:
 
     @property
     def connection_info(self) -> ConnectionInfo | None:
-        return self._inner.connection_info
+        return self._local("connection_info").connection_info
 
     @property
     def working_dir(self) -> str:
@@ -267,19 +263,19 @@ class Sandbox:
     @property
     def host(self) -> KernelHost:
         """The kernel host that runs this sandbox."""
-        return self._inner.host
+        return self._local("host").host
 
     @property
     def labels(self) -> dict[str, str]:
-        return self._inner.labels
+        return self._local("labels").labels
 
     @property
     def closed(self) -> bool:
         return self._inner.closed
 
     @property
-    def async_sandbox(self) -> AsyncSandbox:
-        """The async sandbox this facade drives."""
+    def async_sandbox(self) -> SandboxLike:
+        """The async sandbox this facade drives (an ``AsyncSandbox`` or a remote one)."""
         return self._inner
 
     def run_code(
@@ -292,7 +288,7 @@ class Sandbox:
         on_output: OutputCallback | None = None,
     ) -> Execution:
         return run_sync(
-            self._inner.run_code(
+            self._local("run_code").run_code(
                 code, language, context=context, timeout=timeout, on_output=on_output
             )
         )
@@ -304,30 +300,32 @@ class Sandbox:
 
     @property
     def default_context(self) -> Context:
-        return self._inner.default_context
+        return self._local("default_context").default_context
 
     def kernelspecs(self) -> dict[str, KernelSpecInfo]:
-        return run_sync(self._inner.kernelspecs())
+        return run_sync(self._local("kernelspecs").kernelspecs())
 
     def languages(self) -> list[str]:
-        return run_sync(self._inner.languages())
+        return run_sync(self._local("languages").languages())
 
     def list_contexts(self) -> list[Context]:
-        return self._inner.list_contexts()
+        return self._local("list_contexts").list_contexts()
 
     def get_context(self, context_id: str) -> Context:
-        return self._inner.get_context(context_id)
+        return self._local("get_context").get_context(context_id)
 
     def create_context(
         self, language: str | None = None, *, kernel: str | None = None, cwd: str | None = None
     ) -> Context:
-        return run_sync(self._inner.create_context(language, kernel=kernel, cwd=cwd))
+        return run_sync(
+            self._local("create_context").create_context(language, kernel=kernel, cwd=cwd)
+        )
 
     def restart_context(self, context: Context | str) -> None:
-        return run_sync(self._inner.restart_context(context))
+        return run_sync(self._local("restart_context").restart_context(context))
 
     def remove_context(self, context: Context | str) -> None:
-        return run_sync(self._inner.remove_context(context))
+        return run_sync(self._local("remove_context").remove_context(context))
 
     def run_shell(
         self,
@@ -342,7 +340,7 @@ class Sandbox:
         self._inner.check_open()
 
     def retire(self, why: str) -> None:
-        self._inner.retire(why)
+        self._local("retire").retire(why)
 
     def health(self) -> str | None:
         return run_sync(self._inner.health())
@@ -351,10 +349,14 @@ class Sandbox:
         return run_sync(self._inner.ping(timeout))
 
     def warm_up(self) -> None:
-        return run_sync(self._inner.warm_up())
+        return run_sync(self._local("warm_up").warm_up())
 
     def interrupt(self, context: Context | str | None = None) -> None:
-        run_sync(self._inner.interrupt(context))
+        run_sync(
+            self._inner.interrupt()
+            if context is None
+            else self._local("interrupt(context=)").interrupt(context)
+        )
 
     def restart(self) -> None:
         return run_sync(self._inner.restart())
@@ -365,7 +367,7 @@ class Sandbox:
     @property
     def restored(self) -> Restored | None:
         """What :meth:`restore` (or :meth:`resume`) brought back into this sandbox."""
-        return self._inner.restored
+        return self._local("restored").restored
 
     def snapshot(
         self,
@@ -422,3 +424,8 @@ class Sandbox:
 
     def __repr__(self) -> str:
         return repr(self._inner).replace("AsyncSandbox", "Sandbox", 1)
+
+
+def as_async(sandbox: SandboxLike | Sandbox) -> SandboxLike:
+    """The async sandbox behind either API: what the recorder, the agent and replay drive."""
+    return sandbox.async_sandbox if isinstance(sandbox, Sandbox) else sandbox

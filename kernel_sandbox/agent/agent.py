@@ -27,10 +27,13 @@ from ..notebook import DEFAULT_SESSION_DIR
 from .budget import Budget, RetryPolicy
 from .events import AgentListener
 from .loop import AgentSession
-from .results import AgentResult, AgentStatus
+from .results import AgentResult, AgentStatus, borrowed
 
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
+
+    from ..protocols import SandboxLike
+    from ..sync import Sandbox
 
 
 __all__ = ["DEFAULT_MODEL", "MODEL_ENV", "Agent", "AgentResult", "AgentStatus"]
@@ -76,7 +79,7 @@ class Agent:
         base_url: str | None = None,
         api_key: str | None = None,
         client: AsyncOpenAI | None = None,
-        sandbox: Any = None,
+        sandbox: SandboxLike | Sandbox | None = None,
         config: SandboxConfig | None = None,
         image: str | None = None,
         tools_config: Mapping[str, Any] | None = None,
@@ -101,7 +104,7 @@ class Agent:
             )
         self._api_key = key or NO_KEY
         self.client = client
-        self.sandbox = getattr(sandbox, "async_sandbox", sandbox)
+        self.sandbox = borrowed(sandbox)
         config = config or SandboxConfig()
         if image:
             config = config.with_overrides(image=image)
@@ -147,7 +150,10 @@ class Agent:
         }
 
     def session(
-        self, *, sandbox: Any = None, notebook_path: str | os.PathLike[str] | None = None
+        self,
+        *,
+        sandbox: SandboxLike | Sandbox | None = None,
+        notebook_path: str | os.PathLike[str] | None = None,
     ) -> AgentSession:
         """A new session (``async with agent.session() as s: await s.send(...)``)."""
         return AgentSession(self, sandbox=sandbox, notebook_path=notebook_path)

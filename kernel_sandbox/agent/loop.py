@@ -61,6 +61,8 @@ from .results import AgentResult, AgentStatus, borrowed
 if TYPE_CHECKING:
     from openai import AsyncOpenAI
 
+    from ..protocols import SandboxLike
+    from ..sync import Sandbox
     from .agent import Agent
 
 __all__ = ["AgentSession"]
@@ -94,14 +96,14 @@ class AgentSession:
         self,
         agent: Agent,
         *,
-        sandbox: Any = None,
+        sandbox: SandboxLike | Sandbox | None = None,
         notebook_path: str | os.PathLike[str] | None = None,
     ) -> None:
         self.agent = agent
         self.id = secrets.token_hex(8)
         self.listeners: list[AgentListener] = list(agent.listeners)
         self.messages: list[Message] = []
-        self.sandbox: AsyncSandbox | None = borrowed(sandbox) or agent.sandbox
+        self.sandbox: SandboxLike | None = borrowed(sandbox) or agent.sandbox
         self._owns_sandbox = self.sandbox is None
         self.toolset: ToolSet | None = None
         self.recording = Recording()

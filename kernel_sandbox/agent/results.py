@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
+from ..sync import as_async
 from .budget import BudgetKind, TokenUsage
 
 if TYPE_CHECKING:
-    from ..sandbox import AsyncSandbox
+    from ..protocols import SandboxLike
+    from ..sync import Sandbox
 
 __all__ = ["AgentResult", "AgentStatus", "borrowed"]
 
@@ -43,6 +45,6 @@ class AgentResult:
         return self.status == "completed"
 
 
-def borrowed(sandbox: Any) -> AsyncSandbox | None:
+def borrowed(sandbox: SandboxLike | Sandbox | None) -> SandboxLike | None:
     """The async sandbox behind ``sandbox`` (async or blocking), or None."""
-    return getattr(sandbox, "async_sandbox", sandbox) if sandbox is not None else None
+    return as_async(sandbox) if sandbox is not None else None

@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 import click
 
+from ..client import aconnect
+from ..protocols import SandboxLike
 from ..sandbox import AsyncSandbox
 from ..snapshots import Snapshot, default_store
 
@@ -40,10 +42,10 @@ def _show(snap: Snapshot, as_json: bool) -> None:
         click.echo(f"  not saved: {name}: {reason}")
 
 
-async def _keep_running(sandbox: Any) -> str:
+async def _keep_running(sandbox: SandboxLike) -> str:
     """Leave a sandbox running after the command; its id."""
     await sandbox.detach()
-    return str(sandbox.id)
+    return sandbox.id
 
 
 async def _local(sandbox_id: str, own: bool) -> AsyncSandbox:
@@ -69,7 +71,7 @@ def snapshot(
 
     async def work() -> Snapshot:
         if url:
-            remote = await AsyncSandbox.connect(url, sandbox_id, api_key=api_key)
+            remote = await aconnect(url, sandbox_id, api_key=api_key)
             try:
                 return await remote.snapshot(name, tmp=tmp)
             finally:
@@ -93,7 +95,7 @@ def pause(sandbox_id: str, url: str | None, api_key: str | None, as_json: bool) 
 
     async def work() -> Snapshot:
         if url:
-            remote = await AsyncSandbox.connect(url, sandbox_id, api_key=api_key)
+            remote = await aconnect(url, sandbox_id, api_key=api_key)
             try:
                 return await remote.pause()
             finally:
@@ -153,7 +155,7 @@ def fork(sandbox_id: str, count: int, url: str | None, api_key: str | None) -> N
 
     async def work() -> list[str]:
         if url:
-            remote = await AsyncSandbox.connect(url, sandbox_id, api_key=api_key)
+            remote = await aconnect(url, sandbox_id, api_key=api_key)
             try:
                 forks: list[Any] = list(await remote.fork(count))
             finally:

@@ -8,7 +8,7 @@ against ms-enclave's own server; :meth:`get_sandbox` hands out a
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 
@@ -140,3 +140,10 @@ def _info(data: dict[str, Any]) -> SandboxInfo:
     data = dict(data)
     data["type"] = SandboxType.DOCKER  # docker_notebook sandboxes are docker sandboxes here
     return SandboxInfo.model_validate(data)
+
+
+if TYPE_CHECKING:  # mypy holds the remote manager to the seam
+    from ..protocols import ManagerLike
+
+    def _is_manager_like(manager: HttpSandboxManager) -> ManagerLike:
+        return manager

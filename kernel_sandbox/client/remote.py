@@ -24,7 +24,7 @@ import posixpath
 import time
 from collections.abc import AsyncIterable, AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx2
@@ -42,6 +42,7 @@ from ..errors import (
 )
 from ..events import Listener, PythonExecuted, ShellExecuted, emit
 from ..files import LIST_LIMIT
+from ..kernel.client import OutputCallback
 from ..limits import MAX_SNAPSHOT_BYTES
 from ..results import CommandResult, Execution, FileInfo
 from ..snapshots import Snapshot
@@ -362,7 +363,7 @@ class RemoteSandbox:
     # -- python and shell --------------------------------------------------------------
 
     async def run_python(
-        self, code: str, timeout: float | None = None, on_output: Any = None
+        self, code: str, timeout: float | None = None, on_output: OutputCallback | None = None
     ) -> Execution:
         """Run code in the remote kernel; ``on_output`` sees outputs as they come."""
         wall = time.time()
@@ -585,3 +586,13 @@ _CREATE_FIELDS = {
     "network",
     "env_vars",
 }
+
+
+if TYPE_CHECKING:  # mypy holds the remote twins to the seams
+    from ..protocols import FilesLike, SandboxLike
+
+    def _is_sandbox_like(sandbox: RemoteSandbox) -> SandboxLike:
+        return sandbox
+
+    def _is_files_like(files: RemoteFiles) -> FilesLike:
+        return files

@@ -37,7 +37,9 @@ from ..events import (
     PythonExecuted,
     ShellExecuted,
 )
+from ..protocols import SandboxLike
 from ..results import CommandResult, Execution
+from ..sync import Sandbox, as_async
 from . import shared
 from .budget import OutputBudget
 from .cells import (
@@ -156,29 +158,29 @@ class NotebookRecorder:
     @classmethod
     def attach(
         cls,
-        sandbox: Any,
+        sandbox: SandboxLike | Sandbox,
         path: str | os.PathLike[str] | None = None,
         *,
         title: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> NotebookRecorder:
         """Record everything ``sandbox`` (async or blocking) does from now on into ``path``."""
-        inner = getattr(sandbox, "async_sandbox", sandbox)
+        inner = as_async(sandbox)
         recorder = cls(path, title=title, metadata=metadata)
         recorder.describe_sandbox(inner)
         inner.listeners.append(recorder)
         return recorder
 
-    def detach(self, sandbox: Any) -> None:
+    def detach(self, sandbox: SandboxLike | Sandbox) -> None:
         """Stop recording ``sandbox``; the notebook stays as it is."""
-        inner = getattr(sandbox, "async_sandbox", sandbox)
+        inner = as_async(sandbox)
         if self in inner.listeners:
             inner.listeners.remove(self)
 
-    def describe_sandbox(self, sandbox: Any) -> None:
+    def describe_sandbox(self, sandbox: SandboxLike | Sandbox) -> None:
         """Store the sandbox's id, image and main settings in the notebook metadata, and
         leave the pointer by which a person's console finds this notebook."""
-        inner = getattr(sandbox, "async_sandbox", sandbox)
+        inner = as_async(sandbox)
         config = inner.config
         settings = {name: getattr(config, name) for name in _RECORDED_SETTINGS}
         self.set_metadata(

@@ -33,7 +33,9 @@ from nbformat.v4 import new_output
 
 from ..config import DEFAULT_IMAGE, KERNEL_PYTHON
 from ..errors import FileOperationError
+from ..protocols import SandboxLike
 from ..results import CommandResult
+from ..sync import Sandbox, as_async, run_sync
 from .cells import META_KEY, cell_kind, iso_time, jsonable, shell_outputs, split_magic
 from .compare import Tolerance, compare_outputs
 from .report import CellReplay, ReplayReport, Verdict, failing_line
@@ -85,7 +87,7 @@ def _recorded_working_dir(nb: NotebookNode) -> str | None:
 
 
 async def _run_cell(
-    sandbox: Any, cell: NotebookNode, timeout: float | None
+    sandbox: SandboxLike, cell: NotebookNode, timeout: float | None
 ) -> tuple[str, list[Any], int | None, Any]:
     """Execute one cell; return (status, outputs, execution_count, Execution or None)."""
     kind = cell_kind(cell)
@@ -131,7 +133,7 @@ def _unreproducible_write(cell: NotebookNode) -> bool:
     )
 
 
-async def _kernel_versions(sandbox: Any) -> dict[str, Any]:
+async def _kernel_versions(sandbox: SandboxLike) -> dict[str, Any]:
     """``language_info`` and versions of the kernel the replay runs on (or why unknown)."""
     probe = shlex.quote(_KERNEL_PROBE)
     command = f"{KERNEL_PYTHON} -c {probe} 2>/dev/null || python3 -c {probe}"
@@ -188,7 +190,7 @@ class _Replay:
             self.on_cell(result)
 
     async def run(
-        self, sandbox: Any, index: int, cell: NotebookNode, timeout: float | None
+        self, sandbox: SandboxLike, index: int, cell: NotebookNode, timeout: float | None
     ) -> None:
         kind = cell_kind(cell) or "python"
         tags = cell_tags(cell)
@@ -274,7 +276,7 @@ async def areplay(
     image: str | None = None,
     timeout: float | None = None,
     output: str | os.PathLike[str] | None = None,
-    sandbox: Any = None,
+    sandbox: SandboxLike | Sandbox | None = None,
     sandbox_options: Mapping[str, Any] | None = None,
     tolerance: Tolerance | None = None,
     on_cell: CellCallback | None = None,
@@ -306,7 +308,7 @@ async def areplay(
     started = time.monotonic()
 
     owned = sandbox is None
-    if owned:
+    if sandbox is None:
         from ..sandbox import AsyncSandbox
 
         options: dict[str, Any] = {"image": chosen}
@@ -314,7 +316,7 @@ async def areplay(
             options["working_dir"] = wd
         options.update(sandbox_options or {})
         sandbox = await AsyncSandbox.create(**options)
-    sandbox = getattr(sandbox, "async_sandbox", sandbox)
+    sandbox = as_async(sandbox)
     try:
         kernel = await _kernel_versions(sandbox)
         _describe_kernel(replayed, kernel)
@@ -360,14 +362,12 @@ def replay(
     image: str | None = None,
     timeout: float | None = None,
     output: str | os.PathLike[str] | None = None,
-    sandbox: Any = None,
+    sandbox: SandboxLike | Sandbox | None = None,
     sandbox_options: Mapping[str, Any] | None = None,
     tolerance: Tolerance | None = None,
     on_cell: CellCallback | None = None,
 ) -> ReplayReport:
     """Blocking :func:`areplay` (safe inside a running event loop)."""
-    from ..sync import run_sync
-
     return run_sync(
         areplay(
             notebook,

@@ -19,10 +19,11 @@ import io
 import posixpath
 import tarfile
 from collections.abc import AsyncIterator
-from typing import IO, Any
+from typing import IO
 
 from ..errors import ConfigError
 from ..limits import ARCHIVE_CHUNK_BYTES, ARCHIVE_MAX_MEMBERS, ARCHIVE_MEMBER_COST_BYTES
+from ..protocols import SandboxLike
 
 __all__ = ["check_archive", "safe_member", "unpack_archive"]
 
@@ -73,7 +74,7 @@ async def _chunks(blob: IO[bytes]) -> AsyncIterator[bytes]:
         yield chunk
 
 
-async def unpack_archive(data: bytes, sandbox: Any, target: str, max_bytes: int) -> None:
+async def unpack_archive(data: bytes, sandbox: SandboxLike, target: str, max_bytes: int) -> None:
     """Unpack the tar ``data`` into ``target`` of ``sandbox`` (checked first, see above)."""
     await asyncio.to_thread(check_archive, data, target, max_bytes)
     made: set[str] = set()

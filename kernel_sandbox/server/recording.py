@@ -25,6 +25,7 @@ from typing import Any
 from ..errors import ConfigError
 from ..events import Event
 from ..notebook.recorder import NotebookRecorder
+from ..protocols import SandboxLike
 
 __all__ = ["OffLoopRecorder", "private_dirs", "record_sandbox"]
 
@@ -81,7 +82,7 @@ def private_dirs(*dirs: Path) -> None:
 
 
 def record_sandbox(
-    sandbox: Any,
+    sandbox: SandboxLike,
     path: Path,
     title: str,
     metadata: dict[str, Any],

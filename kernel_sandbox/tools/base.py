@@ -29,7 +29,7 @@ from .results import ToolResult, truncate_middle
 from .schema import SchemaFormat, chat_tool, parameters_schema, responses_tool
 
 if TYPE_CHECKING:
-    from ..sandbox import AsyncSandbox
+    from ..protocols import SandboxLike
 
 __all__ = [
     "MIN_TIMEOUT",
@@ -119,23 +119,23 @@ class Tool(abc.ABC):
             self.options = self.Options.model_validate(dict(options or {}))
 
     @abc.abstractmethod
-    def describe(self, sandbox: AsyncSandbox) -> str:
+    def describe(self, sandbox: SandboxLike) -> str:
         """What the model reads about this tool, for this sandbox."""
 
-    def parameter_descriptions(self, sandbox: AsyncSandbox) -> dict[str, str]:
+    def parameter_descriptions(self, sandbox: SandboxLike) -> dict[str, str]:
         """Property descriptions that depend on options or the sandbox."""
         return {}
 
     @abc.abstractmethod
-    async def run(self, sandbox: AsyncSandbox, params: Any) -> ToolResult:
+    async def run(self, sandbox: SandboxLike, params: Any) -> ToolResult:
         """Execute validated arguments; may raise, the ToolSet turns that into a result."""
 
-    def description(self, sandbox: AsyncSandbox) -> str:
+    def description(self, sandbox: SandboxLike) -> str:
         """The configured description, or the built-in one."""
         return self.options.description or self.describe(sandbox)
 
     def schema(
-        self, sandbox: AsyncSandbox, format: SchemaFormat = "chat", *, strict: bool = True
+        self, sandbox: SandboxLike, format: SchemaFormat = "chat", *, strict: bool = True
     ) -> dict[str, Any]:
         """The tool in OpenAI's Chat Completions or Responses function format."""
         params = parameters_schema(
@@ -304,12 +304,12 @@ class ToolSet:
     only named tools are enabled.  Without it, every built-in tool is.
     """
 
-    def __init__(self, sandbox: AsyncSandbox, tools_config: ToolsConfig | None = None) -> None:
+    def __init__(self, sandbox: SandboxLike, tools_config: ToolsConfig | None = None) -> None:
         self.sandbox = sandbox
         self._tools = {tool.name: tool for tool in make_tools(tools_config)}
 
     @classmethod
-    def from_tools(cls, sandbox: AsyncSandbox, tools: list[Tool]) -> ToolSet:
+    def from_tools(cls, sandbox: SandboxLike, tools: list[Tool]) -> ToolSet:
         """A ToolSet of ready-made tool instances (custom tools included)."""
         toolset = cls(sandbox, {})
         toolset._tools = {tool.name: tool for tool in tools}

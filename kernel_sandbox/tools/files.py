@@ -19,7 +19,7 @@ from .schema import SchemaFormat
 from .texts import where_text
 
 if TYPE_CHECKING:
-    from ..sandbox import AsyncSandbox
+    from ..protocols import SandboxLike
 
 __all__ = ["FileOperation", "FileOperationOptions", "FileParams", "Operation"]
 
@@ -78,7 +78,7 @@ class FileOperation(Tool):
     Options = FileOperationOptions
     options: FileOperationOptions
 
-    def describe(self, sandbox: AsyncSandbox) -> str:
+    def describe(self, sandbox: SandboxLike) -> str:
         ops = self.options.operations
         known = {
             "read": "read returns a text file's content",
@@ -100,7 +100,7 @@ class FileOperation(Tool):
             "middle."
         )
 
-    def parameter_descriptions(self, sandbox: AsyncSandbox) -> dict[str, str]:
+    def parameter_descriptions(self, sandbox: SandboxLike) -> dict[str, str]:
         return {
             "operation": "One of: " + ", ".join(self.options.operations) + ".",
             "file_path": (
@@ -111,18 +111,18 @@ class FileOperation(Tool):
         }
 
     def schema(
-        self, sandbox: AsyncSandbox, format: SchemaFormat = "chat", *, strict: bool = True
+        self, sandbox: SandboxLike, format: SchemaFormat = "chat", *, strict: bool = True
     ) -> dict[str, Any]:
         schema = super().schema(sandbox, format, strict=strict)
         params = schema["function"]["parameters"] if format == "chat" else schema["parameters"]
         params["properties"]["operation"]["enum"] = list(self.options.operations)
         return schema
 
-    async def run(self, sandbox: AsyncSandbox, params: FileParams) -> ToolResult:
+    async def run(self, sandbox: SandboxLike, params: FileParams) -> ToolResult:
         path = sandbox.resolve_path(params.file_path) if params.file_path.strip() else ""
         return await self._dispatch(sandbox, params, path)
 
-    async def _dispatch(self, sandbox: AsyncSandbox, params: FileParams, path: str) -> ToolResult:
+    async def _dispatch(self, sandbox: SandboxLike, params: FileParams, path: str) -> ToolResult:
         op = params.operation
         fail = ToolResult.failure
         if op not in self.options.operations:
@@ -156,7 +156,7 @@ class FileOperation(Tool):
             return fail(self.name, message, metadata={"path": path})
 
     async def _operate(
-        self, sandbox: AsyncSandbox, params: FileParams, path: str, encoding: str
+        self, sandbox: SandboxLike, params: FileParams, path: str, encoding: str
     ) -> ToolResult:
         op, files = params.operation, sandbox.files
 

@@ -11,7 +11,7 @@ from .results import ToolResult, capped_note, render_outputs
 from .texts import limits_text, where_text
 
 if TYPE_CHECKING:
-    from ..sandbox import AsyncSandbox
+    from ..protocols import SandboxLike
 
 __all__ = ["MAX_CODE_CHARS", "PythonExecutor", "PythonExecutorOptions", "PythonParams"]
 
@@ -56,11 +56,11 @@ class PythonExecutor(Tool):
     Options = PythonExecutorOptions
     options: PythonExecutorOptions
 
-    def default_timeout(self, sandbox: AsyncSandbox) -> float:
+    def default_timeout(self, sandbox: SandboxLike) -> float:
         """The timeout used when the model gives none."""
         return min(self.options.timeout or sandbox.config.timeout, self.options.max_timeout)
 
-    def describe(self, sandbox: AsyncSandbox) -> str:
+    def describe(self, sandbox: SandboxLike) -> str:
         return (
             "Run Python code in a persistent IPython kernel inside an isolated sandbox. "
             "State persists between calls like notebook cells: variables, imports and "
@@ -76,7 +76,7 @@ class PythonExecutor(Tool):
             "middle: print summaries rather than whole datasets."
         )
 
-    def parameter_descriptions(self, sandbox: AsyncSandbox) -> dict[str, str]:
+    def parameter_descriptions(self, sandbox: SandboxLike) -> dict[str, str]:
         return {
             "code": "Python code to run, as in a Jupyter cell (IPython magics work too).",
             "timeout": (
@@ -85,7 +85,7 @@ class PythonExecutor(Tool):
             ),
         }
 
-    async def run(self, sandbox: AsyncSandbox, params: PythonParams) -> ToolResult:
+    async def run(self, sandbox: SandboxLike, params: PythonParams) -> ToolResult:
         timeout = min(params.timeout or self.default_timeout(sandbox), self.options.max_timeout)
         execution = await sandbox.run_python(params.code, timeout=timeout)
         text, artifacts = render_outputs(execution.outputs)

@@ -12,7 +12,7 @@ from .results import ToolResult, capped_note
 from .texts import limits_text, where_text
 
 if TYPE_CHECKING:
-    from ..sandbox import AsyncSandbox
+    from ..protocols import SandboxLike
 
 __all__ = ["ShellExecutor", "ShellExecutorOptions", "ShellParams"]
 
@@ -81,11 +81,11 @@ class ShellExecutor(Tool):
     Options = ShellExecutorOptions
     options: ShellExecutorOptions
 
-    def default_timeout(self, sandbox: AsyncSandbox) -> float:
+    def default_timeout(self, sandbox: SandboxLike) -> float:
         """The timeout used when the model gives none."""
         return min(self.options.timeout or sandbox.config.timeout, self.options.max_timeout)
 
-    def describe(self, sandbox: AsyncSandbox) -> str:
+    def describe(self, sandbox: SandboxLike) -> str:
         return (
             "Run a shell command (/bin/sh -c) in the sandbox as an unprivileged user and get "
             "its stdout, stderr and exit code. Each call is a fresh shell: `cd` and exported "
@@ -97,7 +97,7 @@ class ShellExecutor(Tool):
             f"{self.options.max_output_chars} characters is cut in the middle."
         )
 
-    def parameter_descriptions(self, sandbox: AsyncSandbox) -> dict[str, str]:
+    def parameter_descriptions(self, sandbox: SandboxLike) -> dict[str, str]:
         return {
             "command": "The command line, run with /bin/sh -c (pipes and && work).",
             "timeout": (
@@ -110,7 +110,7 @@ class ShellExecutor(Tool):
             ),
         }
 
-    async def run(self, sandbox: AsyncSandbox, params: ShellParams) -> ToolResult:
+    async def run(self, sandbox: SandboxLike, params: ShellParams) -> ToolResult:
         timeout = min(params.timeout or self.default_timeout(sandbox), self.options.max_timeout)
         result = await sandbox.run_shell(params.command, timeout=timeout, cwd=params.cwd)
         metadata: dict[str, Any] = {"exit_code": result.exit_code, "timed_out": result.timed_out}

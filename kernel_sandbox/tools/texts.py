@@ -9,12 +9,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..sandbox import AsyncSandbox
+    from ..protocols import SandboxLike
 
 __all__ = ["limits_text", "where_text"]
 
 
-def where_text(sandbox: AsyncSandbox) -> str:
+def where_text(sandbox: SandboxLike) -> str:
     """Working directory and mounted host directories."""
     cfg = sandbox.config
     text = (
@@ -30,7 +30,7 @@ def where_text(sandbox: AsyncSandbox) -> str:
     return text
 
 
-def limits_text(sandbox: AsyncSandbox, timeout: float, max_timeout: float) -> str:
+def limits_text(sandbox: SandboxLike, timeout: float, max_timeout: float) -> str:
     """Network, memory and timeout, in one or two sentences."""
     cfg = sandbox.config
     from ..network import describe_network  # what the sandbox's network= policy allows

@@ -1,5 +1,5 @@
-"""``AsyncSandbox.connect`` / ``Sandbox.connect``: the remote client by the local class's
-name; and ``interrupt`` through the server on the sandbox layer's own call."""
+"""``client.aconnect`` / ``client.connect``: the remote client, async and blocking; and
+``interrupt`` through the server on the sandbox layer's own call."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from kernel_sandbox import AsyncSandbox, Sandbox
+from kernel_sandbox import client
 from kernel_sandbox.client.remote import RemoteSandbox
-from kernel_sandbox.errors import SandboxNotFoundError
+from kernel_sandbox.errors import ConfigError, SandboxNotFoundError
 from tests.integration.serving import KEY_A, KEY_B, Server
 
 pytestmark = pytest.mark.integration
@@ -19,13 +19,13 @@ pytestmark = pytest.mark.integration
 async def test_connect_returns_the_remote_client(docker_engine, tmp_path) -> None:  # type: ignore[no-untyped-def]
     server = Server(f"t-connect-{os.getpid()}", tmp_path).start()
     try:
-        sb = await AsyncSandbox.connect(server.url, api_key=KEY_A)
+        sb = await client.aconnect(server.url, api_key=KEY_A)
         assert isinstance(sb, RemoteSandbox)
         await sb.run_python("kept = 5")
-        again = await AsyncSandbox.connect(server.url, sb.id, api_key=KEY_A)
+        again = await client.aconnect(server.url, sb.id, api_key=KEY_A)
         assert (await again.run_python("kept")).text == "5"
         with pytest.raises(SandboxNotFoundError):
-            await AsyncSandbox.connect(server.url, sb.id, api_key=KEY_B)  # not B's
+            await client.aconnect(server.url, sb.id, api_key=KEY_B)  # not B's
         code = "import time\nopen('started', 'w').close()\nwhile True: time.sleep(0.1)"
         cell = asyncio.ensure_future(sb.run_python(code, timeout=120))
         while not await again.files.exists("started"):
@@ -37,8 +37,10 @@ async def test_connect_returns_the_remote_client(docker_engine, tmp_path) -> Non
         await again.close()
         await sb.close()
 
-        blocking = await asyncio.to_thread(Sandbox.connect, server.url, api_key=KEY_A)
+        blocking = await asyncio.to_thread(client.connect, server.url, api_key=KEY_A)
         assert (await asyncio.to_thread(blocking.run_python, "6 * 7")).text == "42"
+        with pytest.raises(ConfigError, match="only on a local sandbox"):
+            _ = blocking.labels  # not an AttributeError deep inside
         await asyncio.to_thread(blocking.close)
     finally:
         server.stop()

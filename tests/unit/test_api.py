@@ -62,7 +62,7 @@ SUBMODULE_ONLY: dict[str, set[str]] = {
         "strip_ansi",
     },
     "sandbox": {"PING_TIMEOUT"},
-    "sync": {"ReadStream", "run_sync"},
+    "sync": {"ReadStream", "as_async", "run_sync"},
     "tools": {
         "Artifact",
         "FileOperation",

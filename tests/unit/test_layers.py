@@ -1,10 +1,12 @@
 """The layers a newcomer draws from the folder listing hold in the code.
 
 Read from the source (every ``import``, also those inside functions; only ``if
-TYPE_CHECKING:`` blocks, which never run, are left out): no import cycle between
-modules, and nothing above the kernel host interface reaches the Docker SDK or the
-Docker host.  One subprocess then imports those layers and checks that ``docker``
-really stays unloaded.  (The Kubernetes client is held to the same rule.)
+TYPE_CHECKING:`` blocks, which never run, are left out): every module sits in one of
+ARCHITECTURE.md's layers and imports only its own and those below (so the sandbox
+layer reaches no server, client or egress proxy), no import cycle between modules, and
+nothing above the kernel host interface reaches the Docker SDK or the Docker host.
+One subprocess then imports those layers and checks that ``docker`` really stays
+unloaded.  (The Kubernetes client is held to the same rule.)
 """
 
 from __future__ import annotations
@@ -115,8 +117,97 @@ def cycles() -> set[frozenset[str]]:
 
 def test_the_import_graph_is_read_from_every_module() -> None:
     assert len(modules()) > 100
-    assert ("kernel_sandbox.client.remote", False) in imports("kernel_sandbox.sandbox")
-    assert all(t != "kernel_sandbox.client.remote" for t, _ in imports("kernel_sandbox.sync"))
+    assert ("kernel_sandbox.client.remote", True) in imports("kernel_sandbox.client")
+    assert ("kernel_sandbox.sandbox", False) in imports("kernel_sandbox.notebook.replay")
+
+
+#: ARCHITECTURE.md's layers, lowest first: a module may import its own layer and those
+#: below it, never one above.  Each entry is a module or package (with its submodules).
+LAYERS: list[tuple[str, set[str]]] = [
+    (
+        "values",
+        {
+            "_extras",
+            "errors",
+            "limits",
+            "results",
+            "threads",
+            "network",
+            "config",
+            "events",
+            "wire",
+            "rundirs",
+            "transfer",
+            "file_scripts",
+            "contexts",
+        },
+    ),
+    ("kernel", {"kernel"}),
+    ("kernel host", {"backends", "testing", "programs"}),
+    (
+        "sandbox",
+        {
+            "sandbox",
+            "sync",
+            "files",
+            "shell",
+            "judgement",
+            "snapshots",
+            "protocols",
+            "running",
+        },
+    ),
+    ("tools and pool", {"tools", "pool", "manager_models"}),
+    ("notebook", {"notebook"}),
+    ("agent", {"agent"}),
+    ("client", {"client"}),
+    ("manager", {"manager"}),
+    ("fronts", {"", "server", "mcp", "jupyter", "cli", "integrations"}),
+]
+#: The layers that make up "the sandbox layer" and everything under it.
+SANDBOX_LAYERS = {"values", "kernel", "kernel host", "sandbox"}
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of a ``kernel_sandbox`` module."""
+    rest = module.removeprefix(PACKAGE).removeprefix(".")
+    head = rest.split(".")[0]
+    for index, (_, members) in enumerate(LAYERS):
+        if head in members:
+            return index
+    raise AssertionError(f"{module} is in no layer of LAYERS: place it there")
+
+
+def test_every_module_sits_in_one_layer_and_imports_only_downwards() -> None:
+    offenders = [
+        f"{module} ({LAYERS[layer_of(module)][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
+        for module in sorted(modules())
+        for target, _ in imports(module)
+        if target in modules() and layer_of(target) > layer_of(module)
+    ]
+    assert not offenders, "\n".join(offenders)
+
+
+@pytest.mark.parametrize(
+    "above",
+    ["kernel_sandbox.server", "kernel_sandbox.client", "kernel_sandbox.backends.docker.egress"],
+)
+def test_the_sandbox_layer_imports_no_server_client_or_egress(above: str) -> None:
+    """Said once more by name: the sandbox layer and all below it (but the Docker host,
+    which runs the egress proxy) reach none of them."""
+    sandbox_layer = [
+        m
+        for m in modules()
+        if LAYERS[layer_of(m)][0] in SANDBOX_LAYERS and not m.startswith(DOCKER_HOST)
+    ]
+    assert "kernel_sandbox.config" in sandbox_layer and "kernel_sandbox.sandbox" in sandbox_layer
+    offenders = [
+        f"{m} imports {t}"
+        for m in sandbox_layer
+        for t, _ in imports(m)
+        if t == above or t.startswith(above + ".")
+    ]
+    assert not offenders
 
 
 def test_no_import_cycle_not_even_inside_functions() -> None:
