@@ -8,6 +8,7 @@ jupyter_client.  The public API is re-exported here; everything else is internal
 from .config import DEFAULT_IMAGE, SandboxConfig
 from .contexts import Context, KernelSpecInfo
 from .errors import (
+    AccessDeniedError,
     CapacityError,
     ConfigError,
     ContainerRemovedError,
@@ -101,6 +102,7 @@ __all__ = [
     "AsyncFiles",
     "AsyncSandbox",
     "Budget",
+    "AccessDeniedError",
     "CapacityError",
     "CommandResult",
     "ConfigError",
