@@ -96,13 +96,13 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "DEFAULT_IMAGE",
+    "AccessDeniedError",
     "Agent",
     "AgentResult",
     "AgentSession",
     "AsyncFiles",
     "AsyncSandbox",
     "Budget",
-    "AccessDeniedError",
     "CapacityError",
     "CommandResult",
     "ConfigError",

@@ -143,7 +143,7 @@ class Command:
         while len(self._pending) >= 5:
             size = int.from_bytes(self._pending[1:5], "big")
             if size > E2B_MAX_FRAME:
-                raise SandboxError(f"the command's helper sent a frame of {size} bytes (broken framing)")
+                raise SandboxError(f"the command's helper broke its framing: a {size}-byte frame")
             if len(self._pending) < 5 + size:
                 return
             kind = bytes(self._pending[:1])
