@@ -23,7 +23,7 @@ LOCAL_ONLY = {"adopt", "host", "labels", "connection_info", "retire", "warm_up"}
 # contexts as values held here (a remote client asks with list_contexts)
 LOCAL_ONLY |= {"default_context", "get_context", "known_languages"}
 #: What only a remote sandbox can do.
-REMOTE_ONLY = {"notebook", "url"}
+REMOTE_ONLY = {"notebook", "url", "connect"}  # connect: a sandbox on a server, by url
 
 
 def _client(settings: ServerSettings) -> httpx2.AsyncClient:
