@@ -8,6 +8,7 @@ jupyter_client.  The public API is re-exported here; everything else is internal
 from .config import DEFAULT_IMAGE, SandboxConfig
 from .contexts import Context, KernelSpecInfo
 from .errors import (
+    AccessDeniedError,
     CapacityError,
     ConfigError,
     ContainerRemovedError,
@@ -95,6 +96,7 @@ def __dir__() -> list[str]:
 
 __all__ = [
     "DEFAULT_IMAGE",
+    "AccessDeniedError",
     "Agent",
     "AgentResult",
     "AgentSession",

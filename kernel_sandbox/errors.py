@@ -18,6 +18,7 @@ caller and for failures of the machinery underneath::
     ├── KernelError                      the kernel could not be reached or restarted
     ├── ContextNotFoundError(KeyError)   unknown context id in a sandbox
     ├── MissingExtraError(ModuleNotFoundError)  an optional part is not installed
+    ├── AccessDeniedError(PermissionError)  a call without a sandbox's own credential
     ├── SnapshotError                    a snapshot cannot be made, stored or restored
     │   └── SnapshotNotFoundError(KeyError)  no such snapshot (for this owner)
     ├── NotebookError(ValueError)        a notebook file cannot be read or is not valid
@@ -34,6 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "AccessDeniedError",
     "CapacityError",
     "ConfigError",
     "ContainerRemovedError",
@@ -125,6 +127,11 @@ class MissingExtraError(SandboxError, ModuleNotFoundError):
     """A part of kernel_sandbox needs an extra that is not installed; the message names
     the extra and the command that installs it (``pip install 'kernel-sandbox[EXTRA]'``).
     """
+
+
+class AccessDeniedError(SandboxError, PermissionError):
+    """A call into a sandbox without the credential that sandbox was given (for example
+    the envd access token of a sandbox made through the E2B API): answered 401."""
 
 
 class SnapshotError(SandboxError):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 
 if TYPE_CHECKING:
     from .config import SandboxConfig
+    from .contexts import Context
     from .events import Listener
     from .kernel.client import OutputCallback
     from .manager_models import SandboxInfo, SandboxStatus, SandboxType
@@ -119,6 +120,17 @@ class SandboxLike(Protocol):
         on_output: OutputCallback | None = None,
     ) -> Execution:
         """Run code in the persistent kernel (see ``AsyncSandbox.run_python``)."""
+
+    async def run_code(
+        self,
+        code: str,
+        language: str | None = None,
+        *,
+        context: Context | str | None = None,
+        timeout: float | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> Execution:
+        """Run code in a kernel of the sandbox (see ``AsyncSandbox.run_code``)."""
 
     async def run_shell(
         self,

@@ -422,6 +422,13 @@ class AsyncSandbox:
             self._kernelspecs = parse_kernelspecs(result.stdout.decode(errors="replace"))
         return self._kernelspecs
 
+    def known_languages(self) -> list[str] | None:
+        """:meth:`languages` if the image was asked already (tools describe themselves
+        without a call into the sandbox), else None."""
+        if self._kernelspecs is None:
+            return None
+        return sorted({spec.speaks for spec in self._kernelspecs.values()})
+
     async def languages(self) -> list[str]:
         """The languages the image has kernels for (``python``, ``r``, ...), sorted."""
         return sorted({spec.speaks for spec in (await self.kernelspecs()).values()})

@@ -308,6 +308,9 @@ class Sandbox:
     def languages(self) -> list[str]:
         return run_sync(self._local("languages").languages())
 
+    def known_languages(self) -> list[str] | None:
+        return self._local("known_languages").known_languages()
+
     def list_contexts(self) -> list[Context]:
         return self._local("list_contexts").list_contexts()
 

@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from ..config import DEFAULT_IMAGE
+from ..contexts import normalise_language
 from ..results import output_text
 from ..sync import Sandbox
 
@@ -32,6 +34,13 @@ def terminal_safe(text: str) -> str:
     return _TERMINAL.sub(lambda m: m.group(1) or "", text)
 
 
+#: The image (and its kernelspec) ``run --language`` uses when no --image is given.
+LANGUAGE_IMAGES = {
+    "r": ("kernel-sandbox:r", "ir"),
+    "javascript": ("kernel-sandbox:javascript", "deno"),
+    "typescript": ("kernel-sandbox:javascript", "deno"),
+    "bash": ("kernel-sandbox:polyglot", "bash"),
+}
 _EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/svg+xml": "svg", "image/gif": "gif"}
 
 
@@ -105,6 +114,14 @@ def _save_image(output: dict[str, Any], directory: Path, index: int) -> Path | N
 )
 @click.option("-c", "--code", help="Code to run instead of a file.")
 @click.option(
+    "--language",
+    "-l",
+    default="python",
+    show_default=True,
+    help="python, r, javascript, typescript or bash (any the image has a kernel for); "
+    "without --image, our image for it.",
+)
+@click.option(
     "--save-images",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path("."),
@@ -112,18 +129,27 @@ def _save_image(output: dict[str, Any], directory: Path, index: int) -> Path | N
     help="Directory for images the code shows.",
 )
 @sandbox_options
+@click.pass_context
 def run(
+    ctx: click.Context,
     file: Path | None,
     code: str | None,
+    language: str,
     save_images: Path,
     image: str,
     timeout: float,
     network: str | list[str],
 ) -> None:
-    """Run a Python FILE (or -c CODE) in a fresh sandbox; print outputs, save images.
+    """Run a FILE (or -c CODE) of --language in a fresh sandbox; print outputs, save images.
 
     Exits with status 1 when the code raised, timed out or crashed the kernel.
     """
+    language = normalise_language(language)
+    settings: dict[str, Any] = {}
+    if ctx.get_parameter_source("image") != ParameterSource.COMMANDLINE:
+        image, kernel = LANGUAGE_IMAGES.get(language, (image, None))
+        if kernel is not None:
+            settings["kernel"] = kernel  # the image's own kernel for it: one kernel runs
     if (file is None) == (code is None):
         raise click.UsageError("give either FILE or -c CODE")
     source = code if code is not None else file.read_text()  # type: ignore[union-attr]
@@ -141,8 +167,8 @@ def run(
         elif text and path is None:
             click.echo(text)
 
-    with Sandbox.create(image=image, network=network, timeout=timeout) as sb:
-        execution = sb.run_python(source, on_output=show)
+    with Sandbox.create(image=image, network=network, timeout=timeout, **settings) as sb:
+        execution = sb.run_code(source, language, on_output=show)
     if execution.message:
         click.echo(f"[{terminal_safe(execution.message)}]", err=True)
     if not execution.ok:

@@ -30,8 +30,10 @@ from urllib.parse import quote
 import httpx2
 
 from ..config import PING_TIMEOUT, SandboxConfig
+from ..contexts import Context, KernelSpecInfo
 from ..errors import (
     ConfigError,
+    ContextNotFoundError,
     FileOperationError,
     SandboxClosedError,
     SandboxError,
@@ -75,6 +77,8 @@ def raise_for(response: httpx2.Response, what: str) -> None:
         raise SnapshotNotFoundError(message)
     if status == 409:
         raise SnapshotError(message)
+    if status == 404 and "no context" in str(detail).lower():
+        raise ContextNotFoundError(message)
     if status == 404:
         raise SandboxNotFoundError(message)
     if status in (400, 413, 422, 429):
@@ -362,21 +366,76 @@ class RemoteSandbox:
 
     # -- python and shell --------------------------------------------------------------
 
+    async def run_code(
+        self,
+        code: str,
+        language: str | None = None,
+        *,
+        context: Context | str | None = None,
+        timeout: float | None = None,
+        on_output: Any = None,
+    ) -> Execution:
+        """Run code in a remote kernel (``context``, else the first of ``language``, else
+        the sandbox's own); ``on_output`` sees outputs as they come."""
+        context_id = context.id if isinstance(context, Context) else context
+        body = {"code": code, "timeout": timeout, "language": language, "context": context_id}
+        return await self._run(f"/v1/sandboxes/{self.id}/code", code, body, on_output)
+
     async def run_python(
         self, code: str, timeout: float | None = None, on_output: OutputCallback | None = None
     ) -> Execution:
-        """Run code in the remote kernel; ``on_output`` sees outputs as they come."""
-        wall = time.time()
-        path = f"/v1/sandboxes/{self.id}/python"
+        """Run code in the remote python kernel; ``on_output`` sees outputs as they come."""
         body = {"code": code, "timeout": timeout}
+        return await self._run(f"/v1/sandboxes/{self.id}/python", code, body, on_output)
+
+    async def _run(self, path: str, code: str, body: dict[str, Any], on_output: Any) -> Execution:
+        wall = time.time()
         if on_output is None:
-            response = await self._request("POST", path, "run_python", json=body)
+            response = await self._request("POST", path, "run_code", json=body)
             execution = execution_from(response.json())
         else:
             execution = await self._stream(path, body, on_output)
         if self.listeners:
-            await emit(self.listeners, PythonExecuted(self.id, code, execution, wall))
+            language = body.get("language") or "python"
+            await emit(
+                self.listeners,
+                PythonExecuted(self.id, code, execution, wall, language=language),
+            )
         return execution
+
+    async def kernelspecs(self) -> dict[str, KernelSpecInfo]:
+        """The Jupyter kernels the sandbox's image holds, by kernelspec name."""
+        response = await self._request("GET", f"/v1/sandboxes/{self.id}/kernels", "kernelspecs")
+        return {name: KernelSpecInfo(**spec) for name, spec in response.json().items()}
+
+    async def languages(self) -> list[str]:
+        """The languages the image has kernels for, sorted."""
+        return sorted({spec.speaks for spec in (await self.kernelspecs()).values()})
+
+    async def list_contexts(self) -> list[Context]:
+        """The sandbox's own kernel, then every context made since."""
+        response = await self._request("GET", f"/v1/sandboxes/{self.id}/contexts", "contexts")
+        return [Context(**c) for c in response.json()]
+
+    async def create_context(
+        self, language: str | None = None, *, kernel: str | None = None, cwd: str | None = None
+    ) -> Context:
+        """Start another kernel in the remote sandbox (same files, its own variables)."""
+        body = {"language": language, "kernel": kernel, "cwd": cwd}
+        path = f"/v1/sandboxes/{self.id}/contexts"
+        return Context(**(await self._request("POST", path, "create_context", json=body)).json())
+
+    async def restart_context(self, context: Context | str) -> None:
+        """Restart one context's kernel: its variables end, files stay."""
+        context_id = context.id if isinstance(context, Context) else context
+        path = f"/v1/sandboxes/{self.id}/contexts/{context_id}/restart"
+        await self._request("POST", path, "restart_context")
+
+    async def remove_context(self, context: Context | str) -> None:
+        """End a context's kernel."""
+        context_id = context.id if isinstance(context, Context) else context
+        path = f"/v1/sandboxes/{self.id}/contexts/{context_id}"
+        await self._request("DELETE", path, "remove_context")
 
     async def _stream(self, path: str, body: dict[str, Any], on_output: Any) -> Execution:
         if self._closed:
@@ -406,9 +465,13 @@ class RemoteSandbox:
             raise SandboxError("run_python: the server ended the stream without a result")
         return result
 
-    async def interrupt(self) -> None:
-        """Interrupt the running cell (it ends with ``KeyboardInterrupt``); variables stay."""
-        await self._request("POST", f"/v1/sandboxes/{self.id}/interrupt", "interrupt")
+    async def interrupt(self, context: Context | str | None = None) -> None:
+        """Interrupt the running cell of a context (default: the sandbox's own kernel);
+        variables stay."""
+        context_id = context.id if isinstance(context, Context) else context
+        params = {"context": context_id} if context_id else {}
+        path = f"/v1/sandboxes/{self.id}/interrupt"
+        await self._request("POST", path, "interrupt", params=params)
 
     async def restart(self) -> None:
         """Restart the kernel: variables and processes end, files stay."""

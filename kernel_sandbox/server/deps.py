@@ -16,6 +16,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from ..errors import (
     CapacityError,
     ConfigError,
+    ContextNotFoundError,
     EngineUnavailableError,
     FileOperationError,
     ImageError,
@@ -64,7 +65,13 @@ async def owner(request: Request) -> str:
 
 def status_of(exc: SandboxError) -> int:
     """The HTTP status that says what went wrong (the client's part or the server's)."""
-    if isinstance(exc, SandboxNotFoundError | SandboxFileNotFoundError | SnapshotNotFoundError):
+    if isinstance(
+        exc,
+        SandboxNotFoundError
+        | SandboxFileNotFoundError
+        | SnapshotNotFoundError
+        | ContextNotFoundError,
+    ):
         return 404
     if isinstance(exc, SnapshotError):
         return 409  # the sandbox's state cannot be saved or loaded as asked

@@ -23,8 +23,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CapacityError, SandboxNotFoundError, SnapshotNotFoundError
-from ..notebook.cells import META_KEY
-from ..notebook.storage import read_notebook
 from ..sandbox import AsyncSandbox
 from ..snapshots import LocalSnapshotStore, Snapshot, SnapshotStore
 from .labels import SERVER_ID_LABEL
@@ -185,8 +183,7 @@ class Durability:
         """``n`` new sandboxes with this one's state (one snapshot), each a child notebook."""
         if n < 1:
             raise CapacityError("fork: n must be at least 1")
-        for _ in range(n):
-            self.tenancy.check_room(lease.owner, extra=n - 1)
+        self.tenancy.check_room(lease.owner, extra=n - 1)
         snap = await self.snapshot(lease, f"fork of {lease.id}", tmp=False)
         made = await asyncio.gather(
             *(self.restore(lease.owner, snap.id, parent=lease) for _ in range(n)),
@@ -217,9 +214,3 @@ def _overrides(config: Any) -> dict[str, Any]:
 
     data = config.model_dump()
     return {k: v for k, v in data.items() if k in SandboxConfig.model_fields}
-
-
-def notebook_origin(path: Path) -> dict[str, Any]:
-    """The ``forked_from`` of a session notebook ({} for one that is no fork)."""
-    session = read_notebook(path).metadata.get(META_KEY, {})
-    return dict(session.get("forked_from") or {})

@@ -35,6 +35,7 @@ from ..notebook.cells import META_KEY
 from ..notebook.export import export_notebook
 from ..notebook.storage import read_notebook
 from .deps import Key, Ten, keep_key, page
+from .durable import Paused
 from .live_page import LIST_PAGE, SESSION_PAGE
 from .live_render import render_cell
 from .tenancy import Lease, Tenancy
@@ -55,9 +56,10 @@ async def index(request: Request) -> Response:
 
 @router.get("/list.json")
 async def listing(ten: Ten, key: Key) -> dict[str, Any]:
-    """This key's live sandboxes, and the notebooks of its finished sessions."""
+    """This key's live sandboxes (paused ones too), and its finished sessions' notebooks."""
     now = time.time()
     live = [_row(lease, now) for lease in ten.owned(key)]
+    live += [_paused_row(paused, now) for paused in ten.durable.paused_of(key)]
     ids = {row["id"] for row in live}
     stored = []
     folder = ten.settings.record_dir / key
@@ -84,6 +86,22 @@ def _row(lease: Lease, now: float) -> dict[str, Any]:
         "state": "closed" if sandbox.closed else ("busy" if lease.busy else "idle"),
         "cells": lease.recorder.cell_count(),
         "status": session.get("status", "?"),
+    }
+
+
+def _paused_row(paused: Paused, now: float) -> dict[str, Any]:
+    """A paused sandbox: no container, its state in a snapshot; any call resumes it."""
+    snap = paused.snapshot
+    return {
+        "id": paused.id,
+        "owner": paused.owner,
+        "kind": "docker",
+        "image": snap.image,
+        "age_s": now - snap.created,
+        "idle_s": now - snap.created,
+        "state": "paused",
+        "cells": snap.execution_count - 1,
+        "status": f"paused ({snap.sizes.get('bytes', 0) // 1024} KiB)",
     }
 
 

@@ -25,7 +25,7 @@ pre.stderr{background:#fff4f4}pre.error{background:#fdecec;color:#8a1c1c}
 img.plot{max-width:100%;display:block;margin:6px 0}
 iframe.html{width:100%;min-height:120px;border:1px solid #e3e6ea;background:#fff}
 .state{padding:2px 8px;border-radius:10px;background:#e3e6ea;color:#1d232b;font-size:12px}
-.state.busy{background:#ffe9a8}.state.idle{background:#d8f3dc}.state.ended{background:#e3e6ea}
+.state.busy{background:#ffe9a8}.state.idle{background:#d8f3dc}.state.ended{background:#e3e6ea}.state.paused{background:#dbe7ff}
 button{font:inherit;padding:3px 10px}
 .cell.running{border-color:#e0b400;box-shadow:0 0 0 2px #ffe9a8}
 """

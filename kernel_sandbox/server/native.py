@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request
@@ -25,6 +26,7 @@ from ..errors import KernelError
 from ..files import LIST_LIMIT
 from ..limits import STREAM_QUEUE_BYTES
 from ..results import Execution
+from ..sandbox import AsyncSandbox
 from ..wire import dumps, to_json
 from .deps import Key, Opts, Ten, json_response
 from .durable import Paused
@@ -78,6 +80,33 @@ class CodeRequest(BaseModel):
 
     code: str = Field(max_length=1_000_000)
     timeout: float | None = Field(default=None, gt=0)
+    language: str | None = Field(
+        default=None,
+        max_length=64,
+        description="python, r, javascript, typescript, bash: the first context of it.",
+    )
+    context: str | None = Field(
+        default=None, max_length=64, description="A context's id (POST .../contexts)."
+    )
+
+    def run(
+        self, sandbox: AsyncSandbox, timeout: float | None, on_output: Any, default: str | None
+    ) -> Awaitable[Execution]:
+        """The call on ``sandbox`` (``default``: the language when none is given)."""
+        language = self.language or (default if self.context is None else None)
+        return sandbox.run_code(
+            self.code, language, context=self.context, timeout=timeout, on_output=on_output
+        )
+
+
+class ContextRequest(BaseModel):
+    """Another kernel in the sandbox."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    language: str | None = Field(default=None, max_length=64)
+    kernel: str | None = Field(default=None, max_length=64, description="A kernelspec name.")
+    cwd: str | None = Field(default=None, max_length=4096)
 
 
 class ShellRequest(BaseModel):
@@ -175,7 +204,12 @@ def _sse(event: str, data: Any) -> bytes:
 
 
 async def _streamed(
-    ten: Tenancy, key: str, lease: Lease, body: CodeRequest, timeout: float | None
+    ten: Tenancy,
+    key: str,
+    lease: Lease,
+    body: CodeRequest,
+    timeout: float | None,
+    default: str | None,
 ) -> AsyncIterator[bytes]:
     """Outputs as the kernel sends them, then the result; bounded like the result.
 
@@ -212,7 +246,7 @@ async def _streamed(
     async def run() -> Execution:
         try:
             async with ten.use(key, lease.id) as held:
-                return await held.sandbox.run_python(body.code, timeout, on_output=on_output)
+                return await body.run(held.sandbox, timeout, on_output, default)
         finally:
             lease.done_running()
             queue.put_nowait(None)
@@ -240,34 +274,106 @@ async def run_python(
     key: Key,
     stream: bool = Query(False, description="Server-Sent Events: output..., result"),
 ) -> Response:
-    """Run code in the sandbox's persistent kernel; errors in the code are data.
+    """Run code in the sandbox's persistent python kernel (or ``language``/``context``);
+    errors in the code are data.
 
     The answer is the ``Execution`` as JSON (its outputs nbformat dicts), serialised
     once, straight from the dataclass.
     """
+    return await _run(sandbox_id, body, ten, opts, key, stream, "python")
+
+
+@router.post("/sandboxes/{sandbox_id}/code", response_model=None)
+async def run_code(
+    sandbox_id: str,
+    body: CodeRequest,
+    ten: Ten,
+    opts: Opts,
+    key: Key,
+    stream: bool = Query(False, description="Server-Sent Events: output..., result"),
+) -> Response:
+    """Run code in a kernel of the sandbox: ``context`` (an id), else the first context
+    of ``language``, else the sandbox's own kernel; answered as ``.../python`` is."""
+    return await _run(sandbox_id, body, ten, opts, key, stream, None)
+
+
+async def _run(
+    sandbox_id: str,
+    body: CodeRequest,
+    ten: Tenancy,
+    opts: ServerSettings,
+    key: str,
+    stream: bool,
+    default: str | None,
+) -> Response:
     timeout = _timeout(body.timeout, opts)
     if not stream:
         async with ten.use(key, sandbox_id) as lease:
             shown = lease.watch_outputs(body.code)  # the live page follows the call
             try:
-                return json_response(await lease.sandbox.run_python(body.code, timeout, shown))
+                return json_response(await body.run(lease.sandbox, timeout, shown, default))
             finally:
                 lease.done_running()
 
     lease = await ten.live(key, sandbox_id)  # a 404 before the stream starts
     return StreamingResponse(
-        _streamed(ten, key, lease, body, timeout),
+        _streamed(ten, key, lease, body, timeout, default),
         media_type="text/event-stream",
         headers={"cache-control": "no-cache"},
     )
 
 
+@router.get("/sandboxes/{sandbox_id}/kernels")
+async def kernels(sandbox_id: str, ten: Ten, key: Key) -> dict[str, Any]:
+    """The Jupyter kernels the sandbox's image holds, by kernelspec name."""
+    async with ten.use(key, sandbox_id) as lease:
+        specs = await lease.sandbox.kernelspecs()
+    return {name: dataclasses.asdict(spec) for name, spec in specs.items()}
+
+
+@router.get("/sandboxes/{sandbox_id}/contexts")
+async def list_contexts(sandbox_id: str, ten: Ten, key: Key) -> list[dict[str, Any]]:
+    """The sandbox's kernels: its own (``default``) and every context made since."""
+    return [dataclasses.asdict(c) for c in ten.get(key, sandbox_id).sandbox.list_contexts()]
+
+
+@router.post("/sandboxes/{sandbox_id}/contexts")
+async def create_context(
+    sandbox_id: str, body: ContextRequest, ten: Ten, key: Key
+) -> dict[str, Any]:
+    """Start another kernel in the sandbox (same files, its own variables)."""
+    async with ten.use(key, sandbox_id) as lease:
+        made = await lease.sandbox.create_context(body.language, kernel=body.kernel, cwd=body.cwd)
+    return dataclasses.asdict(made)
+
+
+@router.post("/sandboxes/{sandbox_id}/contexts/{context_id}/restart")
+async def restart_context(sandbox_id: str, context_id: str, ten: Ten, key: Key) -> dict[str, bool]:
+    """A fresh kernel for one context: its variables end, files and other contexts stay."""
+    async with ten.use(key, sandbox_id) as lease:
+        await lease.sandbox.restart_context(context_id)
+    return {"restarted": True}
+
+
+@router.delete("/sandboxes/{sandbox_id}/contexts/{context_id}")
+async def remove_context(sandbox_id: str, context_id: str, ten: Ten, key: Key) -> dict[str, bool]:
+    """End a context's kernel (not the default one: delete the sandbox for that)."""
+    async with ten.use(key, sandbox_id) as lease:
+        await lease.sandbox.remove_context(context_id)
+    return {"removed": True}
+
+
 @router.post("/sandboxes/{sandbox_id}/interrupt")
-async def interrupt(sandbox_id: str, ten: Ten, key: Key) -> dict[str, int]:
+async def interrupt(
+    sandbox_id: str,
+    ten: Ten,
+    key: Key,
+    context: str | None = Query(None, max_length=64, description="A context's id."),
+) -> dict[str, int]:
     """Interrupt the running cell (``KeyboardInterrupt`` in it); variables are kept."""
     lease = ten.get(key, sandbox_id)
     try:
-        await lease.sandbox.interrupt()
+        await lease.sandbox.interrupt(context)
     except KernelError:  # no kernel runs (it is being restarted): nothing to interrupt
         return {"signalled": 0}
     return {"signalled": 1}

@@ -393,11 +393,12 @@ class Tenancy:
                 session.pop(stale, None)
         if forked_from is not None:
             session["forked_from"] = forked_from
+        title = "" if notebook.exists() else f"Sandbox {sandbox_id}"  # one heading per notebook
         recorder = await asyncio.to_thread(
             record_sandbox,
             sandbox,
             notebook,
-            f"Sandbox {sandbox_id}",
+            title,
             {**session, "status": "running"},
             self.settings.record_flush_delay,
         )

@@ -62,8 +62,6 @@ class Snapshot:
     execution_count: int = 0
     #: The snapshot the source sandbox was restored from, if any (a fork's lineage).
     parent: str | None = None
-    #: Whether the store holds the session's notebook beside it.
-    has_notebook: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The record as JSON-ready values (what a store writes, what the server sends)."""

@@ -99,15 +99,6 @@ class SnapshotStore(abc.ABC):
     async def delete(self, snapshot_id: str) -> None:
         """Remove a snapshot and its parts (SnapshotNotFoundError if unknown)."""
 
-    async def has_part(self, snapshot_id: str, part: str) -> bool:
-        """Whether the part exists."""
-        try:
-            async for _ in self.read(snapshot_id, part):
-                return True
-        except SnapshotNotFoundError:
-            return False
-        return True
-
     async def paused(self, sandbox_id: str) -> Snapshot:
         """The snapshot a pause of ``sandbox_id`` made (SnapshotNotFoundError if none)."""
         found = [s for s in await self.list() if s.paused == sandbox_id]

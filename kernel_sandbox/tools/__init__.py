@@ -5,6 +5,7 @@ format) and executes calls, returning a compact :class:`ToolResult`.
 """
 
 from .base import Tool, ToolOptions, ToolSet, available_tools, make_tools, register_tool
+from .code import CodeExecutor
 from .files import FileOperation, FileOperationOptions
 from .python import PythonExecutor, PythonExecutorOptions
 from .results import Artifact, ToolResult, ToolStatus, truncate_middle
@@ -12,6 +13,7 @@ from .shell import ShellExecutor, ShellExecutorOptions
 
 __all__ = [
     "Artifact",
+    "CodeExecutor",
     "FileOperation",
     "FileOperationOptions",
     "PythonExecutor",

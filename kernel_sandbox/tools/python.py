@@ -12,6 +12,7 @@ from .texts import limits_text, where_text
 
 if TYPE_CHECKING:
     from ..protocols import SandboxLike
+    from ..results import Execution
 
 __all__ = ["MAX_CODE_CHARS", "PythonExecutor", "PythonExecutorOptions", "PythonParams"]
 
@@ -88,6 +89,10 @@ class PythonExecutor(Tool):
     async def run(self, sandbox: SandboxLike, params: PythonParams) -> ToolResult:
         timeout = min(params.timeout or self.default_timeout(sandbox), self.options.max_timeout)
         execution = await sandbox.run_python(params.code, timeout=timeout)
+        return self.result(execution, params.timeout)
+
+    def result(self, execution: Execution, asked_timeout: float | None) -> ToolResult:
+        """The tool's answer for ``execution`` (the timeout the model asked for, if any)."""
         text, artifacts = render_outputs(execution.outputs)
         text = capped_note(text, execution.truncated_bytes)
         if execution.message:
@@ -111,7 +116,7 @@ class PythonExecutor(Tool):
         }
         if execution.truncated_bytes:
             metadata["truncated_bytes"] = execution.truncated_bytes
-        if params.timeout and params.timeout > self.options.max_timeout:
+        if asked_timeout and asked_timeout > self.options.max_timeout:
             metadata["timeout_capped_at"] = self.options.max_timeout
         return ToolResult(
             status=status,  # type: ignore[arg-type]

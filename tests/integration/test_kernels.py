@@ -13,9 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from kernel_sandbox.backends.docker import docker_client
 from kernel_sandbox.backends.docker.images import builder
+from kernel_sandbox.cli.main import cli
 from kernel_sandbox.sandbox import AsyncSandbox
 from tests.conftest import require
 
@@ -208,3 +210,12 @@ async def test_a_javascript_context_beside_python_reads_its_files(make_sandbox: 
     await sandbox.remove_context(ctx)
     assert [c.id for c in sandbox.list_contexts()] == ["default"]
     assert (await sandbox.run_python("print('still here')")).stdout == "still here\n"
+
+
+def test_the_cli_runs_code_of_a_language_in_its_image(docker_engine: Any) -> None:
+    _require_image(JS_IMAGE)
+    done = CliRunner().invoke(cli, ["run", "--language", "js", "-c", "console.log(6 * 7)"])
+    assert done.exit_code == 0, done.output
+    assert done.output.strip() == "42"
+    failed = CliRunner().invoke(cli, ["run", "-l", "javascript", "-c", "throw new Error('no')"])
+    assert failed.exit_code == 1 and "no" in failed.output

@@ -46,6 +46,8 @@ async def test_auto_pause_frees_the_container_and_the_next_call_brings_it_back(
             assert ran.json()["status"] == "ok"
             await _wait_paused(c, sid)
             assert await leftovers(server.name) == []  # the container is gone
+            rows = (await c.get("/ui/list.json")).json()["sandboxes"]
+            assert [r["state"] for r in rows if r["id"] == sid] == ["paused"]  # the live page
             assert (
                 await b.post(f"/v1/sandboxes/{sid}/python", json={"code": "1"})
             ).status_code == 404
@@ -61,6 +63,7 @@ async def test_auto_pause_frees_the_container_and_the_next_call_brings_it_back(
         sources = [cell.source for cell in notebook.cells]
         assert "x = 41" in sources and "x + 1" in sources
         assert sum("paused" in s for s in sources) == 2 and any("resumed" in s for s in sources)
+        assert sum(s.startswith("# Sandbox") for s in sources) == 1  # continued, not restarted
     finally:
         server.stop()
 

@@ -65,6 +65,7 @@ SUBMODULE_ONLY: dict[str, set[str]] = {
     "sync": {"ReadStream", "as_async", "run_sync"},
     "tools": {
         "Artifact",
+        "CodeExecutor",
         "FileOperation",
         "FileOperationOptions",
         "PythonExecutor",

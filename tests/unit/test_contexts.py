@@ -15,6 +15,7 @@ from kernel_sandbox.contexts import kernel_for, normalise_language, parse_kernel
 from kernel_sandbox.errors import ConfigError, ContextNotFoundError
 from kernel_sandbox.events import ContextChanged, Event, PythonExecuted
 from kernel_sandbox.limits import MAX_CONTEXTS
+from kernel_sandbox.tools import ToolSet
 from tests.conftest import require
 from tests.unit.conftest import NewSandbox
 
@@ -155,3 +156,21 @@ def test_languages_are_named_as_people_name_them() -> None:
     assert kernel_for("js", specs) == kernel_for("TypeScript", specs) == "deno"
     assert kernel_for("python", specs) == "python3"
     assert normalise_language(" Python3 ") == "python" and specs["deno"].speaks == "javascript"
+
+
+async def test_the_code_tool_names_the_languages_and_runs_each(new_sandbox: NewSandbox) -> None:
+    sandbox = await new_sandbox()
+    tools = ToolSet(sandbox, {"code_executor": {}})
+    await sandbox.languages()
+    description = tools.schema_map()["code_executor"]["function"]["description"]
+    assert "bash, python" in description and "persist" in description
+    made = await tools.execute(
+        "code_executor", {"code": "n=3; echo $((n * 2))", "language": "bash"}
+    )
+    assert made.status == "success" and made.output.strip() == "6"
+    again = await tools.execute("code_executor", {"code": "echo $n", "language": "bash"})
+    assert again.output.strip() == "3"
+    python = await tools.execute("code_executor", {"code": "1 + 1"})
+    assert python.status == "success" and python.output.strip() == "2"
+    missing = await tools.execute("code_executor", {"code": "1", "language": "cobol"})
+    assert missing.status == "error" and "no 'cobol' kernel" in (missing.error or "")

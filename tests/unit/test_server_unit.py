@@ -20,8 +20,10 @@ KEYS = ("key-a", "key-b")
 #: Engine-side attributes a remote handle cannot have (the container is on the server).
 #: Plumbing of sandboxes in this process (pools, attach) that a remote one has no use for.
 LOCAL_ONLY = {"adopt", "host", "labels", "connection_info", "retire", "warm_up"}
+# contexts as values held here (a remote client asks with list_contexts)
+LOCAL_ONLY |= {"default_context", "get_context", "known_languages"}
 #: What only a remote sandbox can do.
-REMOTE_ONLY = {"notebook", "url"}
+REMOTE_ONLY = {"notebook", "url", "connect"}  # connect: a sandbox on a server, by url
 
 
 def _client(settings: ServerSettings) -> httpx2.AsyncClient:

@@ -31,6 +31,7 @@ from ...kernel.connection import (
 )
 from ...kernel.supervisor import KILL_SIGNAL, wait_for_kernel_end
 from ..base import ExecResult, HostState, KernelHost, SandboxRecord
+from .engine import DockerEngine
 from .statedir import HostRunDir
 
 if TYPE_CHECKING:
@@ -210,6 +211,4 @@ class DockerContextHost(KernelHost):
 
     @classmethod
     async def list_sandboxes(cls, labels: dict[str, str]) -> list[SandboxRecord]:
-        from .host import DockerHost
-
-        return await DockerHost.list_sandboxes(labels)
+        return await DockerEngine().list(labels)  # the sandboxes, as DockerHost lists them

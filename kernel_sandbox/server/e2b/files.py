@@ -23,6 +23,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.datastructures import UploadFile
 
 from ...errors import (
+    AccessDeniedError,
     FileOperationError,
     SandboxError,
     SandboxFileNotFoundError,
@@ -33,7 +34,6 @@ from ..deps import Opts, status_of
 from .control import registry
 from .models import e2b_error
 from .state import ENVD_PORT
-from .state import Unauthorized as _Unauthorized
 
 __all__ = ["router"]
 
@@ -42,7 +42,7 @@ PathQuery = Annotated[str | None, Query(max_length=4096)]
 
 
 def _error(exc: SandboxError) -> Response:
-    if isinstance(exc, _Unauthorized):
+    if isinstance(exc, AccessDeniedError):
         return e2b_error(401, str(exc))
     if isinstance(exc, SandboxFileNotFoundError):
         return e2b_error(404, str(exc))

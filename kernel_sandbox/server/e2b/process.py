@@ -117,7 +117,7 @@ class Command:
             )
             if result.exit_code != 0:
                 error = result.stderr.decode(errors="replace").strip()[-2000:]
-        except SandboxError as exc:  # _BadFrame too
+        except SandboxError as exc:  # a broken frame too
             error = str(exc)
         except Exception as exc:  # the command's end must be told whatever happened
             log.exception("E2B command in sandbox %s failed", self.record.id)
@@ -143,7 +143,7 @@ class Command:
         while len(self._pending) >= 5:
             size = int.from_bytes(self._pending[1:5], "big")
             if size > E2B_MAX_FRAME:
-                raise _BadFrame(f"the command's helper sent a frame of {size} bytes")
+                raise SandboxError(f"the command's helper broke its framing: a {size}-byte frame")
             if len(self._pending) < 5 + size:
                 return
             kind = bytes(self._pending[:1])
@@ -216,10 +216,6 @@ class Command:
             self._task.cancel()
             with contextlib.suppress(BaseException):
                 await self._task
-
-
-class _BadFrame(SandboxError):
-    """The in-sandbox helper broke its framing (a frame past ``E2B_MAX_FRAME``)."""
 
 
 def _find(record: E2bSandbox, selector: pb.ProcessSelector | None) -> Command:

@@ -18,6 +18,7 @@ from connectrpc.errors import ConnectError
 from connectrpc.request import RequestContext
 
 from ...errors import (
+    AccessDeniedError,
     CapacityError,
     FileOperationError,
     SandboxError,
@@ -25,14 +26,14 @@ from ...errors import (
     SandboxNotFoundError,
 )
 from ..tenancy import Lease
-from .state import ENVD_PORT, E2bRegistry, E2bSandbox, Unauthorized
+from .state import ENVD_PORT, E2bRegistry, E2bSandbox
 
 __all__ = ["connect_error", "resolve"]
 
 
 def connect_error(exc: SandboxError) -> ConnectError:
     """Our error as the Connect error E2B's SDK expects for it."""
-    if isinstance(exc, Unauthorized):
+    if isinstance(exc, AccessDeniedError):
         return ConnectError(Code.UNAUTHENTICATED, str(exc))
     if isinstance(exc, SandboxFileNotFoundError):
         return ConnectError(Code.NOT_FOUND, str(exc))

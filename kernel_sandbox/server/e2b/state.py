@@ -27,14 +27,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from ...errors import SandboxError, SandboxNotFoundError
+from ...errors import AccessDeniedError, SandboxError, SandboxNotFoundError
 from ..tenancy import Lease, Tenancy
 
 if TYPE_CHECKING:
     from .filesystem import Watcher
     from .process import Command
 
-__all__ = ["ENVD_PORT", "JUPYTER_PORT", "E2bRegistry", "E2bSandbox", "Unauthorized", "new_id"]
+__all__ = ["ENVD_PORT", "JUPYTER_PORT", "E2bRegistry", "E2bSandbox", "new_id"]
 
 log = logging.getLogger(__name__)
 
@@ -46,10 +46,6 @@ JUPYTER_PORT = 49999
 def new_id() -> str:
     """A sandbox id of 96 random bits (24 hex digits): unguessable, as a capability."""
     return secrets.token_hex(12)
-
-
-class Unauthorized(SandboxError):
-    """A call into a sandbox without its envd access token (answered 401)."""
 
 
 @dataclass
@@ -179,7 +175,7 @@ class E2bRegistry:
 
         ``E2b-Sandbox-Id`` names it; ``X-Access-Token`` must be its envd token (when
         ``token_required``, or whenever one is sent).  Raises ``SandboxNotFoundError``
-        (404) or :class:`Unauthorized` (401).
+        (404) or :class:`~kernel_sandbox.errors.AccessDeniedError` (401).
         """
         sandbox_id = headers.get("e2b-sandbox-id", "")
         record = self._sandboxes.get(sandbox_id)
@@ -195,7 +191,7 @@ class E2bRegistry:
             raise SandboxNotFoundError(f"The sandbox {sandbox_id} was not found (it is paused)")
         token = headers.get("x-access-token")
         if (token_required or token is not None) and not record.token_ok(token):
-            raise Unauthorized("missing or wrong envd access token (X-Access-Token)")
+            raise AccessDeniedError("missing or wrong envd access token (X-Access-Token)")
         return record, self._lease(record)
 
     async def kill(self, record: E2bSandbox) -> None:
