@@ -12,6 +12,7 @@ else (the SDK's stdout handling, its session) stays the SDK's.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from typing import IO, Any, cast
@@ -39,6 +40,10 @@ def _request_id(head: bytes) -> int | str | None:
     return raw.strip('"') if raw.startswith('"') else int(raw)
 
 
+#: A blocking read of stdin in a worker thread, left behind if the reader is cancelled.
+_in_thread = functools.partial(anyio.to_thread.run_sync, abandon_on_cancel=True)
+
+
 class BoundedLines:
     """Lines of a binary stream, each at most ``limit`` bytes, for ``stdio_server``."""
 
@@ -60,7 +65,7 @@ class BoundedLines:
 
     async def __anext__(self) -> str:
         while True:
-            line, problem = await anyio.to_thread.run_sync(self._read, abandon_on_cancel=True)
+            line, problem = await _in_thread(self._read)
             if problem is None:
                 if not line:
                     raise StopAsyncIteration
