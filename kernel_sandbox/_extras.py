@@ -28,6 +28,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "kubernetes": ("kubernetes", "websocket"),
     "notebook": ("nbconvert", "PIL", "numpy"),
     "attach": ("jupyter_console",),
+    "openai-agents": ("agents",),
 }
 
 

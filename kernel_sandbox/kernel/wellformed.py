@@ -78,8 +78,11 @@ def malformed_note(msg_type: str, problem: str) -> str:
 class RateLimitedWarning:
     """One warning line per ``interval`` seconds; the ones in between are counted."""
 
-    def __init__(self, interval: float = MALFORMED_WARNING_SECONDS) -> None:
+    def __init__(
+        self, interval: float = MALFORMED_WARNING_SECONDS, logger: logging.Logger = log
+    ) -> None:
         self.interval = interval
+        self.logger = logger
         self._next = 0.0
         self._skipped = 0
         self._lock = threading.Lock()
@@ -94,7 +97,7 @@ class RateLimitedWarning:
             skipped, self._skipped = self._skipped, 0
             self._next = now + self.interval
         more = f" ({skipped} more since the last warning)" if skipped else ""
-        log.warning("%s%s", message[:200], more)
+        self.logger.warning("%s%s", message[:200], more)
         return True
 
 

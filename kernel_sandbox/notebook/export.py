@@ -2,7 +2,9 @@
 
 The HTML works offline, where sandboxes live: PNG plots are embedded as ``data:``
 URIs, the CSS is inlined, and nothing is loaded from a CDN (no require.js, MathJax,
-mermaid or widget manager; LaTeX then shows as source).  A replayed notebook's page
+mermaid or widget manager; LaTeX then shows as source).  HTML and markdown from the
+session are sanitized (nbconvert's ``sanitize_html``): a sandbox's ``<script>`` or
+``onerror=`` never runs in the reader's browser.  A replayed notebook's page
 starts with the replay's summary and shows every code cell's verdict and diff
 (template: ``templates/kernel_sandbox_offline.html.j2``).
 """
@@ -44,6 +46,8 @@ def export_notebook(
             template_name="lab",
             extra_template_paths=[str(_TEMPLATES)],
             template_file="kernel_sandbox_offline.html.j2",
+            # A sandbox's outputs are untrusted: no live <script>, handlers or iframes.
+            sanitize_html=True,
         )
         if to == "html"
         else PythonExporter()

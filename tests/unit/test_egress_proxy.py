@@ -343,3 +343,61 @@ async def test_names_from_the_sandbox_are_logged_plain_and_short(
     decision = proxy.decisions[-1]
     assert decision.host.startswith("?img/src=x/onerror=alert(1)?aaa") and len(decision.host) <= 258
     assert "<" not in decision.detail and len(decision.detail) <= 703
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET http://pkg.example.org/ HTTP/1.1\r\nX: a\nHost: evil.example\r\n\r\n",  # bare LF
+        b"GET http://pkg.example.org/ HTTP/1.1\r\nX: a\rY: b\r\n\r\n",  # bare CR
+        b"GET http://pkg.example.org/ HTTP/1.1\nX: a\r\n\r\n",
+        b"POST http://pkg.example.org/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+        b"POST http://pkg.example.org/ HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 9\r\n\r\n",
+    ],
+)
+async def test_smuggling_shaped_heads_are_refused_unforwarded(
+    tmp_path: Path, net: Network, head: bytes
+) -> None:
+    proxy = await _proxy(tmp_path, net, ["pkg.example.org"])
+    try:
+        answer, _, writer = await _request(proxy, head)
+        writer.close()
+    finally:
+        await proxy.close()
+    assert answer.startswith((b"HTTP/1.1 400", b"HTTP/1.1 411")), answer
+    assert net.connected == [] and net.received == []
+
+
+async def test_a_pipelined_request_never_reaches_the_upstream(tmp_path: Path, net: Network) -> None:
+    proxy = await _proxy(tmp_path, net, ["pkg.example.org"])
+    second = b"GET http://pkg.example.org/admin HTTP/1.1\r\nHost: internal\r\n\r\n"
+    try:
+        answer, reader, writer = await _request(
+            proxy,
+            b"POST http://pkg.example.org/up HTTP/1.1\r\nContent-Length: 4\r\n\r\nbody" + second,
+        )
+        echoed = answer + await reader.read()  # this upstream echoes what it got, upper-cased
+        writer.close()
+    finally:
+        await proxy.close()
+    assert echoed.startswith(b"POST /UP HTTP/1.1\r\n") and echoed.endswith(b"BODY")
+    assert b"/ADMIN" not in echoed and b"/admin" not in b"".join(net.received)
+
+
+async def test_a_host_name_with_a_64_character_label_is_a_clean_refusal(
+    tmp_path: Path, net: Network, caplog: pytest.LogCaptureFixture
+) -> None:
+    proxy = await _proxy(tmp_path, net, ["*.example.org"])
+    label = "a" * 64
+    try:
+        with caplog.at_level("WARNING"):
+            for _ in range(20):
+                answer, _, writer = await _request(
+                    proxy, f"CONNECT {label}.example.org:443 HTTP/1.1\r\n\r\n".encode()
+                )
+                writer.close()
+    finally:
+        await proxy.close()
+    assert answer.startswith((b"HTTP/1.1 400", b"HTTP/1.1 403", b"HTTP/1.1 502")), answer
+    assert not any(record.exc_info for record in caplog.records)
+    assert sum(len(record.getMessage()) for record in caplog.records) < 20 * 400

@@ -185,3 +185,25 @@ def test_an_image_too_large_to_decode_is_compared_by_its_bytes() -> None:
     assert raster is not None and raster.rgb is None and raster.size == "4000x2100"
     assert compare_outputs(plot(white), plot(white)).same
     assert compare_outputs(plot(white), plot(black)).verdict == "differs"
+
+
+def test_the_html_export_carries_no_live_script_from_outputs(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    from kernel_sandbox.notebook.export import export_notebook
+
+    evil = '<script>alert(1)</script><img src=x onerror="alert(2)"><b>kept</b>'
+    nb = new_notebook(
+        cells=[
+            new_code_cell(
+                "x",
+                outputs=[new_output("display_data", data={"text/html": evil, "text/plain": "x"})],
+            )
+        ]
+    )
+    path = tmp_path / "s.ipynb"
+    nbformat.write(nb, path)
+    html = export_notebook(path).read_text()
+    assert "<script>alert(1)" not in html and "<img src=x onerror" not in html  # as text only
+    assert "<b>kept</b>" in html

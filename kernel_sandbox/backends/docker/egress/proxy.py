@@ -38,11 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ....kernel.wellformed import RateLimitedWarning
 from ....network.policy import Decision, EgressPolicy
 
 __all__ = ["Connector", "Decision", "EgressLimits", "EgressProxy", "Resolver"]
 
 log = logging.getLogger(__name__)
+#: A connection that fails in an unforeseen way is the sandbox's doing: one line per
+#: ``MALFORMED_WARNING_SECONDS``, never a traceback per connection.
+PROXY_WARNINGS = RateLimitedWarning(logger=log)
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 Connector = Callable[[str, int], Awaitable[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
@@ -221,8 +225,11 @@ class EgressProxy:
             pass
         except asyncio.CancelledError:
             pass
-        except Exception:
-            log.warning("egress proxy %s: connection failed", self._name, exc_info=True)
+        except Exception as exc:  # the sandbox's doing: one line, rate-limited, no traceback
+            PROXY_WARNINGS.warn(
+                f"egress proxy {self._name}: connection failed ({type(exc).__name__}: "
+                f"{str(exc)[:100]})"
+            )
         finally:
             count.active -= 1
             count.writers.discard(writer)
@@ -238,8 +245,11 @@ class EgressProxy:
             await self._answer(writer, 431, "the request head is too large")
             return
         try:
-            method, host, port, forward = self._parse(head)
-            upstream_reader, upstream = await self._open(method, host, port)
+            method, host, port, forward, body = self._parse(head)
+            try:
+                upstream_reader, upstream = await self._open(method, host, port)
+            except (UnicodeError, ValueError):  # e.g. a label of 64 characters
+                raise _Refused(400, f"{host[:80]!r} is not a valid host name") from None
         except _Refused as refused:
             if refused.status == 400:  # the others were logged where they were decided
                 self._log("-", 0, False, refused.sentence, "-")
@@ -252,14 +262,22 @@ class EgressProxy:
                 await writer.drain()
             else:
                 upstream.write(forward)
-            await self._pipe(reader, writer, upstream_reader, upstream)
+            await self._pipe(reader, writer, upstream_reader, upstream, body)
         finally:
             self._count.writers.discard(upstream)
             upstream.transport.abort()
 
-    def _parse(self, head: bytes) -> tuple[str, str, int, bytes]:
-        """(method, host, port, request to send on) of a request head; _Refused if bad."""
+    def _parse(self, head: bytes) -> tuple[str, str, int, bytes, int | None]:
+        """(method, host, port, request to send on, body bytes) of a request head.
+
+        _Refused if bad.  The body is what the client may send after the head (None
+        for a tunnel): a plain request gets its Content-Length and no more, so a second
+        request pipelined behind it never reaches the upstream unchecked.
+        """
         lines = head.decode("latin-1").split("\r\n")
+        if any("\n" in line or "\r" in line for line in lines):
+            # A bare LF is a line end to some servers and not to others: smuggling.
+            raise _Refused(400, "every line of the request head must end in CRLF")
         parts = lines[0].split(" ")
         if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
             raise _Refused(400, "this is not an HTTP/1 proxy request")
@@ -268,7 +286,7 @@ class EgressProxy:
             name, _, number = target.rpartition(":")
             if not name or not (number.isascii() and number.isdigit() and len(number) <= 5):
                 raise _Refused(400, f"CONNECT needs host:port, got {target!r}")
-            return method, name.strip("[]"), int(number), b""
+            return method, name.strip("[]"), int(number), b"", None
         if not target.startswith("http://"):
             raise _Refused(
                 400, "send absolute http:// URLs, or CONNECT for https (this is a proxy)"
@@ -286,12 +304,23 @@ class EgressProxy:
             for line in lines[1:]
             if line and line.split(":", 1)[0].strip().lower() not in _DROPPED_HEADERS
         ]
+        names = [line.split(":", 1)[0].strip().lower() for line in headers]
+        if "transfer-encoding" in names:
+            raise _Refused(411, "send a Content-Length instead of Transfer-Encoding")
+        lengths = [
+            line.split(":", 1)[1].strip()
+            for line in headers
+            if line.split(":", 1)[0].strip().lower() == "content-length"
+        ]
+        if len(lengths) > 1 or not all(v.isascii() and v.isdigit() for v in lengths):
+            raise _Refused(400, "a request has at most one Content-Length, a number")
+        body = int(lengths[0]) if lengths else 0
         authority = url.netloc.rpartition("@")[2]  # never credentials from the URL
         request = f"{method} {path} {version}\r\nHost: {authority}\r\n" + "".join(
             f"{line}\r\n" for line in headers
         )
         forward = (request + "Connection: close\r\n\r\n").encode("latin-1")
-        return method, host.lower(), port, forward
+        return method, host.lower(), port, forward, body
 
     async def _open(
         self, method: str, host: str, port: int
@@ -375,13 +404,22 @@ class EgressProxy:
         client: asyncio.StreamWriter,
         upstream_reader: asyncio.StreamReader,
         upstream: asyncio.StreamWriter,
+        client_bytes: int | None = None,
     ) -> None:
-        """Relay both ways until both ends are done, idle too long or over the byte cap."""
+        """Relay both ways until both ends are done, idle too long or over the byte cap.
+
+        ``client_bytes``: at most this much goes from the client to the upstream (the
+        request's body); what the client sends after it is never read.
+        """
         last = [time.monotonic()]
 
-        async def one_way(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+        async def one_way(
+            src: asyncio.StreamReader, dst: asyncio.StreamWriter, left: int | None = None
+        ) -> None:
             while True:
-                chunk = await src.read(_CHUNK)
+                chunk = await src.read(_CHUNK if left is None else min(_CHUNK, left))
+                if left is not None:
+                    left -= len(chunk)
                 if not chunk:
                     with contextlib.suppress(OSError):
                         if dst.can_write_eof():
@@ -394,9 +432,14 @@ class EgressProxy:
                 last[0] = time.monotonic()
                 dst.write(chunk)
                 await dst.drain()  # backpressure: at most a chunk or two per direction
+                if left == 0:  # the body is through; a pipelined request stays unread
+                    with contextlib.suppress(OSError):
+                        if dst.can_write_eof():
+                            dst.write_eof()
+                    return
 
         ways = [
-            asyncio.ensure_future(one_way(client_reader, upstream)),
+            asyncio.ensure_future(one_way(client_reader, upstream, client_bytes)),
             asyncio.ensure_future(one_way(upstream_reader, client)),
         ]
         try:

@@ -1,0 +1,168 @@
+"""The OpenAI Agents SDK's own runner drives a Sandbox Agent on our client (real model
+client against the local OpenAI-compatible server, real sandbox, real notebook)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+from agents import (
+    Agent,
+    OpenAIChatCompletionsModel,
+    RunConfig,
+    Runner,
+    RunResult,
+    ToolCallOutputItem,
+    set_tracing_disabled,
+)
+from agents.mcp import MCPServerStreamableHttp
+from agents.sandbox import SandboxAgent, SandboxRunConfig
+from agents.sandbox.capabilities import Shell
+from agents.tool import ToolOutputImage
+from openai import AsyncOpenAI
+
+from kernel_sandbox.integrations.openai_agents import (
+    KernelPython,
+    KernelSandboxClient,
+    KernelSandboxClientOptions,
+)
+from kernel_sandbox.notebook.replay import areplay
+from tests.conftest import TEST_LABEL
+from tests.integration.serving import KEY_A, Server
+from tests.openai_server import RecordedRequest, ScriptedOpenAIServer, call, text, tool_calls
+
+pytestmark = pytest.mark.integration
+set_tracing_disabled(True)  # nothing leaves this machine
+
+PLOT = (
+    "import matplotlib\nmatplotlib.use('module://matplotlib_inline.backend_inline')\n"
+    "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3]); plt.show()"
+)
+
+
+def _model(server: ScriptedOpenAIServer) -> OpenAIChatCompletionsModel:
+    client = AsyncOpenAI(base_url=server.base_url, api_key="test", max_retries=0)
+    return OpenAIChatCompletionsModel(model="scripted", openai_client=client)
+
+
+def _tool_texts(request: RecordedRequest) -> list[str]:
+    """Every tool result the model was sent, as text (image parts dropped)."""
+    out = []
+    for message in request.tool_messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if p.get("type") == "text")
+        out.append(str(content))
+    return out
+
+
+def _images(result: RunResult) -> list[str]:
+    """The image URLs tool calls handed the model (the Responses API carries them; Chat
+    Completions' tool messages take text only, so the SDK sends those as text)."""
+    return [
+        part.image_url
+        for item in result.new_items
+        if isinstance(item, ToolCallOutputItem) and isinstance(item.output, list)
+        for part in item.output
+        if isinstance(part, ToolOutputImage) and part.image_url
+    ]
+
+
+async def test_sandbox_agent_keeps_kernel_state_sees_plots_errors_and_files(
+    docker_engine: object, tmp_path: Path
+) -> None:
+    script = [
+        tool_calls(call("python_executor", {"code": "x = 21", "timeout": None})),
+        tool_calls(call("python_executor", {"code": "x * 2", "timeout": None})),
+        tool_calls(call("python_executor", {"code": PLOT, "timeout": None})),
+        tool_calls(call("python_executor", {"code": "1/0", "timeout": None})),
+        tool_calls(call("exec_command", {"cmd": "echo written-by-shell > note.txt"})),
+        tool_calls(call("python_executor", {"code": "open('note.txt').read()", "timeout": None})),
+        text("x * 2 is 42"),
+    ]
+    client = KernelSandboxClient(record_dir=tmp_path)
+    options = KernelSandboxClientOptions(config={"labels": TEST_LABEL})
+    with ScriptedOpenAIServer(script) as model:
+        agent = SandboxAgent(
+            name="analyst",
+            instructions="Answer with the sandbox.",
+            model=_model(model),
+            capabilities=[Shell(), KernelPython()],
+        )
+        result = await Runner.run(
+            agent,
+            "What is x * 2?",
+            run_config=RunConfig(sandbox=SandboxRunConfig(client=client, options=options)),
+        )
+        requests = model.chat_requests
+    assert result.final_output == "x * 2 is 42"
+    assert {"python_executor", "exec_command"} <= {t["function"]["name"] for t in requests[0].tools}
+    results = _tool_texts(requests[-1])
+    assert '"42"' in results[1] or "42" in json.loads(results[1])["output"]
+    images = _images(result)  # the plot, as an image for the model
+    assert len(images) == 1, results[2]
+    assert images[0].startswith("data:image/png;base64,iVBOR")
+    error = json.loads(results[3])
+    assert error["status"] == "error" and "ZeroDivisionError" in error["output"]
+    assert "written-by-shell" in json.loads(results[5])["output"]
+
+    (notebook,) = tmp_path.rglob("*.ipynb")
+    nb = nbformat.read(notebook, as_version=4)
+    nbformat.validate(nb)
+    sources = [c.source for c in nb.cells]  # a title cell, then one cell per call
+    python = [s for s in sources[1:] if not s.startswith("%%sh")]  # shell commands: %%sh
+    assert python[:2] == ["x = 21", "x * 2"]
+    assert any("echo written-by-shell" in s for s in sources)
+    report = await areplay(
+        notebook, output=tmp_path / "replayed.ipynb", sandbox_options={"labels": TEST_LABEL}
+    )
+    assert report.cells_by_index[sources.index("x * 2")].verdict == "same"
+
+
+async def test_the_workspace_persists_and_hydrates_into_a_new_sandbox(
+    docker_engine: object, tmp_path: Path
+) -> None:
+    client = KernelSandboxClient(record_dir=tmp_path)
+    options = KernelSandboxClientOptions(config={"labels": TEST_LABEL})
+    first = await client.create(options=options)
+    async with first:
+        await first.exec("mkdir -p data && echo kept > data/a.txt")
+        archive = await first.persist_workspace()
+    second = await client.create(options=options)
+    async with second:
+        await second.hydrate_workspace(archive)
+        read = await second.read(Path("data/a.txt"))
+        assert read.read() == b"kept\n"
+        assert (await second.exec("cat data/a.txt")).stdout == b"kept\n"
+    await client.delete(first)
+    await client.delete(second)
+
+
+@pytest.fixture(scope="module")
+def mcp_server(tmp_path_factory: pytest.TempPathFactory, docker_engine: object) -> Any:
+    srv = Server(f"t-agents-mcp-{os.getpid()}", tmp_path_factory.mktemp("nb")).start()
+    yield srv
+    srv.stop()
+
+
+async def test_agents_sdk_mcp_client_keeps_state_across_calls(mcp_server: Server) -> None:
+    """The Agents SDK's MCPServerStreamableHttp: session-less calls share one sandbox."""
+    script = [
+        tool_calls(call("run_python", {"code": "x = 21"})),
+        tool_calls(call("run_python", {"code": "x * 2"})),
+        text("42"),
+    ]
+    async with MCPServerStreamableHttp(
+        params={"url": f"{mcp_server.url}/mcp", "headers": {"X-API-Key": KEY_A}},
+        cache_tools_list=True,
+    ) as mcp:
+        with ScriptedOpenAIServer(script) as model:
+            agent = Agent(name="analyst", model=_model(model), mcp_servers=[mcp])
+            result = await Runner.run(agent, "What is x * 2?")
+            requests = model.chat_requests
+    assert result.final_output == "42"
+    assert "42" in _tool_texts(requests[-1])[1]
