@@ -37,10 +37,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .backends.base import ExecResult, HostState, KernelHost, SandboxRecord
-from .errors import FileOperationError, KernelError, SandboxFileNotFoundError
+from .errors import FileOperationError, KernelError
 from .kernel.connection import PORT_NAMES, ConnectionInfo, kernel_command, new_connection_info
 from .limits import HeadTail
-from .results import format_size
 from .threads import in_thread
 
 if TYPE_CHECKING:
@@ -322,43 +321,6 @@ class LocalKernelHost(KernelHost):
         return ExecResult(
             128 - code if code < 0 else code, out.value(), err.value(), out.dropped + err.dropped
         )
-
-    async def read_file(self, path: str, max_bytes: int) -> bytes:
-        target = Path(path)
-        try:
-            info = target.stat()
-        except FileNotFoundError as exc:
-            raise SandboxFileNotFoundError(f"no such file in the sandbox: {path}") from exc
-        except OSError as exc:
-            raise FileOperationError(f"could not read {path}: {exc.strerror}") from exc
-        if target.is_dir():
-            raise FileOperationError(f"is a directory, not a file: {path}")
-        if info.st_size > max_bytes:
-            raise FileOperationError(
-                f"{path} is {format_size(info.st_size)}; files are read whole into memory and "
-                f"the limit is {format_size(max_bytes)} (SandboxConfig.max_file_bytes)"
-            )
-        try:
-            with target.open("rb") as handle:
-                data = handle.read(max_bytes + 1)
-        except OSError as exc:
-            raise FileOperationError(f"could not read {path}: {exc.strerror}") from exc
-        if len(data) > max_bytes:
-            raise FileOperationError(f"{path} grew past {format_size(max_bytes)} while read")
-        return data
-
-    async def write_file(self, path: str, data: bytes) -> None:
-        target = Path(path)
-        if target.is_dir():
-            raise FileOperationError(f"is a directory, not a file: {path}")
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                if exc.errno == 28:  # ENOSPC: leave no half-written file
-                    target.unlink()
-            raise FileOperationError(f"cannot write {path}: {exc.strerror}") from exc
 
     # -- the "engine" ----------------------------------------------------------------------
 

@@ -69,7 +69,6 @@ __all__ = ["AgentSession"]
 
 log = logging.getLogger(__name__)
 
-_WRITES = ("write", "append")
 _NOTEBOOK_STATUS = {"completed": "completed", "budget_exhausted": "budget_exhausted"}
 
 

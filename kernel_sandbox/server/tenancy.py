@@ -184,13 +184,14 @@ class Tenancy:
         if not limit:
             return []
         now = time.monotonic()
-        idle = [
+        pausing = bool(self.settings.pause_after)
+        idle = [  # a sandbox from the warm pool is removed when idle, never paused
             lease
             for lease in self._leases.values()
-            if not lease.busy and not lease.pooled and now - lease.last_used > limit
+            if not lease.busy and not (pausing and lease.pooled) and now - lease.last_used > limit
         ]
         for lease in idle:
-            if self.settings.pause_after:
+            if pausing:
                 log.info("pausing sandbox %s of key %s: idle", lease.id, lease.owner)
                 try:
                     await self.durable.pause(lease)
