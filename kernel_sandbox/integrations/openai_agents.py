@@ -45,6 +45,7 @@ with require_extra("openai-agents", "kernel_sandbox.integrations.openai_agents")
 from ..config import SandboxConfig
 from ..errors import SandboxError, SandboxNotFoundError
 from ..notebook.recorder import NotebookRecorder, new_session_path
+from ..notebook.storage import sessions_dir
 from ..sandbox import AsyncSandbox
 from ..tools import ToolResult, ToolSet
 
@@ -60,13 +61,6 @@ __all__ = [
 
 #: Where the workspace tar is staged inside the sandbox while it is persisted/hydrated.
 _ARCHIVE = "/tmp/.kernel-sandbox-workspace.tar"
-
-
-def default_record_dir() -> Path:
-    """Where runs are recorded unless the client is given a directory:
-    ``$XDG_DATA_HOME/kernel-sandbox/agents-sessions`` (``~/.local/share/...``)."""
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "kernel-sandbox" / "agents-sessions"
 
 
 def tool_output(result: ToolResult) -> list[ToolOutputText | ToolOutputImage]:
@@ -215,14 +209,15 @@ class KernelSandboxClient(BaseSandboxClient[KernelSandboxClientOptions | None]):
     """Sandbox Agents' client for kernel_sandbox sandboxes (each run recorded).
 
     ``record_dir`` is where each sandbox's session notebook goes (default
-    :func:`default_record_dir`).
+    ``sessions_dir("agents-sessions")``, under ``~/.local/share/kernel-sandbox``).
     """
 
     backend_id = "kernel_sandbox"
     supports_default_options = True
 
     def __init__(self, *, record_dir: str | os.PathLike[str] | None = None) -> None:
-        self.record_dir = Path(record_dir) if record_dir is not None else default_record_dir()
+        default = sessions_dir("agents-sessions")
+        self.record_dir = Path(record_dir) if record_dir is not None else default
 
     async def create(
         self,

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ..config import SandboxConfig
 from ..notebook.recorder import NotebookRecorder, new_session_path
+from ..notebook.storage import sessions_dir
 from ..sandbox import AsyncSandbox
 
 __all__ = ["KEY_SANDBOX", "NamedSandboxes", "SandboxSource", "SessionSandboxes", "StdioSandbox"]
@@ -47,11 +47,8 @@ class NamedSandboxes(SandboxSource, Protocol):
 
 
 def default_record_dir() -> Path:
-    """Where stdio sessions are recorded: MCP clients start servers in any directory
-    (often ``/`` or the home directory), so not the current one but
-    ``$XDG_DATA_HOME/kernel-sandbox/mcp-sessions`` (``~/.local/share/...``)."""
-    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
-    return Path(base) / "kernel-sandbox" / "mcp-sessions"
+    """Where stdio sessions are recorded: ``sessions_dir("mcp-sessions")``."""
+    return sessions_dir("mcp-sessions")
 
 
 class StdioSandbox:

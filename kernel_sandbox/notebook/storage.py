@@ -29,7 +29,21 @@ from nbformat.validator import ValidationError
 
 from ..errors import NotebookError
 
-__all__ = ["notebook_text", "read_notebook", "validate_notebook", "write_notebook_atomic"]
+__all__ = [
+    "notebook_text",
+    "read_notebook",
+    "sessions_dir",
+    "validate_notebook",
+    "write_notebook_atomic",
+]
+
+
+def sessions_dir(kind: str) -> Path:
+    """Where sessions of ``kind`` are recorded when nobody says where:
+    ``$XDG_DATA_HOME/kernel-sandbox/KIND`` (``~/.local/share/...``) — programs that
+    start us (MCP clients, agent frameworks) pick any current directory, often ``/``."""
+    base = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
+    return Path(base) / "kernel-sandbox" / kind
 
 
 def validate_notebook(nb: NotebookNode) -> None:
