@@ -8,12 +8,14 @@ IPython answers the current session as session 0, which the check does not expec
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import require
 from tests.integration.suites import compare, containers_left, install_ours, run_suite
 
 pytestmark = pytest.mark.integration
@@ -53,7 +55,10 @@ class TestKernel(jkt.KernelTests):
 
 @pytest.mark.timeout(900)
 def test_jupyter_kernel_test_passes_as_on_stock(docker_engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    pytest.importorskip("jupyter_kernel_test")  # in [dev]
+    require(
+        importlib.util.find_spec("jupyter_kernel_test") is not None,
+        "jupyter_kernel_test is missing: pip install -e '.[dev]'",
+    )
     (tmp_path / "suite").mkdir()
     (tmp_path / "suite" / "test_suite.py").write_text(SUITE)
     label = f"{os.getpid()}-{time.monotonic_ns()}"
