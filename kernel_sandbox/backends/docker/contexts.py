@@ -21,7 +21,7 @@ from collections.abc import AsyncIterable, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from ...config import KERNEL_PYTHON
-from ...errors import KernelError
+from ...errors import ConfigError, KernelError
 from ...kernel.connection import (
     CONTAINER_RUN_DIR,
     ConnectionInfo,
@@ -41,8 +41,11 @@ __all__ = ["DockerContextHost"]
 
 #: Seconds between engine checks of the container while a context's kernel runs.
 _ENGINE_POLL = 2.0
-#: Starts "$@" (the context's binder and supervisor) in the background, prints its pid.
-_START = '"$@" </dev/null >/dev/null 2>&1 & echo $!'
+#: In the directory $1 (exit 3 when there is none), starts the rest (the context's binder
+#: and supervisor) in the background and prints its pid.
+_START = 'cd -- "$1" 2>/dev/null || exit 3; shift; "$@" </dev/null >/dev/null 2>&1 & echo $!'
+#: _START's exit status when the working directory is not one.
+_NO_DIRECTORY = 3
 # $1: signal, $2: the context supervisor's pid.  Fields after "comm) " in stat: state
 # ppid pgrp session; the kernel is the supervisor's child that leads its own session.
 _SIGNAL_KERNEL = (
@@ -101,8 +104,10 @@ class DockerContextHost(KernelHost):
             self.config.kernel,
         )
         started = await self.parent.exec(
-            ["sh", "-c", _START, "sh", *command], workdir=self.cwd, env=env, max_output_bytes=64
+            ["sh", "-c", _START, "sh", self.cwd, *command], env=env, max_output_bytes=64
         )
+        if started.exit_code == _NO_DIRECTORY:
+            raise ConfigError(f"the context's working directory is not a directory: {self.cwd}")
         pid = started.stdout.decode(errors="replace").strip()
         if started.exit_code != 0 or not pid.isdigit():
             raise KernelError(
