@@ -108,6 +108,10 @@ ARCHIVE_MAX_MEMBERS = 1000
 ARCHIVE_MEMBER_COST_BYTES = 64 * 1024
 #: Bytes of an archive member the server holds at once while it writes it.
 ARCHIVE_CHUNK_BYTES = 1024**2
+#: Bytes of a downloaded file the server reads whole before it answers: a file this
+#: small that changes while read (``/proc`` and ``/sys`` files say 0 or 4096 bytes and
+#: send others) is a 400 before any byte, not a response cut short.
+DOWNLOAD_WHOLE_BYTES = 1024**2
 #: Seconds between two warnings in the host's log about malformed messages from a
 #: kernel (those in between are counted in the next): a sandbox cannot fill the log.
 MALFORMED_WARNING_SECONDS = 10.0

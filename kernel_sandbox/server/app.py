@@ -135,6 +135,11 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
     if mcp_server is not None:
         idle = settings.idle_timeout or None
         inner = McpSessionCap(inner, settings.max_mcp_sessions_per_key, idle)
-    inner = KeyConcurrency(inner, settings.max_calls_per_key, settings.max_streams_per_key)
+    inner = KeyConcurrency(
+        inner,
+        settings.max_calls_per_key,
+        settings.max_streams_per_key,
+        owner_of=e2b_registry.owner_of,
+    )
     hosts = allowed_hosts_for(settings.host, settings.allowed_hosts)
     return BrowserGuard(AuthMiddleware(inner, keyring, token_paths=(e2b.SANDBOX_PREFIX,)), hosts)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from collections.abc import Callable
 from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -56,9 +57,17 @@ def _json_or_none(scope: Scope) -> bool:
 
 
 def is_stream(scope: Scope) -> bool:
-    """Whether a request opens an event stream: a ``?stream=true`` call, MCP's GET."""
-    if scope["method"] == "GET" and scope["path"].rstrip("/") == "/mcp":
+    """Whether a request opens an event stream: a ``?stream=true`` call, MCP's GET, the
+    E2B code interpreter's ``/execute`` and envd's streaming Connect calls (a process's
+    output, a directory watch: ``application/connect+...``)."""
+    path = scope["path"].rstrip("/")
+    if scope["method"] == "GET" and path == "/mcp":
         return True
+    if path == "/e2b/sandbox/execute":
+        return True
+    for name, value in scope.get("headers", []):
+        if name.lower() == b"content-type" and value.lower().startswith(b"application/connect+"):
+            return True
     if b"stream=" not in scope.get("query_string", b""):
         return False
     query = parse_qs(scope["query_string"].decode("latin-1"))
@@ -247,12 +256,24 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 class KeyConcurrency:
     """Caps what one key has in flight: requests (``max_calls``) and, among them, event
     streams (``max_streams``).  Past either the request gets a 429 that names the
-    setting; the count is released when the response ends or the client leaves."""
+    setting; the count is released when the response ends or the client leaves.
 
-    def __init__(self, app: ASGIApp, max_calls: int, max_streams: int) -> None:
+    A request without a key id (a call into an E2B sandbox, which carries the sandbox's
+    access token instead) counts against the key ``owner_of`` names for it: the owner
+    of the sandbox it is for, so every route shares the same caps.
+    """
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_calls: int,
+        max_streams: int,
+        owner_of: Callable[[Scope], str | None] | None = None,
+    ) -> None:
         self.app = app
         self.max_calls = max_calls
         self.max_streams = max_streams
+        self.owner_of = owner_of
         self.calls: Counter[str] = Counter()
         self.streams: Counter[str] = Counter()
 
@@ -261,7 +282,9 @@ class KeyConcurrency:
             await self.app(scope, receive, send)
             return
         key = scope.get("state", {}).get("key_id")  # set by the auth middleware
-        if key is None:  # a path that checks its own token (E2B's envd): bounded there
+        if key is None and self.owner_of is not None:
+            key = self.owner_of(scope)  # a call into an E2B sandbox: its owner's caps
+        if key is None:  # no sandbox of anyone's: the route answers 404 at once
             await self.app(scope, receive, send)
             return
         stream = is_stream(scope)

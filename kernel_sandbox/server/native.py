@@ -29,6 +29,7 @@ from ..results import Execution
 from ..sandbox import AsyncSandbox
 from ..wire import dumps, to_json
 from .deps import Key, Opts, Ten, json_response
+from .downloads import file_response
 from .durable import Paused
 from .policy import client_config
 from .settings import ServerSettings
@@ -404,13 +405,11 @@ async def run_shell(
 
 
 @router.get("/sandboxes/{sandbox_id}/file", response_class=Response)
-async def download(
-    sandbox_id: str, path: PathQuery, ten: Ten, opts: Opts, key: Key
-) -> StreamingResponse:
-    """A file's bytes, streamed as the sandbox sends them (at most ``max_upload_bytes``).
+async def download(sandbox_id: str, path: PathQuery, ten: Ten, opts: Opts, key: Key) -> Response:
+    """A file's bytes (at most ``max_upload_bytes``), see :mod:`.downloads`.
 
-    Refusals (no such file, too large, not readable) answer before any byte; a file
-    that changes while it is sent ends the response short of its ``content-length``.
+    Refusals (no such file, too large, not readable) answer before any byte; a large
+    file that changes while it is sent ends the response short of its ``content-length``.
     """
     held = contextlib.AsyncExitStack()
     lease = await held.enter_async_context(ten.use(key, sandbox_id))  # not reaped meanwhile
@@ -420,17 +419,7 @@ async def download(
         await held.aclose()
         raise
     held.push_async_callback(stream.close)
-
-    async def pieces() -> AsyncIterator[bytes]:
-        async with held:
-            async for piece in stream:
-                yield piece
-
-    return StreamingResponse(
-        pieces(),
-        media_type="application/octet-stream",
-        headers={"content-length": str(stream.size)},
-    )
+    return await file_response(stream, held)
 
 
 @router.put("/sandboxes/{sandbox_id}/file")

@@ -165,7 +165,11 @@ class DockerHost(KernelHost):
             raise KernelError(f"sandbox {self.sandbox_id} was launched already")
         cfg = self.config
         self.image = await resolve_kernel_image(
-            cfg.image, derive=cfg.derive_image, pull=cfg.pull_image, client=self.engine.client
+            cfg.image,
+            derive=cfg.derive_image,
+            pull=cfg.pull_image,
+            client=self.engine.client,
+            runtime=cfg.runtime,
         )
         volumes = dict(cfg.volumes)
         published: dict[int, int] = {}

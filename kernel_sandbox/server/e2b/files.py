@@ -19,7 +19,7 @@ from collections.abc import AsyncIterable, AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
 
 from ...errors import (
@@ -31,6 +31,7 @@ from ...errors import (
 )
 from ...limits import E2B_MAX_UPLOAD_FILES
 from ..deps import Opts, status_of
+from ..downloads import file_response
 from .control import registry
 from .models import e2b_error
 from .state import ENVD_PORT
@@ -84,17 +85,10 @@ async def download(
         await held.aclose()
         return _error(exc)
     held.push_async_callback(stream.close)
-
-    async def pieces() -> AsyncIterator[bytes]:
-        async with held:
-            async for piece in stream:
-                yield piece
-
-    return StreamingResponse(
-        pieces(),
-        media_type="application/octet-stream",
-        headers={"content-length": str(stream.size)},
-    )
+    try:
+        return await file_response(stream, held)
+    except SandboxError as exc:  # a small file that changed while read (/proc, /sys)
+        return _error(exc)
 
 
 async def _inflated(chunks: AsyncIterable[bytes]) -> AsyncIterator[bytes]:

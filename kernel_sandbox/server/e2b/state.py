@@ -31,6 +31,8 @@ from ...errors import AccessDeniedError, SandboxError, SandboxNotFoundError
 from ..tenancy import Lease, Tenancy
 
 if TYPE_CHECKING:
+    from starlette.types import Scope
+
     from .filesystem import Watcher
     from .process import Command
 
@@ -167,6 +169,16 @@ class E2bRegistry:
             self._sandboxes.pop(record.id, None)
             asyncio.get_running_loop().create_task(self._stop_streams(record))
             raise SandboxNotFoundError(f"The sandbox {record.id} was not found") from None
+
+    def owner_of(self, scope: Scope) -> str | None:
+        """The key that owns the sandbox a call into ``/e2b/sandbox`` names (None for
+        none): the per-key caps count such a call against it (see
+        :class:`~..limits.KeyConcurrency`); :meth:`resolve` still checks its token."""
+        for name, value in scope.get("headers", []):
+            if name.lower() == b"e2b-sandbox-id":
+                record = self._sandboxes.get(value.decode("latin-1"))
+                return None if record is None else record.owner
+        return None
 
     def resolve(
         self, headers: Mapping[str, str], *, port: int, token_required: bool = True

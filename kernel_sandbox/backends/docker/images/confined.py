@@ -5,7 +5,10 @@ the venv, to let its pip check the wheels.  The image may be a tenant's, so each
 these runs as a sandbox would: uid 65534, every capability dropped,
 ``no-new-privileges``, a read-only root with a small in-memory /tmp, no network,
 memory, pids and CPU bounded (:mod:`kernel_sandbox.limits`, ``IMAGE_STEP_*``), killed
-at its deadline, no engine log kept.  Its output is read from the attach stream and
+at its deadline, no engine log kept, and under the OCI runtime the sandbox will have
+(``runtime="runsc"``: gVisor, its process limit counted inside as a sandbox's is, see
+:mod:`..runtimes`), so nothing of the image ever meets the host's kernel directly when
+its sandboxes would not.  Its output is read from the attach stream and
 bounded: stderr (and stdout unless it is a payload) keeps only its head and tail,
 and a step that prints past ``IMAGE_STEP_CHATTER_BYTES`` is killed;
 a payload on stdout (the venv's tar) is copied to a sink up to a byte cap, past
@@ -24,8 +27,9 @@ from typing import IO, Any
 
 import docker
 import docker.errors
-from docker.types import LogConfig
+from docker.types import LogConfig, Ulimit
 
+from ....errors import ConfigError
 from ....limits import (
     IMAGE_STEP_CHATTER_BYTES,
     IMAGE_STEP_CPUS,
@@ -36,6 +40,7 @@ from ....limits import (
     HeadTail,
 )
 from ..attach import STDOUT, attach_body, read_frames
+from ..runtimes import engine_runtimes, gvisor_host_pids
 
 __all__ = ["NOBODY", "PROBE_LABEL", "StepResult", "run_confined"]
 
@@ -59,18 +64,32 @@ class StepResult:
     stopped: str = ""
 
 
-def _host_config(api: Any, tmpfs: dict[str, str]) -> Any:
+def _host_config(api: Any, tmpfs: dict[str, str], runtime: str | None) -> Any:
+    pids, ulimits = IMAGE_STEP_PIDS, [Ulimit(name="core", soft=0, hard=0)]
+    if runtime is not None:
+        known = engine_runtimes(api.info())
+        if runtime not in known:
+            offered = ", ".join(sorted(known)) or "none reported"
+            raise ConfigError(
+                f"runtime={runtime!r}: the Docker engine has no such runtime (it offers: "
+                f"{offered}); an image's probe runs under the sandbox's runtime, or not at all"
+            )
+        if known[runtime].gvisor:  # processes counted inside, the cgroup sized for the sentry
+            ulimits.append(Ulimit(name="nproc", soft=IMAGE_STEP_PIDS, hard=IMAGE_STEP_PIDS))
+            pids = gvisor_host_pids(IMAGE_STEP_PIDS)
     return api.create_host_config(
         network_mode="none",
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
         mem_limit=IMAGE_STEP_MEMORY_BYTES,
         memswap_limit=IMAGE_STEP_MEMORY_BYTES,
-        pids_limit=IMAGE_STEP_PIDS,
+        pids_limit=pids,
+        ulimits=ulimits,
         nano_cpus=int(IMAGE_STEP_CPUS * 1e9),
         read_only=True,
         tmpfs={"/tmp": f"rw,nosuid,nodev,size={IMAGE_STEP_TMP_BYTES}", **tmpfs},
         log_config=LogConfig(type=LogConfig.types.NONE),
+        runtime=runtime,
     )
 
 
@@ -84,11 +103,13 @@ def run_confined(
     stdout_to: IO[bytes] | None = None,
     stdout_cap: int = 0,
     tmpfs: dict[str, str] | None = None,
+    runtime: str | None = None,
 ) -> StepResult:
     """Run ``argv`` in ``image`` under sandbox limits; see the module docstring.
 
     ``stdin`` is sent and then closed; ``stdout_to`` receives stdout (at most
-    ``stdout_cap`` bytes); ``tmpfs`` adds in-memory mounts (path -> mount options).
+    ``stdout_cap`` bytes); ``tmpfs`` adds in-memory mounts (path -> mount options);
+    ``runtime`` is the engine's OCI runtime to run it under (None: the engine's default).
     The container is removed whatever happens.
     """
     api = client.api
@@ -102,7 +123,7 @@ def run_confined(
         network_disabled=True,
         labels={PROBE_LABEL: "1"},
         stdin_open=stdin is not None,  # the SDK sets StdinOnce with it
-        host_config=_host_config(api, tmpfs or {}),
+        host_config=_host_config(api, tmpfs or {}, runtime),
     )["Id"]
     stopped: list[str] = []
 

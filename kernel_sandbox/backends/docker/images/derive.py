@@ -101,6 +101,7 @@ async def resolve_kernel_image(
     pull: bool = True,
     progress: Progress | None = None,
     client: docker.DockerClient | None = None,
+    runtime: str | None = None,
 ) -> str:
     """The image to start for ``image``: itself if kernel-ready, else a derived one.
 
@@ -109,13 +110,15 @@ async def resolve_kernel_image(
     ask (default: the process-wide one).  With ``derive=False`` an image without the
     label is returned unchanged (its kernel must be at /opt/venv/bin/python), unless
     it was derived before: then that derived image.  With ``pull=False`` an image the
-    engine lacks is refused instead of pulled.  Raises ImageNotFoundError when the
-    image is neither local nor pullable, ImageError when it has no usable Python.
+    engine lacks is refused instead of pulled.  ``runtime`` is the OCI runtime the
+    sandbox will have: what deriving runs of the image runs under it too.  Raises
+    ImageNotFoundError when the image is neither local nor pullable, ImageError when it
+    has no usable Python.
     """
     hit = _resolved.get((image, derive))
     if hit is not None:
         return hit
-    call = functools.partial(_resolve, image, derive, pull, progress or log.info, client)
+    call = functools.partial(_resolve, image, derive, pull, progress or log.info, client, runtime)
     return await asyncio.get_running_loop().run_in_executor(_pool(), call)
 
 
@@ -130,7 +133,12 @@ def forget_resolved() -> None:
 
 
 def _resolve(
-    image: str, derive: bool, pull: bool, progress: Progress, client: docker.DockerClient | None
+    image: str,
+    derive: bool,
+    pull: bool,
+    progress: Progress,
+    client: docker.DockerClient | None,
+    runtime: str | None = None,
 ) -> str:
     with _locks_guard:
         lock = _locks.setdefault(image, threading.Lock())
@@ -146,7 +154,9 @@ def _resolve(
         elif (done := _derived_already(client, str(attrs["Id"]))) is not None:
             result = done  # derived before (by the operator, or with derive on)
         elif derive:
-            result = derive_image(image, attrs=attrs, progress=progress, client=client)
+            result = derive_image(
+                image, attrs=attrs, progress=progress, client=client, runtime=runtime
+            )
         else:
             log.warning("image %s has no %s label; starting it as it is", image, KERNEL_LABEL)
             result = image
@@ -241,7 +251,11 @@ def _check_buildable(image: str, attrs: Any) -> None:
 
 
 def build_venv(
-    client: docker.DockerClient, source_id: str, target: PythonTarget, wheels: Path
+    client: docker.DockerClient,
+    source_id: str,
+    target: PythonTarget,
+    wheels: Path,
+    runtime: str | None = None,
 ) -> IO[bytes]:
     """The venv with ipykernel, built confined in the image; a tar of opt/venv (spooled).
 
@@ -262,6 +276,7 @@ def build_venv(
             stdout_to=raw,
             stdout_cap=IMAGE_VENV_BYTES,
             tmpfs={VENV: VENV_MOUNT},
+            runtime=runtime,
         )
         if step.code != 0 or step.stopped:
             why = step.stopped or f"exit status {step.code}"
@@ -308,11 +323,13 @@ def derive_image(
     attrs: Any = None,
     progress: Progress | None = None,
     client: docker.DockerClient | None = None,
+    runtime: str | None = None,
 ) -> str:
     """Build (once) and return the kernel-ready image derived from ``image``.
 
     ``client`` is the engine to build on (default: the process-wide one).  The image's
-    code runs only confined (:mod:`.confined`): the probe and the venv build; the
+    code runs only confined (:mod:`.confined`, under ``runtime``): the probe, pip's check
+    and the venv build; the
     image build itself copies files in and runs nothing.
     """
     progress = progress or log.info
@@ -327,7 +344,7 @@ def derive_image(
     log.warning(note)  # visible by default: the first sandbox on this image waits for it
     if progress != log.info:  # bound methods compare equal, never identical
         progress(note)
-    target = probe_python(client, source_id, name=image)
+    target = probe_python(client, source_id, name=image, runtime=runtime)
     problem = target.problem()
     if problem:
         raise ImageError(f"image {image!r} cannot run a kernel: {problem}")
@@ -338,6 +355,7 @@ def derive_image(
         wheel_cache_dir() / f"kernel-{target.key}",
         target,
         progress,
+        runtime,
     )
     account = sandbox_account(
         read_image_file(client, source_id, "/etc/passwd"),
@@ -352,7 +370,7 @@ def derive_image(
     }
     dockerfile = derive_dockerfile(source_id, account, env, labels)
     progress(f"building the kernel's venv in {image} (confined: no network, uid 65534)")
-    with build_venv(client, source_id, target, wheels) as venv:
+    with build_venv(client, source_id, target, wheels, runtime) as venv:
         context = _derive_context(dockerfile, account, venv)
     run_build(context, tag=tag, progress=progress, network_mode="none")
     progress(f"derived {tag} from {image}")

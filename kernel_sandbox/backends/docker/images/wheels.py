@@ -214,6 +214,7 @@ def complete_wheels(
     dest: Path,
     target: PythonTarget,
     progress: Progress,
+    runtime: str | None = None,
 ) -> Path:
     """:func:`download_wheels`, then make sure the image's own pip finds everything.
 
@@ -226,7 +227,7 @@ def complete_wheels(
     if sys.version_info[:2] == target.version[:2] and platform.machine() == target.machine:
         return dest
     for _ in range(12):
-        missing = _missing_in_image(client, image, requirements, dest, target, progress)
+        missing = _missing_in_image(client, image, requirements, dest, target, progress, runtime)
         if missing is None:
             return dest
         progress(f"wheels: the image's Python also needs {missing}")
@@ -244,6 +245,7 @@ def _missing_in_image(
     dest: Path,
     target: PythonTarget,
     progress: Progress,
+    runtime: str | None = None,
 ) -> str | None:
     """The first requirement the image's pip cannot find in ``dest``, or None."""
     pip_wheels = sorted(dest.glob("pip-*.whl"))
@@ -262,7 +264,7 @@ def _missing_in_image(
     pip = f"/tmp/ks-check/{pip_wheels[-1].name}/pip"
     argv = [pip, "download", "--no-index", "--find-links", "/tmp/ks-check/w"]
     argv += ["-d", "/tmp/ks-check/d", "--no-cache-dir", "--disable-pip-version-check", *args]
-    step = run_with_files(client, image, target.executable, argv, archive)
+    step = run_with_files(client, image, target.executable, argv, archive, runtime=runtime)
     if step.code == 0:
         return None
     match = _NOT_FOUND.search(step.output)
@@ -286,16 +288,20 @@ def _pip(argv: list[str], progress: Progress | None) -> subprocess.CompletedProc
     return subprocess.CompletedProcess(argv, code, "".join(lines), "")
 
 
-def probe_python(client: docker.DockerClient, image: str, name: str | None = None) -> PythonTarget:
+def probe_python(
+    client: docker.DockerClient, image: str, name: str | None = None, runtime: str | None = None
+) -> PythonTarget:
     """Run the image's Python once, confined, and describe it; ImageError if none works.
 
     ``name`` is how the image is called in the error message (``image`` may be an id).
     The answer is the image's, so it is checked as data (:meth:`PythonTarget.from_probe`)
-    before anything uses it.
+    before anything uses it.  ``runtime`` is the OCI runtime its sandboxes would have.
     """
     tried: list[str] = []
     for candidate in PYTHON_CANDIDATES:
-        step = run_confined(client, image, [candidate, "-c", PROBE], timeout=IMAGE_PROBE_SECONDS)
+        step = run_confined(
+            client, image, [candidate, "-c", PROBE], timeout=IMAGE_PROBE_SECONDS, runtime=runtime
+        )
         out = step.output
         if step.code != 0:
             why = step.stopped or out.strip()[-300:] or f"exit status {step.code}"
