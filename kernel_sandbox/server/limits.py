@@ -22,6 +22,7 @@ from urllib.parse import parse_qs
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..limits import MAX_BODY_BYTES_PER_KEY, json_shape_error
+from ..threads import owned_by
 
 __all__ = [
     "BodyLimitMiddleware",
@@ -260,7 +261,9 @@ class KeyConcurrency:
 
     A request without a key id (a call into an E2B sandbox, which carries the sandbox's
     access token instead) counts against the key ``owner_of`` names for it: the owner
-    of the sandbox it is for, so every route shares the same caps.
+    of the sandbox it is for, so every route shares the same caps.  Each request runs
+    :func:`~kernel_sandbox.threads.owned_by` its key: its blocking calls (engine calls,
+    commands, file transfers) take that key's worker threads, never another key's.
     """
 
     def __init__(
@@ -305,7 +308,8 @@ class KeyConcurrency:
         self.calls[key] += 1
         self.streams[key] += stream
         try:
-            await self.app(scope, receive, send)
+            with owned_by(key):  # its blocking calls on its own threads (see threads.py)
+                await self.app(scope, receive, send)
         finally:
             self.calls[key] -= 1
             self.streams[key] -= stream

@@ -40,6 +40,8 @@ class Server:
     extra: list[str] = field(default_factory=list)
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    #: Where the server's log goes (a file the test can measure); None: a pipe.
+    log: Path | None = None
 
     @property
     def url(self) -> str:
@@ -53,11 +55,16 @@ class Server:
             "--record-dir", str(self.record_dir), *self.extra,
         ]  # fmt: skip
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stderr=subprocess.PIPE)
+        if self.log is not None:
+            with self.log.open("ab") as log:
+                self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stderr=log)
+        else:
+            self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120  # a loaded machine imports the server slowly
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.proc.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
+                said = self.log.read_bytes() if self.log else self.proc.stderr.read()  # type: ignore[union-attr]
+                raise RuntimeError(f"server exited: {said.decode()[-2000:]}")
             try:
                 r = httpx2.get(f"{self.url}/health", headers={"X-API-Key": KEY_A}, timeout=2)
                 if r.status_code == 200:
