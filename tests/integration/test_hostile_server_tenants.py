@@ -162,7 +162,7 @@ async def test_special_file_downloads_are_refused_without_a_traceback(server: Se
 async def test_calls_into_e2b_sandboxes_count_against_their_owners_caps(server: Server) -> None:
     async with client(server) as a:
         await _delete_all(a)  # what an earlier test left
-        made = await a.post("/e2b/sandboxes", json={"templateID": "base"})
+        made = await a.post("/e2b/sandboxes", json={"templateID": "base", "timeout": 600})
         assert made.status_code == 201, made.text
         sandbox = made.json()
         into = {
