@@ -97,4 +97,4 @@ async def test_agent_over_mcp_stdio_keeps_state_sees_plots_errors_and_files(
         record, output=tmp_path / "replayed.ipynb", sandbox_options={"labels": TEST_LABEL}
     )
     assert report.cells_by_index[first + 1].verdict == "same"
-    assert result.usage().requests == len(requests)
+    assert result.usage.requests == len(requests)
