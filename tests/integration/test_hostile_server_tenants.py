@@ -5,6 +5,8 @@
 - Downloads of files that are not what their size says (``/proc``, ``/sys``) and of a
   large file that grows while it is sent: a 400 or a response cut short, and the
   server's log stays small, without a traceback (a tenant must not write the log).
+- Local users: the record directories are 0700 and the notebooks 0600 (another user
+  read a tenant's secret from its notebook, and held its ``flock``, before).
 - Calls *into* an E2B sandbox carry its access token, not a key: they count against
   the owner's per-key caps like every other route (requests, streams), and E2B's
   creates against its sandboxes per key.
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 import time
 from collections.abc import Iterator
 
@@ -157,6 +160,12 @@ async def test_special_file_downloads_are_refused_without_a_traceback(server: Se
     text = server.log.read_text()[before:] if server.log else ""
     assert "Traceback" not in text, text[-2000:]
     assert grown <= LOG_BOUND
+    # what the session recorded is this server's user's alone
+    kept = [server.record_dir, *server.record_dir.rglob("*")]
+    modes = {p: stat.S_IMODE(p.stat().st_mode) for p in kept if p.is_dir() or p.suffix == ".ipynb"}
+    assert any(p.suffix == ".ipynb" for p in modes), modes
+    for path, mode in modes.items():
+        assert mode == (0o700 if path.is_dir() else 0o600), (path, oct(mode))
 
 
 async def test_calls_into_e2b_sandboxes_count_against_their_owners_caps(server: Server) -> None:
