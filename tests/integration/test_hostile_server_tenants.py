@@ -129,14 +129,15 @@ async def test_another_keys_health_stays_fast_during_a_burst_of_creates(server: 
 async def test_special_file_downloads_are_refused_without_a_traceback(server: Server) -> None:
     async with client(server) as a:
         sid = (await a.post("/v1/sandboxes", json={})).json()["id"]
-        grow = (  # a thread of the kernel appends 64 KiB every 50 ms for a minute
+        grow = (  # a thread of the kernel appends 4 KiB every 5 ms for a minute: a read
+            # of the 8 MiB file takes far longer than that, so every one sees it grow
             "import threading, time\n"
-            "open('/tmp/big', 'wb').write(bytes(2 << 20))\n"
+            "open('big', 'wb').write(bytes(8 << 20))\n"
             "def grow():\n"
-            "    for _ in range(1200):\n"
-            "        with open('/tmp/big', 'ab') as f:\n"
-            "            f.write(bytes(65536))\n"
-            "        time.sleep(0.05)\n"
+            "    with open('big', 'ab', buffering=0) as f:\n"
+            "        for _ in range(12000):\n"
+            "            f.write(bytes(4096))\n"
+            "            time.sleep(0.005)\n"
             "threading.Thread(target=grow, daemon=True).start()\n"
         )
         started = await a.post(f"/v1/sandboxes/{sid}/python", json={"code": grow})
@@ -149,7 +150,7 @@ async def test_special_file_downloads_are_refused_without_a_traceback(server: Se
         cut = 0
         for _ in range(5):  # a large file that grows while sent: ends short of its length
             with pytest.raises(httpx2.RemoteProtocolError):
-                await a.get(f"/v1/sandboxes/{sid}/file", params={"path": "/tmp/big"})
+                await a.get(f"/v1/sandboxes/{sid}/file", params={"path": "big"})
             cut += 1
         await asyncio.sleep(0.5)
         grown = log_size(server) - before
