@@ -70,12 +70,12 @@ run_pass() {
     fi
     return "${status}"
 }
-# run_pass in the background, its output kept for show_pass; echoes nothing.
+# run_pass in the background, its output kept for show_pass; its pid in the variable $1.
 start_pass() {
-    local name=$1
-    shift
+    local var=$1 name=$2
+    shift 2
     run_pass "${name}" "$@" >"${TIERS_STATE}/${name// /-}.out" 2>&1 &
-    echo $!
+    printf -v "${var}" '%s' "$!"
 }
 show_pass() {  # $1 the name, $2 the pid of start_pass: its output, then its status
     local status=0
@@ -85,6 +85,7 @@ show_pass() {  # $1 the name, $2 the pid of start_pass: its output, then its sta
 }
 
 failed=()
+runsc_pass="" kubernetes_pass=""
 # shellcheck disable=SC2086  # DURATIONS, TEST_PATHS and RUNSC_TESTS are lists of words
 if [ -n "${TEST_PATHS}" ]; then
     run_pass "${TEST_PATHS}" "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} ${TEST_PATHS} \
@@ -107,12 +108,12 @@ if [ -s "${TIERS_STATE}/kubeconfig" ]; then
 fi
 
 # shellcheck disable=SC2086
-runsc_pass=$(start_pass "the gVisor pass" env KERNEL_SANDBOX_RUNTIME=runsc \
-    "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} -m "not tcp_transport" ${RUNSC_TESTS})
+start_pass runsc_pass "the gVisor pass" env KERNEL_SANDBOX_RUNTIME=runsc \
+    "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} -m "not tcp_transport" ${RUNSC_TESTS}
 if [ -z "${TEST_PATHS}" ]; then
     # shellcheck disable=SC2086
-    kubernetes_pass=$(start_pass "the Kubernetes tier" "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} \
-        tests/kubernetes)
+    start_pass kubernetes_pass "the Kubernetes tier" "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} \
+        tests/kubernetes
     show_pass "the Kubernetes tier" "${kubernetes_pass}" || failed+=("the Kubernetes tier")
 fi
 show_pass "the gVisor pass" "${runsc_pass}" || failed+=("the gVisor pass")
