@@ -29,6 +29,8 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "notebook": ("nbconvert", "PIL", "numpy"),
     "attach": ("jupyter_console",),
     "openai-agents": ("agents",),
+    "langchain": ("langchain_core",),
+    "smolagents": ("smolagents",),
 }
 
 

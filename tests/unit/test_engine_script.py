@@ -234,7 +234,7 @@ def test_ci_and_the_makefile_use_this_one_script() -> None:
     tiers = (ROOT / "scripts" / "setup-tiers.sh").read_text()
     # CI sets the engine up through setup-tiers.sh, which hands the engine to this script
     assert "scripts/setup-tiers.sh engine" in ci
-    assert "DOCKERD_CONFIG=\"${DOCKERD_CONFIG}\" scripts/engine.sh" in tiers
+    assert 'DOCKERD_CONFIG="${DOCKERD_CONFIG}" scripts/engine.sh' in tiers
     for text in (ci, tiers):  # no second copy of what this script does
         assert "nohup dockerd" not in text and "apt-get install docker" not in text
     dry = subprocess.run(

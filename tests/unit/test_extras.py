@@ -104,6 +104,9 @@ def test_the_core_imports_no_extra() -> None:
             "notebook",
             "from kernel_sandbox.notebook.media import decode_raster; decode_raster('iVBORw0K')",
         ),
+        ("agents", "openai-agents", "import kernel_sandbox.integrations.openai_agents"),
+        ("langchain_core", "langchain", "import kernel_sandbox.integrations.langchain"),
+        ("smolagents", "smolagents", "import kernel_sandbox.integrations.smolagents"),
     ],
 )
 def test_a_missing_extra_is_named(hide: str, extra: str, code: str) -> None:
