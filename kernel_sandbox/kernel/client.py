@@ -10,15 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import inspect
 import itertools
 import logging
 import os
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from queue import Empty
-from typing import Any, Literal
+from typing import Any
 
 import zmq
 
@@ -26,42 +23,22 @@ from ..errors import KernelError
 from ..limits import DEFAULT_MAX_OUTPUT_BYTES
 from .channels import GuardedClient, open_socket, shared_context
 from .connection import PORT_NAMES, ConnectionInfo
+from .execution import AliveCheck, Call, OutputCallback, RawExecution
 from .guard import Route
-from .outputs import OutputCollector
 
-__all__ = ["KernelSession", "RawExecution"]
+__all__ = ["AliveCheck", "KernelSession", "OutputCallback", "RawExecution"]
 
 log = logging.getLogger(__name__)
 
-Output = dict[str, Any]
-OutputCallback = Callable[[Output], Any]
-#: Returns None while the kernel lives, else a sentence saying why it died.
-AliveCheck = Callable[[], Awaitable[str | None]]
-
-#: How long the iopub stream may be silent before the kernel's liveness is checked.
-LIVENESS_POLL = 0.5
 # pyzmq's constants as plain ints: its enum members are converted on every use.
 _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 
-#: How long past ``interrupt_grace`` an interrupted kernel may go on sending (output it
-#: queued before the interrupt) before it counts as stuck.
-DRAIN_LIMIT = 10.0
 #: How often a starting kernel's container is asked about (an engine call) while waiting.
 STARTUP_ALIVE_INTERVAL = 0.2
-#: How long an execute_reply may lag behind the ``idle`` status that follows it.  An
-#: ``idle`` without a reply in this time was forged by the code (it can publish on
-#: iopub with the request's id), and the call goes on.
-REPLY_AFTER_IDLE = 1.0
 #: Room for headers and JSON quoting on top of ``max_output_bytes`` in one message.
 MESSAGE_OVERHEAD = 1024**2
 #: Characters of an execute_reply's ``ename``/``evalue`` kept (the outputs hold the rest).
 REPLY_TEXT_CHARS = 8 * 1024
-#: The reply of a request whose execute_reply was dropped with shell's connection.
-LOST_REPLY = {
-    "status": "error",
-    "ename": "ReplyTooLarge",
-    "evalue": "the kernel's reply was over the per-message limit and was dropped unread",
-}
 
 
 #: The client's private channel slots (``None`` until a channel is made).
@@ -72,24 +49,6 @@ _CHANNEL_ATTRS = (
     "_hb_channel",
     "_control_channel",
 )
-
-Outcome = Literal["finished", "interrupted", "stuck", "died"]
-
-
-@dataclass
-class RawExecution:
-    """What the kernel said about one request, before the sandbox adds its judgement.
-
-    ``truncated_bytes`` counts the output dropped by the output cap.
-    """
-
-    outcome: Outcome
-    outputs: list[Output] = field(default_factory=list)
-    reply: dict[str, Any] = field(default_factory=dict)
-    death_reason: str = ""
-    truncated_bytes: int = 0
-    display_ids: dict[str, list[int]] = field(default_factory=dict)
-    display_updates: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 def _readable(sock: zmq.Socket[bytes]) -> bool:
@@ -226,7 +185,8 @@ class KernelSession:
         ``max_output_bytes`` of output is kept (see :class:`OutputCollector`), and
         ``on_output`` sees nothing after the interrupt (the result has it all).
         ``store_history=False`` leaves the kernel's history and execution count alone
-        (the machinery's own code, e.g. a snapshot's).
+        (the machinery's own code, e.g. a snapshot's).  The request in flight is a
+        :class:`~kernel_sandbox.kernel.execution.Call` (its module draws the states).
         """
         # What a route holds back now is from before this call (output of threads, a
         # message too big to finish): the channel starts afresh instead of behind it.
@@ -235,103 +195,16 @@ class KernelSession:
             await self._resubscribe()
             self._resubscribe_needed = False
         msg_id = self.client.execute(code, store_history=store_history, allow_stdin=False)
-        collector = OutputCollector(max_output_bytes)
-        # Once shell's connection was dropped, the execute_reply may be lost with it: a
-        # kernel_info request sent then is answered only after this request is done.
-        # One is sent at each look (the new connection may not be routed yet).
-        probes: set[str] = set()
-        dropped = False  # said in the result of a call that ends normally (a dying
-        # kernel drops its connections too, and its result says so already)
-
-        def relink() -> None:
-            nonlocal dropped
-            lost = self._relink()
-            dropped = dropped or bool(lost)
-            if "shell" in lost or 0 < len(probes) < 20:
-                probes.add(self.client.kernel_info())
-
-        async def ended(wait: float) -> dict[str, Any] | None:
-            if not probes:
-                return await self._reply({msg_id}, wait)
-            return LOST_REPLY if await self._reply(probes, wait) is not None else None
-
-        def result(outcome: Outcome, **details: Any) -> RawExecution:
-            outputs = collector.outputs
-            updates = {
-                k: {"data": d, "metadata": m} for k, (d, m) in collector.display_updates.items()
-            }
-            return RawExecution(
-                outcome,
-                outputs,
-                truncated_bytes=collector.truncated_bytes,
-                display_ids=collector.display_ids(outputs),
-                display_updates=updates,
-                **details,
-            )
-
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        interrupted = False
-        drain_until = 0.0
-        iopub_moved = self._iopub_moved()
-        reply: dict[str, Any] | None = None
-        while True:
-            now = loop.time()
-            if now >= deadline and not interrupted:
-                self.interrupt()
-                interrupted = True
-                deadline = now + interrupt_grace
-                drain_until = deadline + DRAIN_LIMIT
-            elif interrupted and now >= drain_until:
-                return result("stuck")
-            left = deadline - loop.time()
-            # past the grace, a kernel is stuck once it stays silent for a poll
-            wait = LIVENESS_POLL if interrupted and left <= 0 else min(left, LIVENESS_POLL)
-            try:
-                msg = await self._get_msg(self.client.iopub_channel, max(0.0, wait))
-            except Empty:
-                relink()
-                if reply is not None:  # replied, then silent: its idle was lost
-                    if (moved := self._iopub_moved()) != iopub_moved:
-                        iopub_moved = moved  # not silent: a big message is on its way
-                        continue
-                    break
-                # The idle status is lost when iopub's connection was dropped (or the
-                # kernel dropped it from a full queue); the reply then ends the call.
-                reply = await ended(0)
-                if reply is not None:
-                    continue
-                if loop.time() < deadline:  # silent before its deadline: dead, or busy?
-                    reason = await check_alive()
-                    if reason:
-                        return result("died", death_reason=reason)
-                elif interrupted:  # silent after the grace: the interrupt did not work
-                    return result("stuck")
-                continue
-            if msg is None or msg["parent_header"].get("msg_id") != msg_id:
-                continue
-            msg_type = msg["header"]["msg_type"]
-            if msg_type == "status":
-                if msg["content"].get("execution_state") == "idle":
-                    # The kernel replies before it goes idle, so the reply is
-                    # normally queued already; an idle that comes first may be forged.
-                    if reply is not None or (reply := await ended(0)) is not None:
-                        break
-                    reply = await ended(REPLY_AFTER_IDLE)
-                    if reply is None:
-                        relink()
-                        log.warning("ignored an idle status without an execute_reply")
-                continue
-            shown = collector.add(msg)
-            # Once interrupted, the queued backlog is drained at full speed: a slow
-            # listener must not make a kernel that did stop look stuck.
-            if shown is not None and on_output is not None and not interrupted:
-                await _notify(on_output, shown)
-        iopub = self.client.routes.get("iopub")
-        held = iopub is not None and bool(iopub.held_since)  # unread past the bound
-        if dropped or self._relink() or held:
-            collector.note_lost(self.client.max_message_bytes)
-        return result("interrupted" if interrupted else "finished", reply=reply or {})
+        call = Call(
+            self,
+            msg_id,
+            timeout=timeout,
+            interrupt_grace=interrupt_grace,
+            check_alive=check_alive,
+            on_output=on_output,
+            max_output_bytes=max_output_bytes,
+        )
+        return await call.run()
 
     def _iopub_moved(self) -> int:
         """Bytes the guard has relayed on iopub: a message being received moves it."""
@@ -469,12 +342,3 @@ class KernelSession:
             os.close(fd)
         self._fds = []
         self.client.close_routes()
-
-
-async def _notify(callback: OutputCallback, output: Output) -> None:
-    try:
-        result = callback(output)
-        if inspect.isawaitable(result):
-            await result
-    except Exception:
-        log.warning("on_output callback raised; the execution goes on", exc_info=True)

@@ -5,12 +5,14 @@ The recorder only listens: attach it to a sandbox (``sandbox.listeners.append(re
 operation / restart becomes a cell, with the metadata of the call that caused it (the
 sandbox tags its events, see :func:`~kernel_sandbox.events.call_context`).  An agent
 loop also adds messages, and merges each tool call's verdict into the cells that carry
-its id (:meth:`NotebookRecorder.finish_call`).  After every step the whole notebook is validated and
-atomically rewritten, so a crash or ``kill -9`` leaves a valid notebook of everything
-up to the last step.  With ``flush_delay`` (the server's choice) a step only marks the
-notebook dirty and :mod:`.writer` rewrites it within that delay, coalescing steps, and
-at once on ``flush``/``finish``/``close`` and at exit: a step then costs microseconds
-instead of a validation and an fsync, and a crash loses at most that delay's steps.
+its id (:meth:`NotebookRecorder.finish_call`).  This module turns events into cells; the
+file on disk is :mod:`.file`'s :class:`~kernel_sandbox.notebook.file.NotebookFile`,
+told after every step: validated and atomically rewritten then, so a crash or
+``kill -9`` leaves a valid notebook of everything up to the last step, or with
+``flush_delay`` (the server's choice) written behind within that delay, coalescing
+steps, and at once on ``flush``/``finish``/``close`` and at exit: a step then costs
+microseconds instead of a validation and an fsync, and a crash loses at most that
+delay's steps.
 """
 
 from __future__ import annotations
@@ -25,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
-import orjson
 from nbformat import NotebookNode
 from nbformat.v4 import new_markdown_cell, new_notebook
 
@@ -52,9 +53,8 @@ from .cells import (
     python_cell,
     shell_cell,
 )
-from .storage import validate_notebook, write_notebook_atomic
+from .file import NotebookFile
 from .tags import seeds_randomness
-from .writer import WRITER
 
 __all__ = ["DEFAULT_SESSION_DIR", "FORMAT_VERSION", "NotebookRecorder", "new_session_path"]
 
@@ -113,16 +113,6 @@ class NotebookRecorder:
     ) -> None:
         self.path = Path(path) if path is not None else new_session_path()
         self._lock = threading.RLock()
-        self._write_lock = threading.Lock()  # one write of this file at a time
-        #: None: write after every step; seconds: write behind, within this delay.
-        self.flush_delay = flush_delay if flush_delay and flush_delay > 0 else None
-        self._dirty = False
-        #: Leading cells validated by an earlier write and unchanged since: a write
-        #: validates the metadata and the cells after them only.
-        self._valid_cells = 0
-        #: (inode, size, mtime) of the file as this recorder last wrote it: unchanged,
-        #: nobody else appended cells, so the write need not read it back first.
-        self._written: tuple[int, int, int] | None = None
         #: Bumped on every change; readers (the live page) wait for it to move.
         self.version = 0
         self._watchers: list[Any] = []
@@ -150,6 +140,7 @@ class NotebookRecorder:
             self._nb.cells.append(
                 new_markdown_cell(f"# {title}", metadata={META_KEY: {"kind": "note"}})
             )
+        self._file = NotebookFile(self.path, self._nb, self._lock, flush_delay)
         self._save()
         self.flush()  # the file exists from the start, whatever the delay
 
@@ -237,7 +228,7 @@ class NotebookRecorder:
                 cell.metadata[META_KEY].update(jsonable(dict(metadata)))
             if cells:
                 first = next(i for i, c in enumerate(self._nb.cells) if c is cells[0])
-                self._valid_cells = min(self._valid_cells, first)
+                self._file.cells_changed_from(first)
                 self._save()
             return bool(cells)
 
@@ -344,30 +335,14 @@ class NotebookRecorder:
         self.flush()
         return self.path
 
+    @property
+    def flush_delay(self) -> float | None:
+        """None: the file is written after every step; seconds: behind, within this delay."""
+        return self._file.flush_delay
+
     def flush(self) -> None:
         """Write what is not on disk yet, now (validated, atomic); raises NotebookError."""
-        with self._write_lock:
-            with self._lock:
-                if not self._dirty:
-                    return
-                self._dirty = False
-                # a plain copy, taken at C speed (a deepcopy of NotebookNodes is not)
-                snapshot = nbformat.from_dict({**self._nb, "cells": []})
-                snapshot.cells = orjson.loads(orjson.dumps(self._nb.cells))
-                valid = self._valid_cells
-            WRITER.cancel(self)
-            ids = [cell.get("id") for cell in snapshot.cells]
-            try:
-                checked = self._write(snapshot, valid)
-            except BaseException:
-                with self._lock:
-                    self._dirty = True
-                raise
-            with self._lock:
-                if [cell.get("id") for cell in snapshot.cells] != ids:
-                    self._take_foreign(snapshot.cells)
-                if self._valid_cells == valid:  # no cell before the new ones changed since
-                    self._valid_cells = checked
+        self._file.flush()
 
     def close(self) -> None:
         """Write what is pending; the recorder can still record afterwards."""
@@ -438,46 +413,4 @@ class NotebookRecorder:
         self._nb.metadata[META_KEY]["updated_at"] = iso_time()
         self.version += 1
         self._notify()
-        if self.flush_delay is None:
-            self._valid_cells = self._write(self._nb, self._valid_cells)
-            return
-        self._dirty = True
-        WRITER.schedule(self, self.flush_delay)
-
-    def _take_foreign(self, written: list[Any]) -> None:
-        """Make the cells someone else wrote (merged into ``written``, the copy just
-        written) ours too, in their place, so the next write need not read them back."""
-        live = {cell.get("id"): cell for cell in self._nb.cells}
-        cells = [live.get(cell.get("id")) or nbformat.from_dict(cell) for cell in written]
-        seen = {cell.get("id") for cell in written}
-        cells.extend(cell for cell in self._nb.cells if cell.get("id") not in seen)
-        self._nb.cells = cells
-
-    def _write(self, nb: NotebookNode, valid: int) -> int:
-        """Write ``nb`` (its first ``valid`` cells known valid); the cells now known valid.
-
-        The cost of a write grows with the session, and in a server it runs in the
-        writer thread beside the requests (holding the GIL), so it does no more than
-        it must: the file is read back only when someone else wrote it since, and only
-        the metadata and the cells not validated before are validated.
-        """
-        with shared.locked(self.path):
-            # A person attached to the sandbox may have appended cells: keep them (shared.py)
-            if self._written is None or self._written != _stamp(self.path):
-                ids = [cell.get("id") for cell in nb.cells]
-                shared.merge_foreign(nb, self.path)
-                if [cell.get("id") for cell in nb.cells] != ids:
-                    valid = 0
-            validate_notebook(new_notebook(metadata=nb.metadata, cells=nb.cells[valid:]))
-            write_notebook_atomic(nb, self.path, validate=False)
-            self._written = _stamp(self.path)
-        return len(nb.cells)
-
-
-def _stamp(path: Path) -> tuple[int, int, int] | None:
-    """What tells one version of a file from another (a rename makes a new inode)."""
-    try:
-        info = path.stat()
-    except OSError:
-        return None
-    return (info.st_ino, info.st_size, info.st_mtime_ns)
+        self._file.changed()

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 
 class Flushable(Protocol):
-    """What the writer needs of a recorder."""
+    """What the writer needs of a notebook file (:class:`~.file.NotebookFile`)."""
 
     def flush(self) -> None: ...
 

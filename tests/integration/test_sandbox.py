@@ -13,6 +13,7 @@ from kernel_sandbox.rundirs import runtime_root
 from kernel_sandbox.sandbox import AsyncSandbox
 from tests.conftest import require
 from tests.integration.conftest import GVISOR
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.integration
 
@@ -262,8 +263,10 @@ async def test_shell_timeout_kills_the_whole_process_group(py_sandbox: AsyncSand
 
 
 async def test_shell_runs_while_the_kernel_is_busy(py_sandbox: AsyncSandbox) -> None:
-    busy = asyncio.create_task(py_sandbox.run_python("import time; time.sleep(3)"))
-    await asyncio.sleep(0.3)
+    busy = asyncio.create_task(
+        py_sandbox.run_python("import time\nopen('busy', 'w').close()\ntime.sleep(6)")
+    )
+    await await_for(lambda: py_sandbox.files.exists("busy"), 60, 0.05, "the cell to start")
     r = await py_sandbox.run_shell("echo beside")
     assert r.stdout == "beside\n" and not busy.done()
     assert (await busy).status == "ok"

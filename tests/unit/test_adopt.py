@@ -17,6 +17,7 @@ from kernel_sandbox.notebook.cells import META_KEY
 from kernel_sandbox.notebook.shared import append_cells, find_notebook
 from kernel_sandbox.sandbox import AsyncSandbox
 from tests.unit.conftest import NewSandbox
+from tests.waiting import await_for
 
 
 async def test_a_guest_shares_the_live_kernel_and_leaves_it_running(
@@ -50,8 +51,7 @@ async def test_interrupt_is_public(new_sandbox: NewSandbox) -> None:
     cell = asyncio.ensure_future(
         sandbox.run_python(f"import time\nopen({marker!r}, 'w').close()\ntime.sleep(60)")
     )
-    while not await sandbox.files.exists(marker):
-        await asyncio.sleep(0.02)
+    await await_for(lambda: sandbox.files.exists(marker), 60, 0.02, "the cell to start")
     await sandbox.interrupt()
     result = await asyncio.wait_for(cell, 30)
     assert result.error is not None and result.error.ename == "KeyboardInterrupt"

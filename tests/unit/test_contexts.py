@@ -18,6 +18,7 @@ from kernel_sandbox.limits import MAX_CONTEXTS
 from kernel_sandbox.tools import ToolSet
 from tests.conftest import require
 from tests.unit.conftest import NewSandbox
+from tests.waiting import await_for
 
 
 @pytest.fixture(autouse=True)
@@ -139,8 +140,7 @@ async def test_a_bash_sandbox_runs_bash_by_default_and_python_beside_it(
     assert [c.language for c in sandbox.list_contexts()] == ["bash", "python"]
     await sandbox.run_code("kept=5")
     ended = asyncio.ensure_future(sandbox.run_code("touch started; sleep 60; echo finished"))
-    while not await sandbox.files.exists("started"):
-        await asyncio.sleep(0.05)
+    await await_for(lambda: sandbox.files.exists("started"), 60, 0.05, "the cell to start")
     await sandbox.interrupt()  # the host's SIGINT, relayed to the kernel
     assert "finished" not in (await asyncio.wait_for(ended, 30)).stdout
     assert (await sandbox.run_code("echo $kept")).stdout.strip() == "5"

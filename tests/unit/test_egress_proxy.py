@@ -20,6 +20,7 @@ import pytest
 
 from kernel_sandbox.backends.docker.egress import EgressLimits, EgressProxy
 from kernel_sandbox.network import Decision, EgressPolicy
+from tests.waiting import await_for
 
 
 @dataclass
@@ -249,14 +250,12 @@ async def test_connection_caps(tmp_path: Path, net: Network) -> None:
     )
     try:
         held = [await asyncio.open_unix_connection(str(proxy.socket_path)) for _ in range(3)]
-        while proxy.active_connections < 3:
-            await asyncio.sleep(0.01)
+        await await_for(lambda: proxy.active_connections == 3, 30, 0.01, "3 connections")
         reader, writer = await asyncio.open_unix_connection(str(proxy.socket_path))
         assert await reader.read() == b""  # closed at once, nothing read or answered
         for _, w in held:
             w.close()
-        while proxy.active_connections:
-            await asyncio.sleep(0.01)
+        await await_for(lambda: not proxy.active_connections, 30, 0.01, "them to be closed")
         for _ in range(2):
             head, _, writer = await _request(proxy, b"CONNECT pkg.example.org:443 HTTP/1.1\r\n\r\n")
             writer.close()

@@ -5,7 +5,7 @@ for it is cut, under the NULL mechanism (ipc) and CURVE (tcp)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,19 +13,13 @@ import zmq
 
 from kernel_sandbox.kernel.guard import CHUNK, Route, frame_guard
 from kernel_sandbox.kernel.zmtp import FRAME_COST, Framing, FramingError, charge
+from tests.waiting import wait_for
 
 MiB = 1024**2
 #: Slack for the greeting's READY command, which is charged but is no message.
 HANDSHAKE = 512
 #: The kernel's CURVE key pair (tcp); the host uses it as its own too, as the client does.
 PUBLIC, SECRET = zmq.curve_keypair()
-
-
-def wait_for(condition: Callable[[], object], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 @pytest.fixture
@@ -113,7 +107,7 @@ def test_unread_messages_hold_the_kernel_at_the_bound(
     kernel.sndhwm = 1000
     for i in range(40):
         kernel.send_multipart([b"host", str(i).encode(), b"m" * (MiB // 2)])
-    wait_for(lambda: route.held_since)
+    wait_for(lambda: route.held_since, 10, 0.01, "the route to hold the kernel back")
     time.sleep(0.3)
     assert route.outstanding <= bound + CHUNK + MiB // 2 + 2 * FRAME_COST
     for i in range(40):
@@ -132,7 +126,7 @@ def test_an_unfinished_message_over_the_bound_is_cut(
     kernel, host, route = pair(ctx, tmp_path, transport, bound)
     monitor = host.get_monitor_socket(zmq.EVENT_DISCONNECTED)
     kernel.send_multipart([b"host"] + [b"p" * MiB] * 30)
-    wait_for(lambda: route.held_since)
+    wait_for(lambda: route.held_since, 10, 0.01, "the route to hold the kernel back")
     assert route.outstanding <= bound + CHUNK + MiB + FRAME_COST
     deadline = time.monotonic() + 10
     while not route.closed:

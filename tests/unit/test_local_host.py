@@ -11,6 +11,7 @@ from kernel_sandbox.backends.factory import available_hosts, host_class
 from kernel_sandbox.errors import ConfigError
 from kernel_sandbox.testing import LocalKernelHost
 from tests.unit.conftest import NewSandbox
+from tests.waiting import await_for
 
 
 def test_hosts_are_found_by_name() -> None:
@@ -30,8 +31,7 @@ async def test_an_interrupt_stops_the_cell_and_keeps_the_variables(
     running = asyncio.ensure_future(
         sandbox.run_python(f"import time\nopen({marker!r}, 'w').close()\ntime.sleep(60)")
     )
-    while not await sandbox.files.exists(marker):
-        await asyncio.sleep(0.02)
+    await await_for(lambda: sandbox.files.exists(marker), 60, 0.02, "the cell to start")
     await sandbox.host.interrupt()
     interrupted = await asyncio.wait_for(running, 30)
     assert interrupted.error is not None and interrupted.error.ename == "KeyboardInterrupt"

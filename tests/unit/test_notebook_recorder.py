@@ -19,6 +19,7 @@ from kernel_sandbox.events import FileOperated, PythonExecuted, ShellExecuted
 from kernel_sandbox.notebook import META_KEY, NotebookRecorder, new_session_path
 from kernel_sandbox.notebook.cells import split_magic
 from kernel_sandbox.results import CommandResult, Execution
+from tests.waiting import wait_for
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 64).decode()
 
@@ -213,19 +214,17 @@ _CHILD = textwrap.dedent(
 def test_kill_9_while_recording_leaves_a_valid_notebook(tmp_path: Path, min_steps: int) -> None:
     path = tmp_path / "s.ipynb"
     child = subprocess.Popen([sys.executable, "-c", _CHILD, str(path)])
+
+    def recorded() -> bool:
+        assert child.poll() is None, "the recording process died by itself"
+        try:
+            steps = json.loads(path.read_text())["metadata"][META_KEY].get("steps", 0)
+        except (FileNotFoundError, ValueError, KeyError):
+            steps = 0  # not there yet; a partial file would be a failure below
+        return bool(steps >= min_steps)
+
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            assert child.poll() is None, "the recording process died by itself"
-            try:
-                steps = json.loads(path.read_text())["metadata"][META_KEY].get("steps", 0)
-            except (FileNotFoundError, ValueError, KeyError):
-                steps = 0  # not there yet; a partial file would be a failure below
-            if steps >= min_steps:
-                break
-            time.sleep(0.05)
-        else:
-            pytest.fail("the recorder never reached the wanted number of steps")
+        wait_for(recorded, 120, 0.05, f"the recorder to reach {min_steps} steps")
         child.send_signal(signal.SIGKILL)  # most likely in the middle of the next write
         child.wait(timeout=30)
     finally:

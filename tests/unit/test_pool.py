@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -21,6 +20,7 @@ from kernel_sandbox.kernel.connection import ConnectionInfo
 from kernel_sandbox.pool import POOL_LABEL, SandboxPool
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.testing import LocalKernelHost
+from tests.waiting import await_for
 
 
 class Gate:
@@ -81,13 +81,6 @@ async def pools(gate: Gate) -> AsyncIterator[Callable[..., SandboxPool]]:
         await pool.close()
 
 
-async def until(condition: Callable[[], bool], what: str, limit: float = 60) -> None:
-    deadline = time.monotonic() + limit
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 @pytest.mark.parametrize(
     "kwargs",
     [{"size": -1}, {"size": 4, "max_size": 2}, {"on_empty": "fail"}, {"idle_timeout": 0}],
@@ -117,7 +110,7 @@ async def test_start_fills_to_size_and_acquire_hands_out_a_ready_member(
         sandbox = await pool.acquire()
         assert sandbox.host in gate.live() and not sandbox.closed
         assert (await sandbox.run_python("print(6 * 7)")).text == "42"
-        await until(lambda: pool.stats().idle == 2, "the refill")
+        await await_for(lambda: pool.stats().idle == 2, 60, 0.02, "the refill")
         assert pool.stats().in_use == 1
 
 
@@ -130,7 +123,7 @@ async def test_release_destroys_the_member_and_never_hands_it_out_again(
             async with pool.acquire() as sandbox:
                 assert sandbox.id not in seen
                 seen.add(sandbox.id)
-            await until(lambda s=sandbox: s.host.cleaned, "the used member to go")
+            await await_for(lambda s=sandbox: s.host.cleaned, 60, 0.02, "the used member to go")
             assert sandbox.closed
         assert pool.stats().destroyed_after_use == 3
 
@@ -162,7 +155,7 @@ async def test_wait_mode_at_the_cap_waits_for_a_release(
     async with pools(size=1, max_size=1, on_empty="wait") as pool:
         first = await pool.acquire()
         second = asyncio.ensure_future(pool.acquire())
-        await until(lambda: pool.stats().waiting == 1, "the second caller to wait")
+        await await_for(lambda: pool.stats().waiting == 1, 60, 0.02, "the second caller to wait")
         assert not second.done() and pool.stats().total == 1 and gate.started == 1
         await pool.release(first)
         got = await asyncio.wait_for(second, 60)
@@ -187,7 +180,7 @@ async def test_a_dead_idle_member_is_skipped_and_replaced(
         sandbox = await pool.acquire()
         assert sandbox.host not in dead
         assert (await sandbox.run_python("1 + 1")).status == "ok"
-        await until(lambda: all(h.cleaned for h in dead), "the dead members to go")
+        await await_for(lambda: all(h.cleaned for h in dead), 60, 0.02, "the dead members to go")
         assert pool.stats().replaced_dead == 2
 
 
@@ -197,7 +190,9 @@ async def test_the_health_check_replaces_dead_idle_members(
     async with pools(size=2, health_interval=0.05) as pool:
         victim = gate.live()[0]
         await victim.kill()
-        await until(lambda: victim.cleaned and pool.stats().idle == 2, "the replacement")
+        await await_for(
+            lambda: victim.cleaned and pool.stats().idle == 2, 60, 0.02, "the replacement"
+        )
         assert pool.stats().replaced_dead == 1
         assert len(gate.live()) == 2
 
@@ -208,10 +203,12 @@ async def test_the_cap_bounds_members_in_total(
     async with pools(size=1, max_size=3) as pool:
         gate.open.clear()
         waiting = [asyncio.ensure_future(pool.acquire()) for _ in range(5)]
-        await until(lambda: gate.started == 3, "creations up to the cap")
+        await await_for(lambda: gate.started == 3, 60, 0.02, "creations up to the cap")
         assert pool.stats().total == 3
         gate.open.set()
-        await until(lambda: sum(w.done() for w in waiting) == 3, "three members handed out")
+        await await_for(
+            lambda: sum(w.done() for w in waiting) == 3, 60, 0.02, "three members handed out"
+        )
         for w in waiting:
             if w.done():
                 await pool.release(w.result())
@@ -226,8 +223,10 @@ async def test_extras_after_a_burst_are_reaped_back_to_size(
         burst = [await pool.acquire() for _ in range(3)]
         for sandbox in burst:
             await pool.release(sandbox)
-        await until(lambda: pool.stats().reaped == 2, "the extras to be reaped", limit=120)
-        await until(lambda: pool.stats().idle == 1 and len(gate.live()) == 1, "size 1 again")
+        await await_for(lambda: pool.stats().reaped == 2, 120, 0.02, "the extras to be reaped")
+        await await_for(
+            lambda: pool.stats().idle == 1 and len(gate.live()) == 1, 60, 0.02, "size 1 again"
+        )
 
 
 async def test_a_failing_start_reaches_the_waiting_caller(
@@ -255,10 +254,10 @@ async def test_a_cancelled_waiter_gives_its_member_back(
     async with pools(size=0) as pool:
         gate.open.clear()
         waiter = asyncio.ensure_future(pool.acquire())
-        await until(lambda: gate.started == 1, "the creation to start")
+        await await_for(lambda: gate.started == 1, 60, 0.02, "the creation to start")
         waiter.cancel()
         gate.open.set()
-        await until(lambda: pool.stats().idle == 1, "the member to be kept")
+        await await_for(lambda: pool.stats().idle == 1, 60, 0.02, "the member to be kept")
         assert waiter.cancelled()
         assert pool.stats().in_use == 0  # fresh, so kept
 
@@ -271,12 +270,12 @@ async def test_close_removes_every_member_and_wakes_waiters(
     gate.open.clear()
     await pool.acquire()  # uses the last idle one
     waiter = asyncio.ensure_future(pool.acquire())
-    await until(lambda: gate.started >= 3, "a creation to wait at the gate")
+    await await_for(lambda: gate.started >= 3, 60, 0.02, "a creation to wait at the gate")
     await pool.close()
     with pytest.raises(SandboxClosedError):
         await waiter
     gate.open.set()
-    await until(lambda: not gate.live(), "every member to be removed")
+    await await_for(lambda: not gate.live(), 60, 0.02, "every member to be removed")
     assert held.closed
     with pytest.raises(SandboxClosedError):
         await pool.acquire()

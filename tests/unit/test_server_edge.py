@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
 
 import httpx2
@@ -17,6 +16,7 @@ from kernel_sandbox.server.app import build_app
 from kernel_sandbox.server.auth import COOKIE, Credential, Keyring, key_id, read_credential
 from kernel_sandbox.server.browser import allowed_hosts_for
 from kernel_sandbox.server.settings import ServerSettings
+from tests.waiting import await_for
 
 KEYS = ("key-a", "key-b")
 A = {"X-API-Key": "key-a"}
@@ -186,13 +186,13 @@ async def test_one_key_gets_429_past_its_calls_in_flight_and_others_do_not() -> 
             )
             for _ in range(2)
         ]
-        deadline = time.monotonic() + 10
-        while True:  # until both are in flight
+
+        async def refused() -> httpx2.Response | None:
             r = await client.get("/health", headers=A)
-            if r.status_code == 429 or time.monotonic() > deadline:
-                break
-            await asyncio.sleep(0.01)
-        assert r.status_code == 429 and "--max-calls-per-key" in r.json()["detail"]
+            return r if r.status_code == 429 else None
+
+        r = await await_for(refused, 10, 0.01, "both calls to be in flight")
+        assert "--max-calls-per-key" in r.json()["detail"]
         assert (await client.get("/health", headers={"X-API-Key": "key-b"})).status_code == 200
         release.set()
         assert [(await h).status_code for h in held] == [404, 404]
@@ -214,12 +214,12 @@ async def test_one_key_gets_429_past_its_open_streams(path: str) -> None:
         opened = asyncio.ensure_future(
             client.post("/v1/sandboxes/x/python?stream=1", content=slow_body(), headers=A)
         )
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:  # until the stream is open (a GET: 405 till then)
+
+        async def stream_open() -> bool:  # a GET: 405 until the stream is open
             probe = await client.get("/v1/sandboxes/x/python?stream=true", headers=A)
-            if probe.status_code == 429:
-                break
-            await asyncio.sleep(0.01)
+            return probe.status_code == 429
+
+        await await_for(stream_open, 10, 0.01, "the stream to be open")
         r = await client.request(method, path, headers=A)
         assert r.status_code == 429 and "--max-streams-per-key" in r.json()["detail"]
         other = await client.get(

@@ -23,16 +23,10 @@ from kernel_sandbox.kernel.supervisor import (
     parse_status,
     wait_for_kernel_end,
 )
+from tests.waiting import wait_for
 
 # A stand-in kernel that starts a grandchild, so killing only the kernel would leave one.
 KERNEL = 'sleep 1000 & echo "$$ $!" > "$1/pids.new"; mv "$1/pids.new" "$1/pids"; wait'
-
-
-def wait_for(condition, what: str, limit: float = 30) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + limit
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def alive(pid: int) -> bool:
@@ -84,7 +78,7 @@ def supervisor(tmp_path: Path, sleep_log: Path) -> Iterator[subprocess.Popen[byt
 
 
 def kernel_pids(tmp_path: Path) -> list[int]:
-    wait_for(lambda: (tmp_path / "pids").exists(), "the kernel to start")
+    wait_for(lambda: (tmp_path / "pids").exists(), 30, 0.02, "the kernel to start")
     return [int(p) for p in (tmp_path / "pids").read_text().split()]
 
 
@@ -96,7 +90,7 @@ def test_kill_signal_ends_the_process_group_and_reports_it(
     end = wait_for_end(tmp_path, 1)
     assert end == KernelEnd(128 + signal.SIGKILL, False)  # not 138: the trap's own wait
     # SIGKILL was sent to the whole group before the report; its delivery takes a moment
-    wait_for(lambda: not alive(kernel) and not alive(child), "the kernel's group to die")
+    wait_for(lambda: not alive(kernel) and not alive(child), 30, 0.02, "the kernel's group to die")
 
 
 def test_nothing_forks_between_the_kernels_end_and_its_report(
@@ -114,7 +108,9 @@ def test_nothing_forks_between_the_kernels_end_and_its_report(
 
 def wait_for_end(tmp_path: Path, kernel: int) -> KernelEnd:
     status = tmp_path / STATUS_FILE
-    wait_for(lambda: status.exists() and parse_status(status.read_text(), kernel), "the report")
+    wait_for(
+        lambda: status.exists() and parse_status(status.read_text(), kernel), 30, 0.02, "the report"
+    )
     end = parse_status(status.read_text(), kernel)
     assert end is not None
     return end
@@ -131,12 +127,12 @@ def test_a_new_kernel_starts_only_after_the_go_file_of_the_last(
     first = kernel_pids(tmp_path)
     os.kill(first[0], signal.SIGSEGV)  # a crash: the rest of its group goes too
     assert wait_for_end(tmp_path, 1) == KernelEnd(128 + signal.SIGSEGV, False)
-    wait_for(lambda: not alive(first[1]), "the crashed kernel's child to be killed")
+    wait_for(lambda: not alive(first[1]), 30, 0.02, "the crashed kernel's child to be killed")
     (tmp_path / "pids").unlink()
     (tmp_path / f"{GO_PREFIX}2").touch()  # not the go-ahead for kernel 1
     seen = polls(sleep_log)
     # the supervisor looked again (twice, so at least once after go-2 existed) and waits
-    wait_for(lambda: polls(sleep_log) >= seen + 2, "the supervisor to look for go-1")
+    wait_for(lambda: polls(sleep_log) >= seen + 2, 30, 0.02, "the supervisor to look for go-1")
     assert not (tmp_path / "pids").exists()
     (tmp_path / f"{GO_PREFIX}1").touch()
     second = kernel_pids(tmp_path)

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import nbformat
@@ -16,6 +15,7 @@ import nbformat
 from kernel_sandbox.notebook.recorder import NotebookRecorder
 from kernel_sandbox.notebook.storage import read_notebook
 from kernel_sandbox.notebook.writer import WRITER
+from tests.waiting import wait_for
 
 
 def _cells(path: Path) -> int:
@@ -47,9 +47,7 @@ def test_the_writer_thread_writes_within_the_delay(tmp_path: Path) -> None:
     path = tmp_path / "s.ipynb"
     rec = NotebookRecorder(path, flush_delay=0.05)
     rec.add_note("hello")
-    deadline = time.monotonic() + 30
-    while _cells(path) != 1 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: _cells(path) == 1, 30, 0.02, "the writer thread to write the note")
     assert read_notebook(path).cells[0].source == "hello"
 
 
@@ -98,7 +96,7 @@ def test_a_killed_process_leaves_a_valid_notebook(tmp_path: Path) -> None:
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, env=env)
     assert proc.stdout is not None
     assert proc.stdout.readline() == b"going\n"
-    time.sleep(0.5)
+    wait_for(lambda: _cells(path) >= 20, 30, 0.01, "the writer to catch up")
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     nb = nbformat.read(path, as_version=4)

@@ -1,0 +1,135 @@
+"""The session's ``.ipynb`` on disk, kept equal to the notebook a recorder holds in memory.
+
+:class:`NotebookFile` is the writing half of :class:`~kernel_sandbox.notebook.NotebookRecorder`
+(which turns events into cells and tells the file when they changed). Three jobs:
+
+- **when** — at once after every change, or, with a ``flush_delay`` (the server's
+  choice), behind: a change only marks the file dirty and :mod:`.writer`'s thread writes
+  it within that delay, coalescing changes; at once on :meth:`~NotebookFile.flush`.
+- **with whom** — a person attached to the sandbox may append cells to the same file
+  (:mod:`.shared`): a write reads the file back when someone else wrote it since, keeps
+  their cells in their place and adopts them into the live notebook.
+- **how much to check** — the cost of a write grows with the session, and in a server it
+  runs beside the requests, so only the metadata and the cells not validated by an
+  earlier write are validated (nbformat's schema); each write is still one atomic
+  replace, so a reader or a crash only ever sees a complete notebook.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import orjson
+from nbformat import NotebookNode
+from nbformat.v4 import new_notebook
+
+from . import shared
+from .storage import validate_notebook, write_notebook_atomic
+from .writer import WRITER
+
+__all__ = ["NotebookFile"]
+
+
+class NotebookFile:
+    """Writes ``nb`` (changed only under ``lock``) to ``path``: at once, or within
+    ``flush_delay`` seconds."""
+
+    def __init__(
+        self,
+        path: Path,
+        nb: NotebookNode,
+        lock: threading.RLock,
+        flush_delay: float | None = None,
+    ) -> None:
+        self.path = path
+        self._nb = nb
+        self._lock = lock
+        self._write_lock = threading.Lock()  # one write of this file at a time
+        #: None: write after every change; seconds: write behind, within this delay.
+        self.flush_delay = flush_delay if flush_delay and flush_delay > 0 else None
+        self._dirty = False
+        #: Leading cells validated by an earlier write and unchanged since: a write
+        #: validates the metadata and the cells after them only.
+        self._valid_cells = 0
+        #: (inode, size, mtime) of the file as this object last wrote it: unchanged,
+        #: nobody else appended cells, so the write need not read it back first.
+        self._written: tuple[int, int, int] | None = None
+
+    def changed(self) -> None:
+        """The notebook changed (call under the lock): write it now, or schedule it."""
+        if self.flush_delay is None:
+            self._valid_cells = self._write(self._nb, self._valid_cells)
+            return
+        self._dirty = True
+        WRITER.schedule(self, self.flush_delay)
+
+    def cells_changed_from(self, index: int) -> None:
+        """Cells from ``index`` on were edited in place: validate them again (under the lock)."""
+        self._valid_cells = min(self._valid_cells, index)
+
+    def flush(self) -> None:
+        """Write what is not on disk yet, now (validated, atomic); raises NotebookError."""
+        with self._write_lock:
+            with self._lock:
+                if not self._dirty:
+                    return
+                self._dirty = False
+                # a plain copy, taken at C speed (a deepcopy of NotebookNodes is not)
+                snapshot = nbformat.from_dict({**self._nb, "cells": []})
+                snapshot.cells = orjson.loads(orjson.dumps(self._nb.cells))
+                valid = self._valid_cells
+            WRITER.cancel(self)
+            ids = [cell.get("id") for cell in snapshot.cells]
+            try:
+                checked = self._write(snapshot, valid)
+            except BaseException:
+                with self._lock:
+                    self._dirty = True
+                raise
+            with self._lock:
+                if [cell.get("id") for cell in snapshot.cells] != ids:
+                    self._take_foreign(snapshot.cells)
+                if self._valid_cells == valid:  # no cell before the new ones changed since
+                    self._valid_cells = checked
+
+    def __repr__(self) -> str:
+        return f"<NotebookFile {str(self.path)!r}>"
+
+    def _take_foreign(self, written: list[Any]) -> None:
+        """Make the cells someone else wrote (merged into ``written``, the copy just
+        written) ours too, in their place, so the next write need not read them back."""
+        live = {cell.get("id"): cell for cell in self._nb.cells}
+        cells = [live.get(cell.get("id")) or nbformat.from_dict(cell) for cell in written]
+        seen = {cell.get("id") for cell in written}
+        cells.extend(cell for cell in self._nb.cells if cell.get("id") not in seen)
+        self._nb.cells = cells
+
+    def _write(self, nb: NotebookNode, valid: int) -> int:
+        """Write ``nb`` (its first ``valid`` cells known valid); the cells now known valid.
+
+        The file is read back only when someone else wrote it since, and only the
+        metadata and the cells not validated before are validated.
+        """
+        with shared.locked(self.path):
+            # A person attached to the sandbox may have appended cells: keep them (shared.py)
+            if self._written is None or self._written != _stamp(self.path):
+                ids = [cell.get("id") for cell in nb.cells]
+                shared.merge_foreign(nb, self.path)
+                if [cell.get("id") for cell in nb.cells] != ids:
+                    valid = 0
+            validate_notebook(new_notebook(metadata=nb.metadata, cells=nb.cells[valid:]))
+            write_notebook_atomic(nb, self.path, validate=False)
+            self._written = _stamp(self.path)
+        return len(nb.cells)
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    """What tells one version of a file from another (a rename makes a new inode)."""
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return (info.st_ino, info.st_size, info.st_mtime_ns)
