@@ -9,8 +9,9 @@
 #   runsc    gVisor registered as the engine's `runsc` runtime with the runtimeArgs
 #            sandboxes need: in the config file of a dockerd started here, or in the
 #            running dockerd's own config file and a reload (SIGHUP: containers go on)
-#   images   kernel-sandbox:python, :datascience, the stand-in python:3.11-slim and
-#            :server, built the registry-less way, and the stand-in's derived image
+#   images   kernel-sandbox:python, :datascience, :r, :javascript, :polyglot, the stand-in
+#            python:3.11-slim and :server, built the registry-less way, and the
+#            stand-in's derived image
 #   cluster  the Kubernetes tier's cluster: KUBECONFIG's when it is set (checked, never
 #            started or stopped); else a local one (scripts/k8s/cluster.sh up), whose
 #            KUBECONFIG is written to $TIERS_STATE/kubeconfig — whoever started it tears
@@ -33,7 +34,7 @@ ENGINE_DEADLINE="${ENGINE_DEADLINE:-90}"   # seconds to wait for dockerd
 DOCKERD_CONFIG="${DOCKERD_CONFIG:-/etc/kernel-sandbox/dockerd-ci.json}"
 TIERS_STATE="${TIERS_STATE:-${TMPDIR:-/tmp}/kernel-sandbox-tiers}"
 RUNSC_ARGS=(--network=none --host-uds=all --host-fifo=open)  # see backends/docker/runtimes.py
-IMAGES=(python datascience standin server)
+IMAGES=(python datascience standin server r javascript polyglot)
 
 components=()
 for arg in "$@"; do
