@@ -23,7 +23,11 @@ __all__ = [
     "CWD_COPY_MAX_FILES",
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "DRAIN_LIMIT",
+    "GUARD_CHUNK_BYTES",
+    "GUARD_STALL_LIMIT",
     "HEADER_TIMEOUT",
+    "HELD_MESSAGES",
     "IMAGE_ACCOUNT_FILE_BYTES",
     "IMAGE_DERIVE_SECONDS",
     "IMAGE_PROBE_SECONDS",
@@ -57,13 +61,18 @@ __all__ = [
     "MAX_SNAPSHOT_BYTES",
     "MAX_SNAPSHOT_FILES",
     "MAX_SNAPSHOT_REPORT_BYTES",
+    "MAX_SOCKETS_CAP",
     "MAX_STREAMS_PER_KEY",
+    "MESSAGE_OVERHEAD",
     "MIN_DISK_BYTES",
     "MIN_MEMORY_BYTES",
     "NOTEBOOK_CALL_IMAGES",
     "NOTEBOOK_CALL_OUTPUT_BYTES",
     "NOTEBOOK_IMAGE_BYTES",
     "NOTEBOOK_MAX_OUTPUT_BYTES",
+    "RECEIVE_QUEUE",
+    "REPLY_AFTER_IDLE",
+    "REPLY_TEXT_CHARS",
     "SESSION_TTL",
     "SNAPSHOT_DEADLINE",
     "SNAPSHOT_RATE",
@@ -395,3 +404,32 @@ def json_shape_error(
         if depth > max_depth:
             return f"the JSON body nests deeper than {max_depth} arrays or objects"
     return None
+
+
+# -- the kernel's messages (kernel/) -----------------------------------------------
+#: Room for headers and JSON quoting on top of ``max_output_bytes`` in one message.
+MESSAGE_OVERHEAD = 1024**2
+#: Characters of an execute_reply's ``ename``/``evalue`` kept (the outputs hold the rest).
+REPLY_TEXT_CHARS = 8 * 1024
+#: Seconds past ``interrupt_grace`` an interrupted kernel may go on sending (output it
+#: queued before the interrupt) before it counts as stuck.
+DRAIN_LIMIT = 10.0
+#: Seconds an execute_reply may lag behind the ``idle`` status that follows it.  An
+#: ``idle`` without a reply in this time was forged by the code (it can publish on
+#: iopub with the request's id), and the call goes on.
+REPLY_AFTER_IDLE = 1.0
+#: Messages (per channel) each host socket queues before the kernel's side has to hold (or drop)
+#: them: whatever the host does not read costs at most this many messages, each at
+#: most ``max_output_bytes + MESSAGE_OVERHEAD`` bytes (``ZMQ_MAXMSGSIZE``).
+RECEIVE_QUEUE = {"iopub": 4, "shell": 2, "control": 2}
+#: Largest messages' worth of bytes each host socket may hold unread, frames of one
+#: unfinished message included (``guard.py``): ``RECEIVE_QUEUE`` and ``MAXMSGSIZE`` bound
+#: complete messages and single frames, this bounds everything.  A message over it (all
+#: frames, each charged 64 bytes more) is never delivered: its connection is cut.
+HELD_MESSAGES = 2
+#: Sockets at most in the shared ZMQ context's table (one slot is a few bytes).
+MAX_SOCKETS_CAP = 1 << 16
+#: Bytes read from a socket at a time: the most a route holds per direction.
+GUARD_CHUNK_BYTES = 1024 * 1024
+#: Seconds a route may be held at its bound while the host receives nothing at all.
+GUARD_STALL_LIMIT = 10.0
