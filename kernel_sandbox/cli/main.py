@@ -12,7 +12,14 @@ from typing import Any
 
 import click
 
-from ..errors import SandboxError
+# jsonschema, which nbformat validates notebooks with, imports rfc3987_syntax whenever it
+# is installed (jupyter_events' format extras bring it); building its grammar at import
+# costs this process 3-4 s at every start (37 s on a loaded host: an MCP client's
+# handshake timed out).  No schema this program validates has an IRI format, so the
+# command line does without it; the library leaves the import machinery alone.
+sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+
+from ..errors import SandboxError  # noqa: E402
 
 # command name -> (module, attribute) under kernel_sandbox.cli
 COMMANDS: dict[str, tuple[str, str, str]] = {

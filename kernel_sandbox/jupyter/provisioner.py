@@ -54,6 +54,13 @@ __all__ = ["SandboxProvisioner"]
 ENDED = 1
 #: Seconds the copy of a notebook's folder may take to unpack in the sandbox.
 COPY_DEADLINE = 60.0
+#: Seconds a restarted kernel is given, once it answers, before the manager hears it is
+#: back: the manager's clients' sockets (a server's websocket channels) stay open over a
+#: restart and reconnect by themselves every ``ZMQ_RECONNECT_IVL`` (libzmq's 0.1 s,
+#: which jupyter_client keeps).  An iopub socket not back yet loses what the kernel
+#: publishes, so "restart, then run a cell at once" lost that cell's output.  A stock
+#: kernel spends this long initialising after it binds; ours answers almost at once.
+RECONNECT_SETTLE = 0.3
 
 
 class SandboxProvisioner(KernelProvisionerBase):
@@ -123,7 +130,8 @@ class SandboxProvisioner(KernelProvisionerBase):
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
         """Start (or restart) the sandbox's kernel; return its connection info, ready."""
         archive = b""
-        if self._host is not None and self._restarting:
+        restarted = self._host is not None and self._restarting
+        if self._host is not None and restarted:
             host = self._host
             try:
                 info = await host.restart_kernel()
@@ -141,6 +149,8 @@ class SandboxProvisioner(KernelProvisionerBase):
         self._restarting = False
         self._ended = None
         await self._wait_ready(host, dict(info))
+        if restarted:
+            await asyncio.sleep(RECONNECT_SETTLE)
         if archive:
             await self._copy_in(host, archive)
         # jupyter_client's own connection info carries the key as bytes, and compares
