@@ -34,6 +34,14 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from . import file_scripts as sh
 from .errors import FileOperationError, SandboxFileNotFoundError
 from .events import FileOperated, current_context, emit
+from .limits import (
+    EVENT_DETAIL_CHARS,
+    FILE_OP_DEADLINE,
+    FILE_OP_RATE,
+    FILE_STREAM_QUEUE,
+    LIST_LIMIT,
+    STREAM_EVENT_CONTENT,
+)
 from .results import FileInfo, format_size
 from .transfer import AsyncReadStream, download_file, finished, once, stop, upload_file
 
@@ -50,19 +58,6 @@ _TYPES: dict[str, Literal["file", "directory", "symlink"]] = {
     "d": "directory",
     "l": "symlink",
 }
-#: Most entries :meth:`AsyncFiles.list` returns; a larger directory is refused.
-LIST_LIMIT = 10_000
-#: Seconds any file operation may take on top of moving its bytes (at 10 MB/s):
-#: a process the sandbox stops or blocks (a FIFO) never holds the host longer.
-_DEADLINE = 60.0
-_RATE = 10e6
-#: Longest ``detail`` (what was read, a listing) put into a FileOperated event.
-EVENT_DETAIL_CHARS = 2000
-#: Largest streamed write whose bytes its FileOperated event carries (for a recorder to
-#: embed and replay); a larger one is reported by size only.
-STREAM_EVENT_CONTENT = 256 * 1024
-#: Output pieces of a streamed read waiting for the consumer (64 KiB each at most).
-_STREAM_QUEUE = 16
 #: Bytes of one listed entry at most: type, size, a 255-byte name, separators.
 _ENTRY_BYTES = 300
 
@@ -98,7 +93,7 @@ class AsyncFiles:
                 argv,
                 max_output_bytes=max_output_bytes,
                 stdin=stdin,
-                deadline=_DEADLINE + moved / _RATE,
+                deadline=FILE_OP_DEADLINE + moved / FILE_OP_RATE,
             )
         else:
             chunks = once(stdin) if isinstance(stdin, bytes) else stdin
@@ -112,7 +107,7 @@ class AsyncFiles:
                 stdin=chunks,
                 stdout=stdout or kept,
                 max_output_bytes=max_output_bytes,
-                deadline=_DEADLINE + moved / _RATE,
+                deadline=FILE_OP_DEADLINE + moved / FILE_OP_RATE,
             )
             result = type(result)(result.exit_code, b"".join(out), result.stderr)
         return result.exit_code, result.stdout, result.stderr.decode(errors="replace")
@@ -318,7 +313,7 @@ class AsyncFiles:
         sb.check_open()
         started, full = time.time(), sb.resolve_path(path)
         limit = max_bytes or sb.config.max_file_bytes
-        queue: asyncio.Queue[bytes | None] = asyncio.Queue(_STREAM_QUEUE)
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue(FILE_STREAM_QUEUE)
         reading = self._sh(sh.READ_STREAM, full, str(limit), stdout=queue.put, moved=limit)
         task = asyncio.ensure_future(finished(reading, queue))
         try:

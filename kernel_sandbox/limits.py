@@ -19,11 +19,23 @@ __all__ = [
     "ARCHIVE_CHUNK_BYTES",
     "ARCHIVE_MAX_MEMBERS",
     "ARCHIVE_MEMBER_COST_BYTES",
+    "ATTACH_CELL_OUTPUT_BYTES",
     "CWD_COPY_MAX_BYTES",
     "CWD_COPY_MAX_FILES",
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "DRAIN_LIMIT",
+    "EGRESS_CA_BYTES",
+    "EGRESS_PENDING_REFUSALS",
+    "ENGINE_LOG_TAIL_BYTES",
+    "EVENT_DETAIL_CHARS",
+    "FILE_OP_DEADLINE",
+    "FILE_OP_RATE",
+    "FILE_STREAM_QUEUE",
+    "GUARD_CHUNK_BYTES",
+    "GUARD_STALL_LIMIT",
     "HEADER_TIMEOUT",
+    "HELD_MESSAGES",
     "IMAGE_ACCOUNT_FILE_BYTES",
     "IMAGE_DERIVE_SECONDS",
     "IMAGE_PROBE_SECONDS",
@@ -36,17 +48,24 @@ __all__ = [
     "IMAGE_STEP_PIDS",
     "IMAGE_STEP_TMP_BYTES",
     "IMAGE_VENV_BYTES",
+    "K8S_EXEC_STATUS_BYTES",
+    "K8S_MAX_EXECS",
+    "K8S_STATUS_READ_BYTES",
     "KEEP_ALIVE_TIMEOUT",
     "KERNEL_ARGS_MAX",
     "KERNEL_ENV_MAX_BYTES",
+    "LIST_LIMIT",
     "MALFORMED_WARNING_SECONDS",
     "MAX_422_ERRORS",
     "MAX_422_TEXT",
     "MAX_BODY_BYTES_PER_KEY",
     "MAX_CALLS_PER_KEY",
+    "MAX_CODE_CHARS",
     "MAX_CONNECTIONS",
     "MAX_CONTEXTS",
+    "MAX_EVENT_BYTES",
     "MAX_HEAD_BYTES",
+    "MAX_IMAGE_PIXELS",
     "MAX_JSON_DEPTH",
     "MAX_JSON_VALUES",
     "MAX_KERNELSPECS_BYTES",
@@ -57,16 +76,28 @@ __all__ = [
     "MAX_SNAPSHOT_BYTES",
     "MAX_SNAPSHOT_FILES",
     "MAX_SNAPSHOT_REPORT_BYTES",
+    "MAX_SOCKETS_CAP",
     "MAX_STREAMS_PER_KEY",
+    "MCP_MAX_TEXT_CHARS",
+    "MESSAGE_OVERHEAD",
     "MIN_DISK_BYTES",
     "MIN_MEMORY_BYTES",
     "NOTEBOOK_CALL_IMAGES",
     "NOTEBOOK_CALL_OUTPUT_BYTES",
+    "NOTEBOOK_EMBEDDED_FILE_BYTES",
     "NOTEBOOK_IMAGE_BYTES",
     "NOTEBOOK_MAX_OUTPUT_BYTES",
+    "RECEIVE_QUEUE",
+    "REPLY_AFTER_IDLE",
+    "REPLY_TEXT_CHARS",
     "SESSION_TTL",
     "SNAPSHOT_DEADLINE",
     "SNAPSHOT_RATE",
+    "STATUS_FIFO_READ_BYTES",
+    "STATUS_FILE_READ_BYTES",
+    "STATUS_FILE_READ_SECONDS",
+    "STATUS_LINE_BYTES",
+    "STREAM_EVENT_CONTENT",
     "STREAM_QUEUE_BYTES",
     "HeadTail",
     "cap_notice",
@@ -399,3 +430,102 @@ def json_shape_error(
         if depth > max_depth:
             return f"the JSON body nests deeper than {max_depth} arrays or objects"
     return None
+
+
+# -- the kernel's messages (kernel/) -----------------------------------------------
+#: Room for headers and JSON quoting on top of ``max_output_bytes`` in one message.
+MESSAGE_OVERHEAD = 1024**2
+#: Characters of an execute_reply's ``ename``/``evalue`` kept (the outputs hold the rest).
+REPLY_TEXT_CHARS = 8 * 1024
+#: Seconds past ``interrupt_grace`` an interrupted kernel may go on sending (output it
+#: queued before the interrupt) before it counts as stuck.
+DRAIN_LIMIT = 10.0
+#: Seconds an execute_reply may lag behind the ``idle`` status that follows it.  An
+#: ``idle`` without a reply in this time was forged by the code (it can publish on
+#: iopub with the request's id), and the call goes on.
+REPLY_AFTER_IDLE = 1.0
+#: Messages (per channel) each host socket queues before the kernel's side has to hold (or drop)
+#: them: whatever the host does not read costs at most this many messages, each at
+#: most ``max_output_bytes + MESSAGE_OVERHEAD`` bytes (``ZMQ_MAXMSGSIZE``).
+RECEIVE_QUEUE = {"iopub": 4, "shell": 2, "control": 2}
+#: Largest messages' worth of bytes each host socket may hold unread, frames of one
+#: unfinished message included (``guard.py``): ``RECEIVE_QUEUE`` and ``MAXMSGSIZE`` bound
+#: complete messages and single frames, this bounds everything.  A message over it (all
+#: frames, each charged 64 bytes more) is never delivered: its connection is cut.
+HELD_MESSAGES = 2
+#: Sockets at most in the shared ZMQ context's table (one slot is a few bytes).
+MAX_SOCKETS_CAP = 1 << 16
+#: Bytes read from a socket at a time: the most a route holds per direction.
+GUARD_CHUNK_BYTES = 1024 * 1024
+#: Seconds a route may be held at its bound while the host receives nothing at all.
+GUARD_STALL_LIMIT = 10.0
+
+
+# -- the sandbox's files, tools and notebooks --------------------------------------
+#: Entries :meth:`AsyncFiles.list` returns at most; a larger directory is refused.
+LIST_LIMIT = 10_000
+#: Seconds any file operation may take on top of moving its bytes (at
+#: :data:`FILE_OP_RATE`): a process the sandbox stops or blocks (a FIFO) never holds
+#: the host longer.
+FILE_OP_DEADLINE = 60.0
+#: Bytes per second a file operation is granted (beyond :data:`FILE_OP_DEADLINE`).
+FILE_OP_RATE = 10e6
+#: Characters of ``detail`` (what was read, a listing) put into a FileOperated event.
+EVENT_DETAIL_CHARS = 2000
+#: Bytes of the largest streamed write whose bytes its FileOperated event carries (for a recorder to
+#: embed and replay); a larger one is reported by size only.
+STREAM_EVENT_CONTENT = 256 * 1024
+#: Output pieces (64 KiB each at most) of a streamed read waiting for the consumer.
+FILE_STREAM_QUEUE = 16
+#: Bytes of the longest SSE line the remote client accepts (an output bigger than this
+#: is an error).
+MAX_EVENT_BYTES = 64 * 1024 * 1024
+#: Characters of text one MCP tool result carries; the rest is cut in the middle.
+MCP_MAX_TEXT_CHARS = 100_000
+#: Characters of the longest cell a model may send.  Megabytes of code keep the kernel
+#: compiling (and formatting the traceback of) one line where an interrupt cannot reach
+#: it: the call ends "stuck" and the kernel is restarted, losing every variable.  Data belongs in a
+#: file (file_operation), not in the source.
+MAX_CODE_CHARS = 256 * 1024
+#: Bytes of a written file a notebook cell embeds (for replay); larger ones are
+#: described, not embedded (the notebook would balloon).
+NOTEBOOK_EMBEDDED_FILE_BYTES = 256 * 1024
+#: Pixels of the largest image compared by its pixels; larger ones are compared by their
+#: bytes only: decoding and differencing one costs
+#: about 10 bytes of host memory per pixel (a 2x retina plot is about 1.5 M pixels).
+MAX_IMAGE_PIXELS = 8_000_000
+
+
+# -- the kernel hosts (backends/) --------------------------------------------------
+#: Bytes of the engine's log read back for a start error (lines can be 16 KiB each).
+ENGINE_LOG_TAIL_BYTES = 64 * 1024
+#: Bytes read at most from the status FIFO per check: a sandbox that writes into
+#: it without pause cannot keep the host reading.
+STATUS_FIFO_READ_BYTES = 1 << 20
+#: Bytes of an unfinished status line; a longer one is not a report (they are ~20 bytes): dropped.
+STATUS_LINE_BYTES = 256
+#: Bytes of the tcp status file read (through the engine); it is one or two ~20-byte lines
+#: (the supervisor truncates it), so this much is plenty; more is the sandbox's junk.
+STATUS_FILE_READ_BYTES = 4096
+#: Seconds a tcp status read may take: the file is the sandbox's, so it may be a FIFO.
+STATUS_FILE_READ_SECONDS = 2.0
+#: Bytes of an egress CA bundle; a larger one is not a CA bundle.
+EGRESS_CA_BYTES = 16 * 1024**2
+#: Egress refusals waiting to be reported to the sandbox's listeners (older: dropped).
+EGRESS_PENDING_REFUSALS = 50
+#: Bytes of a Kubernetes exec's status channel (one small JSON document; more is not a
+#: status).
+K8S_EXEC_STATUS_BYTES = 64 * 1024
+#: Kubernetes execs at once (each holds a thread while its process runs).  Their own pool: a few
+#: long shell commands must not take the default executor's handful of threads from
+#: every other API call of the process (pod polls, creates).
+K8S_MAX_EXECS = 64
+#: Bytes of the supervisor's status file read from a pod (with a time limit): the sandbox can
+#: replace it with a link to /dev/zero or a FIFO.
+K8S_STATUS_READ_BYTES = 64 * 1024
+
+
+# -- the CLI ---------------------------------------------------------------------
+#: Bytes of output ``kernel-sandbox attach`` records per cell (the console shows all of
+#: it; the notebook keeps this).
+ATTACH_CELL_OUTPUT_BYTES = 1 << 20

@@ -34,10 +34,10 @@ from .backends.factory import HostFactory
 from .config import SandboxConfig
 from .contexts import Context, KernelSpecInfo
 from .errors import ConfigError
-from .files import LIST_LIMIT, AsyncFiles
+from .files import AsyncFiles
 from .kernel.client import OutputCallback
 from .kernel.connection import ConnectionInfo
-from .limits import MAX_SNAPSHOT_BYTES
+from .limits import LIST_LIMIT, MAX_SNAPSHOT_BYTES
 from .protocols import FilesLike, SandboxLike
 from .results import CommandResult, Execution, FileInfo
 from .sandbox import PING_TIMEOUT, AsyncSandbox

@@ -32,14 +32,13 @@ from .._extras import require_extra
 from ..config import SandboxConfig
 from ..errors import ConfigError
 from ..kernel.wellformed import MALFORMED_WARNINGS, malformed, malformed_note
+from ..limits import ATTACH_CELL_OUTPUT_BYTES
 from ..notebook.cells import META_KEY, iso_time
 from ..notebook.shared import append_cells, find_notebook
 from ..sandbox import AsyncSandbox
 
 __all__ = ["attach", "recording_shell"]
 
-#: Output kept per recorded cell (the console shows all of it; the notebook keeps this).
-_CELL_OUTPUT_LIMIT = 1 << 20
 #: The iopub messages whose content the console shows (checked before it does).
 _OUTPUTS = ("stream", "display_data", "execute_result", "update_display_data", "error")
 
@@ -103,7 +102,7 @@ def _record(notebook: Path, code: str, messages: list[dict[str, Any]], started: 
             if malformed(kind, msg["content"]):
                 continue  # the person's cell is kept; the console showed a note
             size += len(json.dumps(msg["content"]))
-            if size > _CELL_OUTPUT_LIMIT:
+            if size > ATTACH_CELL_OUTPUT_BYTES:
                 continue
             outputs.append(output_from_msg(msg))
             status = "error" if kind == "error" else status
@@ -116,8 +115,8 @@ def _record(notebook: Path, code: str, messages: list[dict[str, Any]], started: 
         "started_at": iso_time(started),
         "duration": round(time.time() - started, 4),
     }
-    if size > _CELL_OUTPUT_LIMIT:
-        meta["truncated_bytes"] = size - _CELL_OUTPUT_LIMIT
+    if size > ATTACH_CELL_OUTPUT_BYTES:
+        meta["truncated_bytes"] = size - ATTACH_CELL_OUTPUT_BYTES
     cell = new_code_cell(code, execution_count=count, outputs=outputs, metadata={META_KEY: meta})
     try:
         append_cells(notebook, [cell])

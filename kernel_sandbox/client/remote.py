@@ -43,18 +43,14 @@ from ..errors import (
     SnapshotNotFoundError,
 )
 from ..events import Listener, PythonExecuted, ShellExecuted, emit
-from ..files import LIST_LIMIT
 from ..kernel.client import OutputCallback
-from ..limits import MAX_SNAPSHOT_BYTES
+from ..limits import LIST_LIMIT, MAX_EVENT_BYTES, MAX_SNAPSHOT_BYTES
 from ..results import CommandResult, Execution, FileInfo
 from ..snapshots import Snapshot
 from ..transfer import AsyncReadStream, download_file, upload_file
 from ..wire import command_from, execution_from, file_info_from
 
 __all__ = ["RemoteFiles", "RemoteSandbox", "RemoteSnapshots", "raise_for"]
-
-#: Longest SSE line the client accepts (an output bigger than this is an error).
-MAX_EVENT_BYTES = 64 * 1024 * 1024
 
 
 def _headers(api_key: str | None) -> dict[str, str]:

@@ -30,26 +30,16 @@ from jupyter_client.asynchronous.client import AsyncKernelClient
 from jupyter_client.connect import channel_socket_types
 
 from ..errors import KernelError
+from ..limits import HELD_MESSAGES, MAX_SOCKETS_CAP, RECEIVE_QUEUE
 from ..threads import after_fork
 from .guard import Route, frame_guard
 
 __all__ = ["GuardedClient", "open_socket", "shared_context"]
 
-#: Messages each host socket queues before the kernel's side has to hold (or drop)
-#: them: whatever the host does not read costs at most this many messages, each at
-#: most ``max_output_bytes + MESSAGE_OVERHEAD`` bytes (``ZMQ_MAXMSGSIZE``).
-RECEIVE_QUEUE = {"iopub": 4, "shell": 2, "control": 2}
-#: Largest messages' worth of bytes each host socket may hold unread, frames of one
-#: unfinished message included (``guard.py``): ``RECEIVE_QUEUE`` and ``MAXMSGSIZE`` bound
-#: complete messages and single frames, this bounds everything.  A message over it (all
-#: frames, each charged 64 bytes more) is never delivered: its connection is cut.
-HELD_MESSAGES = 2
 #: Off only to measure what the guard costs (bench/); never off in use: without the
 #: guard, one message of many frames grows the host without bound, and a dropped
 #: connection is not noticed (nothing watches it).
 GUARD_CONNECTIONS = True
-#: Ceiling for the shared context's socket table (one slot is a few bytes).
-MAX_SOCKETS_CAP = 1 << 16
 
 _CONTEXT: zmq.asyncio.Context | None = None
 

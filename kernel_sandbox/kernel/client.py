@@ -20,7 +20,7 @@ from typing import Any
 import zmq
 
 from ..errors import KernelError
-from ..limits import DEFAULT_MAX_OUTPUT_BYTES
+from ..limits import DEFAULT_MAX_OUTPUT_BYTES, MESSAGE_OVERHEAD, REPLY_TEXT_CHARS
 from .channels import GuardedClient, open_socket, shared_context
 from .connection import PORT_NAMES, ConnectionInfo
 from .execution import AliveCheck, Call, OutputCallback, RawExecution
@@ -35,10 +35,6 @@ _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 
 #: How often a starting kernel's container is asked about (an engine call) while waiting.
 STARTUP_ALIVE_INTERVAL = 0.2
-#: Room for headers and JSON quoting on top of ``max_output_bytes`` in one message.
-MESSAGE_OVERHEAD = 1024**2
-#: Characters of an execute_reply's ``ename``/``evalue`` kept (the outputs hold the rest).
-REPLY_TEXT_CHARS = 8 * 1024
 
 
 #: The client's private channel slots (``None`` until a channel is made).

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from queue import Empty
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..limits import DRAIN_LIMIT, REPLY_AFTER_IDLE
 from .outputs import OutputCollector
 
 if TYPE_CHECKING:
@@ -51,13 +52,6 @@ Outcome = Literal["finished", "interrupted", "stuck", "died"]
 
 #: How long the iopub stream may be silent before the kernel's liveness is checked.
 LIVENESS_POLL = 0.5
-#: How long past ``interrupt_grace`` an interrupted kernel may go on sending (output it
-#: queued before the interrupt) before it counts as stuck.
-DRAIN_LIMIT = 10.0
-#: How long an execute_reply may lag behind the ``idle`` status that follows it.  An
-#: ``idle`` without a reply in this time was forged by the code (it can publish on
-#: iopub with the request's id), and the call goes on.
-REPLY_AFTER_IDLE = 1.0
 #: The reply of a request whose execute_reply was dropped with shell's connection.
 LOST_REPLY = {
     "status": "error",

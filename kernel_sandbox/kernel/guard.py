@@ -18,12 +18,12 @@ host socket and the kernel.  On the way from the kernel it reads the outer ZMTP 
 own limits.  When the host finds nothing to read while the guard is held there, what is
 held is one incomplete message: the connection is cut, libzmq discards the partial
 message, the route is marked closed and the client opens the channel again (its result
-says output was lost).  A route held for ``STALL_LIMIT`` seconds while the host reads
+says output was lost).  A route held for ``GUARD_STALL_LIMIT`` seconds while the host reads
 nothing at all is cut too.  Every end of a connection is seen here, so the client needs
 no ZMQ socket monitor (``channels.py`` says why it must not use one).
 
 One thread with one epoll set serves every route of the process; a connected route
-holds two descriptors (three while it may still be reconnected), and at most ``CHUNK``
+holds two descriptors (three while it may still be reconnected), and at most ``GUARD_CHUNK_BYTES``
 bytes in each direction.
 """
 
@@ -47,19 +47,16 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from ..limits import GUARD_CHUNK_BYTES, GUARD_STALL_LIMIT
 from .zmtp import Framing, FramingError, charge, socket_address
 
 __all__ = ["FrameGuard", "Route", "frame_guard"]
 
 log = logging.getLogger(__name__)
 
-#: Bytes read from a socket at a time: the most a route holds per direction.
-CHUNK = 1024 * 1024
 #: How long after the guard saw the host drain everything it was sent a look that finds
 #: no message proves the held bytes are one incomplete message.
 STALL_GRACE = 0.5
-#: Seconds a route may be held at its bound while the host receives nothing at all.
-STALL_LIMIT = 10.0
 #: How often held routes are looked at (only while some route is held).
 TICK = 0.05
 #: Seconds between attempts to connect to a kernel that is not listening yet.
@@ -299,7 +296,7 @@ class Route:
         elif not self.drained_at:
             self.drained_at = now
         starved = self.drained_at and self.looked_empty >= self.drained_at + STALL_GRACE
-        if starved or now - max(self.held_since, self.last_delivery) >= STALL_LIMIT:
+        if starved or now - max(self.held_since, self.last_delivery) >= GUARD_STALL_LIMIT:
             log.warning(
                 "cut a kernel connection holding %d bytes of an unfinished message "
                 "(the bound is %d)",
@@ -354,7 +351,7 @@ class FrameGuard:
         self.held: set[Route] = set()
         #: Every read lands here (the guard's thread only): a fresh 1 MiB ``bytes`` per
         #: ``recv`` cost ~35 µs of allocation each, most of what a small message paid.
-        self.buffer = bytearray(CHUNK)
+        self.buffer = bytearray(GUARD_CHUNK_BYTES)
         self.view = memoryview(self.buffer)
         self._epoll = select.epoll()
         #: Descriptor to its socket and the route method that handles its events.

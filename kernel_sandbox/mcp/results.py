@@ -8,19 +8,19 @@ from __future__ import annotations
 
 from mcp.types import CallToolResult, ContentBlock, ImageContent, TextContent
 
+from ..limits import MCP_MAX_TEXT_CHARS
 from ..results import CommandResult, Execution, strip_ansi
 
 __all__ = ["error_result", "execution_result", "shell_result", "text_result"]
 
-#: Characters of text one result carries; the rest is cut in the middle.
-MAX_TEXT_CHARS = 100_000
-
 
 def _cut(text: str) -> str:
-    if len(text) <= MAX_TEXT_CHARS:
+    if len(text) <= MCP_MAX_TEXT_CHARS:
         return text
-    half = MAX_TEXT_CHARS // 2
-    return f"{text[:half]}\n[... {len(text) - MAX_TEXT_CHARS} characters cut ...]\n{text[-half:]}"
+    half = MCP_MAX_TEXT_CHARS // 2
+    return (
+        f"{text[:half]}\n[... {len(text) - MCP_MAX_TEXT_CHARS} characters cut ...]\n{text[-half:]}"
+    )
 
 
 def text_result(text: str, *, error: bool = False) -> CallToolResult:

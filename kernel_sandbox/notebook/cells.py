@@ -31,6 +31,7 @@ from nbformat.corpus.words import generate_corpus_id as random_cell_id
 from nbformat.notebooknode import from_dict
 from nbformat.validator import ValidationError
 
+from ..limits import NOTEBOOK_EMBEDDED_FILE_BYTES
 from ..results import CommandResult, Execution
 from .budget import OutputBudget
 from .tags import NONDETERMINISTIC, nondeterminism
@@ -55,8 +56,6 @@ __all__ = [
 META_KEY = "kernel_sandbox"
 CellKind = Literal["message", "python", "shell", "file", "note"]
 
-#: Larger written files are described, not embedded (the notebook would balloon).
-MAX_EMBEDDED_FILE = 256 * 1024
 _WRITE_OPS = {"write": "", "append": "-a "}
 #: ``delete`` is what sandbox.files.remove and the file_operation tool report;
 #: ``remove`` is kept for notebooks recorded before.
@@ -273,7 +272,7 @@ def file_cell(
     if not error and operation in _SHELL_OPS:
         source = f"%%sh\n{_SHELL_OPS[operation]} {shlex.quote(path)}"
         return new_code_cell(source, metadata=_meta("file", metadata, **common))
-    embeddable = text is not None and len(text) <= MAX_EMBEDDED_FILE
+    embeddable = text is not None and len(text) <= NOTEBOOK_EMBEDDED_FILE_BYTES
     if not error and operation in _WRITE_OPS and embeddable:
         source = f"%%writefile {_WRITE_OPS[operation]}{shlex.quote(path)}\n{text}"
         return new_code_cell(source, metadata=_meta("file", metadata, **common))

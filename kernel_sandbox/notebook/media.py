@@ -34,6 +34,7 @@ from html.parser import HTMLParser
 from typing import Any
 
 from .._extras import require_extra
+from ..limits import MAX_IMAGE_PIXELS
 
 __all__ = [
     "DEFAULT_HUE_SHIFT",
@@ -62,9 +63,6 @@ DEFAULT_SIZE_HASH_DISTANCE = 18
 #: Degrees by which the mean hue may move between sizes: matplotlib's old pure blue vs
 #: today's tab:blue is 35; blue vs green 85, blue vs red 155.
 DEFAULT_HUE_SHIFT = 60.0
-#: Larger images are compared by their bytes only: decoding and differencing one costs
-#: about 10 bytes of host memory per pixel (a 2x retina plot is about 1.5 M pixels).
-MAX_IMAGE_PIXELS = 8_000_000
 _HASH_SIZE = 32
 _HUE_SIDE = 512
 

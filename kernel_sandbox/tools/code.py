@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..limits import MAX_CODE_CHARS
 from .base import MIN_TIMEOUT, Text, register_tool
-from .python import MAX_CODE_CHARS, PythonExecutor
+from .python import PythonExecutor
 from .results import ToolResult
 
 if TYPE_CHECKING:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..limits import MAX_CODE_CHARS
 from .base import MIN_TIMEOUT, Text, Tool, ToolOptions, register_tool
 from .results import ToolResult, capped_note, render_outputs
 from .texts import limits_text, where_text
@@ -15,12 +16,6 @@ if TYPE_CHECKING:
     from ..results import Execution
 
 __all__ = ["MAX_CODE_CHARS", "PythonExecutor", "PythonExecutorOptions", "PythonParams"]
-
-#: Longest cell a model may send.  Megabytes of code keep the kernel compiling (and
-#: formatting the traceback of) one line where an interrupt cannot reach it: the call
-#: ends "stuck" and the kernel is restarted, losing every variable.  Data belongs in a
-#: file (file_operation), not in the source.
-MAX_CODE_CHARS = 256 * 1024
 
 
 class PythonParams(BaseModel):

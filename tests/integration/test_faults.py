@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import docker
@@ -43,6 +43,7 @@ from kernel_sandbox.rundirs import runtime_root
 from kernel_sandbox.sandbox import AsyncSandbox
 from tests.conftest import TEST_LABEL, require
 from tests.openai_server import ScriptedOpenAIServer, call, text, tool_calls
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.integration
 
@@ -61,18 +62,6 @@ def _docker(*args: str, host: str | None = None) -> str:
     prefix = ["docker", "-H", host] if host else ["docker"]
     done = subprocess.run([*prefix, *args], capture_output=True, text=True, check=True)
     return done.stdout
-
-
-async def _wait_for(condition: Callable[[], object], what: str) -> None:
-    end = time.monotonic() + DEADLINE
-    while time.monotonic() < end:
-        result = condition()
-        if asyncio.iscoroutine(result):
-            result = await result
-        if result:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _kernel_pid(container_id: str) -> int:
@@ -120,7 +109,7 @@ async def test_a_container_killed_during_a_long_call_ends_that_call(make_sandbox
     call_task = asyncio.create_task(
         sandbox.run_python("open('started', 'w').close()\nimport time\ntime.sleep(30)")
     )
-    await _wait_for(lambda: sandbox.files.exists("started"), "the long call to start")
+    await await_for(lambda: sandbox.files.exists("started"), DEADLINE, 0.1, "the call to start")
     _docker("kill", sandbox.container_id)
     killed = time.monotonic()
     died = await call_task

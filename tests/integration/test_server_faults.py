@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 
 import httpx2
 import nbformat
@@ -15,6 +14,7 @@ import pytest
 from kernel_sandbox.server.labels import SERVER_KEY_LABEL
 from kernel_sandbox.server.restart import leftovers, remove_leftovers
 from tests.integration.serving import KEY_A, KEY_B, Server, client
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.integration
 
@@ -26,10 +26,20 @@ async def _killed_mid_call(server: Server) -> tuple[str, str]:
         other = (await c.post("/v1/sandboxes", json={})).json()["id"]
         done = await c.post(f"/v1/sandboxes/{sid}/python", json={"code": "x = 1\nprint('before')"})
         assert done.json()["status"] == "ok"
-        running = asyncio.ensure_future(
-            c.post(f"/v1/sandboxes/{sid}/python", json={"code": "import time; time.sleep(30)"})
-        )
-        await asyncio.sleep(1.0)
+
+        def recorded() -> bool:  # the server writes behind (--record-flush-delay)
+            notebooks = server.record_dir.rglob(f"{sid}.ipynb")
+            return any("print('before')" in path.read_text() for path in notebooks)
+
+        await await_for(recorded, 30, 0.05, "the first call to be on disk")
+        code = "import time\nopen('started', 'w').close()\ntime.sleep(30)"
+        running = asyncio.ensure_future(c.post(f"/v1/sandboxes/{sid}/python", json={"code": code}))
+
+        async def started() -> bool:
+            answer = await c.get(f"/v1/sandboxes/{sid}/exists", params={"path": "started"})
+            return bool(answer.json()["exists"])
+
+        await await_for(started, 60, 0.1, "the call to start")
         server.kill(signal.SIGKILL)
         with pytest.raises(httpx2.HTTPError):
             await running
@@ -37,16 +47,16 @@ async def _killed_mid_call(server: Server) -> tuple[str, str]:
 
 
 async def _written(tmp_path, sid: str, last: str) -> tuple[nbformat.NotebookNode, list[str]]:  # type: ignore[no-untyped-def]
-    """The sandbox's notebook once its last code cell is ``last`` (or after 30 s): the
+    """The sandbox's notebook once its last code cell is ``last`` (fails after 30 s): the
     server writes behind (--record-flush-delay, 0.25 s)."""
-    deadline = time.monotonic() + 30
-    while True:
+
+    def written() -> tuple[nbformat.NotebookNode, list[str]] | None:
         now = nbformat.read(next(tmp_path.rglob(f"{sid}.ipynb")), as_version=4)
         nbformat.validate(now)
         sources = [cell.source for cell in now.cells if cell.cell_type == "code"]
-        if (sources and sources[-1] == last) or time.monotonic() > deadline:
-            return now, sources
-        await asyncio.sleep(0.05)
+        return (now, sources) if sources and sources[-1] == last else None
+
+    return await await_for(written, 30, 0.05, f"the notebook's last cell to be {last!r}")
 
 
 async def test_sigkill_then_restart_removes_leftovers_and_notebooks_stay_valid(

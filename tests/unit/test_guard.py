@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 import zmq
 
-from kernel_sandbox.kernel.guard import CHUNK, Route, frame_guard
+from kernel_sandbox.kernel.guard import Route, frame_guard
 from kernel_sandbox.kernel.zmtp import FRAME_COST, Framing, FramingError, charge
+from kernel_sandbox.limits import GUARD_CHUNK_BYTES as CHUNK
 from tests.waiting import wait_for
 
 MiB = 1024**2

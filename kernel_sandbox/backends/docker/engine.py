@@ -35,6 +35,7 @@ from ...errors import (
     KernelError,
     SandboxStartError,
 )
+from ...limits import ENGINE_LOG_TAIL_BYTES
 from ...threads import after_fork, in_thread
 from ..base import REMOVED_REASON, HostState, SandboxRecord
 from .runtimes import Runtime, engine_runtimes, gvisor_host_pids, validate
@@ -53,8 +54,6 @@ T = TypeVar("T")
 #: read for the last lines of a failed start, so it is kept small: ``max-file`` files of
 #: ``max-size`` each, rotated by the engine as it writes (at most 2 MiB per sandbox).
 ENGINE_LOG = LogConfig(type="json-file", config={"max-size": "1m", "max-file": "2"})
-#: Bytes of the engine's log read back for a start error (lines can be 16 KiB each).
-_LOG_TAIL_BYTES = 64 * 1024
 
 ENGINE_HELP = (
     "Cannot reach the Docker engine{where}: {error}. Start it (`sudo systemctl start docker`, "
@@ -455,7 +454,7 @@ class DockerEngine:
 
     async def logs(self, container_id: str, tail: int) -> str:
         raw = await run_in_thread(self.api.logs, container_id, tail=tail)
-        return bytes(raw)[-_LOG_TAIL_BYTES:].decode(errors="replace")
+        return bytes(raw)[-ENGINE_LOG_TAIL_BYTES:].decode(errors="replace")
 
     async def inspect(self, container_id: str) -> dict[str, Any]:
         """The engine's full description of a container (``docker inspect``)."""

@@ -36,29 +36,25 @@ import docker
 from ... import rundirs
 from ...errors import KernelError, SandboxError
 from ...kernel.supervisor import GO_PREFIX, STATUS_FILE, TCP_STATE_DIR, KernelEnd, parse_status
+from ...limits import (
+    STATUS_FIFO_READ_BYTES,
+    STATUS_FILE_READ_BYTES,
+    STATUS_FILE_READ_SECONDS,
+    STATUS_LINE_BYTES,
+)
 from .exec import exec_process
 
 __all__ = ["ContainerStateDir", "GuestStateDir", "HostRunDir", "StateDir"]
 
 log = logging.getLogger(__name__)
 
-#: At most this much is read from the status FIFO per check: a sandbox that writes into
-#: it without pause cannot keep the host reading.
-_READ_LIMIT = 1 << 20
-#: An unfinished line longer than this is not a report (they are ~20 bytes): dropped.
-_LINE_LIMIT = 256
-#: The tcp status file is read through the engine; it is one or two ~20-byte lines
-#: (the supervisor truncates it), so this much is plenty; more is the sandbox's junk.
-_TCP_READ_LIMIT = 4096
-#: Seconds a tcp status read may take: the file is the sandbox's, so it may be a FIFO.
-_TCP_WAIT = 2.0
-# Only a regular file that is not a link is read, at most _TCP_READ_LIMIT bytes, for at
-# most _TCP_WAIT seconds (a link to /dev/zero or a FIFO swapped in after the test are
+# Only a regular file that is not a link is read, at most STATUS_FILE_READ_BYTES bytes, for at
+# most STATUS_FILE_READ_SECONDS seconds (a link to /dev/zero or a FIFO swapped in after the test are
 # cut by the byte cap and the time limit; the host's own deadline covers a stopped
 # `timeout`).
 _TCP_READ = (
     '[ -f "$1" ] && [ ! -L "$1" ] || exit 0; '
-    f'exec timeout -s KILL "$2" head -c {_TCP_READ_LIMIT} -- "$1"'
+    f'exec timeout -s KILL "$2" head -c {STATUS_FILE_READ_BYTES} -- "$1"'
 )
 #: The run directory while a kernel binds its sockets: writable, but nobody removes or
 #: renames what is not theirs (sticky).  Sealed, the container user may only look.
@@ -179,7 +175,7 @@ class HostRunDir(StateDir):
         """The complete lines written to the FIFO since the last read."""
         assert self._fifo is not None
         data, total = self._pending, 0
-        while total < _READ_LIMIT:
+        while total < STATUS_FIFO_READ_BYTES:
             try:
                 chunk = os.read(self._fifo, 65536)
             except BlockingIOError:
@@ -190,7 +186,7 @@ class HostRunDir(StateDir):
             total += len(chunk)
         cut = data.rfind(b"\n") + 1
         complete, self._pending = data[:cut], data[cut:]
-        if len(self._pending) > _LINE_LIMIT:
+        if len(self._pending) > STATUS_LINE_BYTES:
             self._pending = b""
         return complete
 
@@ -331,10 +327,17 @@ class ContainerStateDir(StateDir):
             result = await exec_process(
                 self._api,
                 self._container_id,
-                ["sh", "-c", _TCP_READ, "sh", f"{TCP_STATE_DIR}/{STATUS_FILE}", f"{_TCP_WAIT:g}"],
+                [
+                    "sh",
+                    "-c",
+                    _TCP_READ,
+                    "sh",
+                    f"{TCP_STATE_DIR}/{STATUS_FILE}",
+                    f"{STATUS_FILE_READ_SECONDS:g}",
+                ],
                 user=self._user,
-                max_output_bytes=_TCP_READ_LIMIT,
-                deadline=_TCP_WAIT + 3,
+                max_output_bytes=STATUS_FILE_READ_BYTES,
+                deadline=STATUS_FILE_READ_SECONDS + 3,
             )
         except SandboxError:  # gone (the engine check says so), or stalled by the sandbox
             return None

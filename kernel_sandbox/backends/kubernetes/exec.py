@@ -29,31 +29,27 @@ from kubernetes.stream import stream
 from websocket import ABNF, WebSocketException
 
 from ...errors import EngineUnavailableError, FileOperationError
-from ...limits import HeadTail
+from ...limits import K8S_EXEC_STATUS_BYTES, K8S_MAX_EXECS, HeadTail
 from ...threads import after_fork
 from ..base import ExecResult
 from .api import API_HELP, ApiException, Kube, removed_error
 
-__all__ = ["STATUS_LIMIT", "pod_exec"]
+__all__ = ["K8S_EXEC_STATUS_BYTES", "pod_exec"]
 
 STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
-#: The status channel carries one small JSON document; more is not a status.
-STATUS_LIMIT = 64 * 1024
 #: Bytes of stdin per websocket frame.
 _STDIN_CHUNK = 256 * 1024
 #: Seconds to open the websocket (TLS + upgrade through the API server to the kubelet).
 _CONNECT_TIMEOUT = 30
-#: Execs at once (each holds a thread while its process runs).  Their own pool: a few
-#: long shell commands must not take the default executor's handful of threads from
-#: every other API call of the process (pod polls, creates).
-MAX_EXECS = 64
-_EXECS = concurrent.futures.ThreadPoolExecutor(MAX_EXECS, thread_name_prefix="kernel-sandbox-exec")
+_EXECS = concurrent.futures.ThreadPoolExecutor(
+    K8S_MAX_EXECS, thread_name_prefix="kernel-sandbox-exec"
+)
 
 
 def _forget_execs() -> None:
     global _EXECS  # its threads are the parent's after fork(): the child's own pool
     _EXECS = concurrent.futures.ThreadPoolExecutor(
-        MAX_EXECS, thread_name_prefix="kernel-sandbox-exec"
+        K8S_MAX_EXECS, thread_name_prefix="kernel-sandbox-exec"
     )
 
 
@@ -152,8 +148,8 @@ class _Exec:
                     out.add(payload)
                 elif channel == STDERR:
                     err.add(payload)
-                elif channel == STATUS and len(status) < STATUS_LIMIT:
-                    status += payload[: STATUS_LIMIT - len(status)]
+                elif channel == STATUS and len(status) < K8S_EXEC_STATUS_BYTES:
+                    status += payload[: K8S_EXEC_STATUS_BYTES - len(status)]
         finally:
             self.abort()  # also ends a sender still blocked on a process that stopped reading
             with contextlib.suppress(Exception):

@@ -45,6 +45,7 @@ from ...kernel.supervisor import (
     parse_status,
     wait_for_kernel_end,
 )
+from ...limits import K8S_STATUS_READ_BYTES
 from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
 from . import cluster, manifests, policy
 from .api import ApiException, api_call, kube, removed_error
@@ -63,12 +64,9 @@ log = logging.getLogger(__name__)
 #: exec, ~40 ms of API server and kubelet work), and between pod status reads.
 STATUS_POLL = 0.5
 POD_POLL = 2.0
-#: The supervisor's status file is read with this cap and time limit: the sandbox can
-#: replace it with a link to /dev/zero or a FIFO.
-STATUS_READ_LIMIT = 64 * 1024
 _STATUS_READ = (
     f'f={TCP_STATE_DIR}/{STATUS_FILE}; test -f "$f" || exit 0; '
-    f'exec timeout 2 head -c {STATUS_READ_LIMIT} -- "$f"'
+    f'exec timeout 2 head -c {K8S_STATUS_READ_BYTES} -- "$f"'
 )
 #: Waiting reasons of a container whose image cannot be had.
 IMAGE_REASONS = {"ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName"}
@@ -310,7 +308,9 @@ class KubernetesHost(KernelHost):
 
     async def _kernel_end(self) -> KernelEnd | None:
         try:
-            result = await self.exec(["sh", "-c", _STATUS_READ], max_output_bytes=STATUS_READ_LIMIT)
+            result = await self.exec(
+                ["sh", "-c", _STATUS_READ], max_output_bytes=K8S_STATUS_READ_BYTES
+            )
         except SandboxError:  # the pod is gone or stopped: the pod check says so
             return None
         if result.exit_code != 0:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ....errors import ConfigError, KernelError, SandboxError
+from ....limits import EGRESS_CA_BYTES, EGRESS_PENDING_REFUSALS
 from ....network.pipconf import PipSettings, host_pip_settings
 from ....network.policy import Decision, EgressPolicy, build_policy
 from ....threads import in_thread
@@ -46,10 +47,6 @@ CONTAINER_EGRESS_DIR = "/run/kernel-sandbox-egress"
 RELAY_PORT = 3128
 SOCKET_NAME = "proxy.sock"
 CA_NAME = "ca.pem"
-#: A CA bundle larger than this is not a CA bundle.
-_MAX_CA_BYTES = 16 * 1024**2
-#: Refusals waiting to be reported to the sandbox's listeners.
-_PENDING_REFUSALS = 50
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +76,7 @@ class SandboxEgress:
         self.pip = PipSettings()
         self.policy = EgressPolicy("none", ())
         self.proxy: EgressProxy | None = None
-        self.refusals: deque[Decision] = deque(maxlen=_PENDING_REFUSALS)
+        self.refusals: deque[Decision] = deque(maxlen=EGRESS_PENDING_REFUSALS)
         self._claim: int | None = None
 
     @property
@@ -120,7 +117,7 @@ class SandboxEgress:
 
     def _copy_ca(self, source: Path) -> None:
         try:
-            if source.stat().st_size > _MAX_CA_BYTES:
+            if source.stat().st_size > EGRESS_CA_BYTES:
                 raise ConfigError(f"ca_bundle={str(source)!r} is larger than 16 MiB")
             shutil.copyfile(source, self.host_dir / CA_NAME)
         except OSError as exc:

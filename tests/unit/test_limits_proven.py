@@ -1,0 +1,223 @@
+"""Every cap in ``kernel_sandbox/limits.py`` is paired with the test that floods it.
+
+``PROOFS`` names, for each cap, the tests (``path::function``) that prove it holds; the
+test below fails when a cap of limits.py has no entry (a new cap needs its proof, or a
+reason in ``UNPROVEN``), when an entry names a cap limits.py no longer holds, and when a
+named test does not exist.  ``UNPROVEN`` is the list, kept here on purpose, of caps whose
+flood test is still to be written: it may only shrink.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import kernel_sandbox.limits as limits
+
+ROOT = Path(__file__).resolve().parents[2]
+HOSTILE_BYTES = "tests/integration/test_hostile_host_bytes.py"
+HOSTILE_OUTPUT = "tests/integration/test_hostile_output.py"
+HOSTILE_HTTP = "tests/integration/test_hostile_server_http.py"
+HOSTILE_IMAGES = "tests/integration/test_hostile_server_images.py"
+
+PROOFS: dict[str, list[str]] = {
+    "ARCHIVE_MAX_MEMBERS": [
+        "tests/unit/test_server_archives.py::test_many_empty_members_count_toward_the_cap_and_the_member_limit"
+    ],
+    "ARCHIVE_MEMBER_COST_BYTES": [
+        "tests/unit/test_server_archives.py::test_many_empty_members_count_toward_the_cap_and_the_member_limit"
+    ],
+    "DEFAULT_MAX_FILE_BYTES": [f"{HOSTILE_OUTPUT}::test_a_2_gb_file_is_refused_unread"],
+    "DEFAULT_MAX_OUTPUT_BYTES": [
+        f"{HOSTILE_OUTPUT}::test_a_gigabyte_of_stdout_in_1_mb_prints",
+        f"{HOSTILE_OUTPUT}::test_one_write_of_300_mb",
+        f"{HOSTILE_OUTPUT}::test_a_gigabyte_of_shell_output_on_both_streams",
+    ],
+    "ENGINE_LOG_TAIL_BYTES": [f"{HOSTILE_BYTES}::test_engine_log_is_capped"],
+    "GUARD_CHUNK_BYTES": [
+        "tests/unit/test_guard.py::test_unread_messages_hold_the_kernel_at_the_bound"
+    ],
+    "GUARD_STALL_LIMIT": [
+        "tests/unit/test_guard.py::test_an_unfinished_message_over_the_bound_is_cut"
+    ],
+    "HEADER_TIMEOUT": [
+        f"{HOSTILE_HTTP}::test_half_sent_heads_are_cut_and_keyed_requests_keep_working"
+    ],
+    "HELD_MESSAGES": [
+        f"{HOSTILE_BYTES}::test_one_message_of_many_frames",
+        f"{HOSTILE_BYTES}::test_many_messages_of_many_frames",
+    ],
+    "IMAGE_QUEUE_PER_KEY": [
+        f"{HOSTILE_IMAGES}::test_one_keys_slow_images_do_not_hold_another_keys_create"
+    ],
+    "IMAGE_STEP_CHATTER_BYTES": [
+        f"{HOSTILE_IMAGES}::test_a_probe_that_prints_100_mib_costs_the_server_nothing"
+    ],
+    "IMAGE_STEP_MEMORY_BYTES": [
+        f"{HOSTILE_IMAGES}::test_the_images_code_runs_only_under_sandbox_limits"
+    ],
+    "IMAGE_STEP_OUTPUT_BYTES": [
+        f"{HOSTILE_IMAGES}::test_a_probe_that_prints_100_mib_costs_the_server_nothing"
+    ],
+    "IMAGE_STEP_PIDS": [f"{HOSTILE_IMAGES}::test_the_images_code_runs_only_under_sandbox_limits"],
+    "KERNEL_ARGS_MAX": [
+        "tests/unit/test_jupyter_client_request.py::test_a_flood_of_arguments_is_cut_at_the_bound"
+    ],
+    "KERNEL_ENV_MAX_BYTES": [
+        "tests/unit/test_jupyter_client_request.py::test_a_flood_of_variables_is_cut_at_the_bound"
+    ],
+    "MALFORMED_WARNING_SECONDS": [
+        "tests/unit/test_outputs.py::test_malformed_outputs_become_a_note_and_one_rate_limited_warning"
+    ],
+    "MAX_BODY_BYTES_PER_KEY": [
+        f"{HOSTILE_HTTP}::test_json_floods_are_refused_unparsed_and_nothing_is_echoed"
+    ],
+    "MAX_CALLS_PER_KEY": [
+        "tests/unit/test_server_edge.py::test_one_key_gets_429_past_its_calls_in_flight_and_others_do_not"
+    ],
+    "MAX_CONNECTIONS": [
+        f"{HOSTILE_HTTP}::test_half_sent_heads_are_cut_and_keyed_requests_keep_working"
+    ],
+    "MAX_CONTEXTS": ["tests/unit/test_contexts.py::test_contexts_are_bounded"],
+    "MAX_HEAD_BYTES": [f"{HOSTILE_HTTP}::test_a_huge_head_gets_431"],
+    "MAX_JSON_DEPTH": [
+        "tests/unit/test_server_edge.py::test_json_shape_is_judged_on_the_bytes_before_parsing"
+    ],
+    "MAX_JSON_VALUES": [
+        "tests/unit/test_server_edge.py::test_a_flood_of_values_is_refused_unparsed_and_a_422_never_echoes"
+    ],
+    "MAX_MCP_LINE_BYTES": [
+        "tests/unit/test_mcp_stdio_bounds.py::test_a_64_mib_line_and_a_costly_one_are_refused_with_an_error"
+    ],
+    "MAX_MCP_SESSIONS_PER_KEY": [
+        f"{HOSTILE_HTTP}::test_mcp_sessions_answer_only_their_key_and_are_capped_per_key"
+    ],
+    "MAX_REQUEST_BYTES": [
+        "tests/unit/test_server_unit.py::test_oversized_bodies_get_413_before_any_route_runs"
+    ],
+    "MAX_SIZE_BYTES": [
+        "tests/unit/test_server_limits.py::test_sizes_parse_to_whole_bytes_within_bounds"
+    ],
+    "MAX_SNAPSHOT_BYTES": [
+        "tests/unit/test_snapshots.py::test_caps_hold_against_a_kernel_that_lies"
+    ],
+    "MAX_SNAPSHOT_FILES": [
+        "tests/unit/test_snapshots.py::test_caps_hold_against_a_kernel_that_lies"
+    ],
+    "MAX_SOCKETS_CAP": [
+        "tests/unit/test_zmq_context.py::test_max_sockets_follows_the_open_file_limit"
+    ],
+    "MAX_STREAMS_PER_KEY": [
+        "tests/unit/test_server_edge.py::test_one_key_gets_429_past_its_open_streams"
+    ],
+    "MESSAGE_OVERHEAD": [f"{HOSTILE_BYTES}::test_one_message_of_many_frames"],
+    "NOTEBOOK_CALL_IMAGES": [
+        "tests/unit/test_notebook_budget.py::test_images_past_the_count_keep_their_text"
+    ],
+    "NOTEBOOK_CALL_OUTPUT_BYTES": [
+        "tests/unit/test_notebook_budget.py::test_one_call_keeps_its_ends_within_the_per_call_cap"
+    ],
+    "NOTEBOOK_MAX_OUTPUT_BYTES": [
+        "tests/unit/test_notebook_budget.py::test_a_long_session_stops_recording_outputs_at_the_notebooks_cap"
+    ],
+    "RECEIVE_QUEUE": [
+        f"{HOSTILE_BYTES}::test_input_requests_do_not_pile_up",
+        f"{HOSTILE_BYTES}::test_unread_iopub_messages_do_not_pile_up",
+    ],
+    "REPLY_AFTER_IDLE": [f"{HOSTILE_BYTES}::test_forged_idle_does_not_end_the_call"],
+    "REPLY_TEXT_CHARS": [f"{HOSTILE_BYTES}::test_one_huge_exception"],
+    "STREAM_QUEUE_BYTES": [
+        f"{HOSTILE_HTTP}::test_stalled_event_streams_cost_their_own_calls_not_server_memory"
+    ],
+}
+
+#: Caps whose flood test is still to be written (seams26, 2026-12-02): may only shrink.
+UNPROVEN = frozenset(
+    {
+        "ARCHIVE_CHUNK_BYTES",
+        "ATTACH_CELL_OUTPUT_BYTES",
+        "CWD_COPY_MAX_BYTES",
+        "CWD_COPY_MAX_FILES",
+        "DRAIN_LIMIT",
+        "E2B_LIST_LIMIT",
+        "E2B_MAX_DEPTH",
+        "E2B_MAX_FRAME",
+        "E2B_MAX_PROCESSES",
+        "E2B_MAX_TIMEOUT",
+        "E2B_MAX_UPLOAD_FILES",
+        "E2B_MAX_WATCHERS",
+        "E2B_SUBSCRIBER_QUEUE",
+        "E2B_WATCHER_EVENTS",
+        "EGRESS_CA_BYTES",
+        "EGRESS_PENDING_REFUSALS",
+        "EVENT_DETAIL_CHARS",
+        "FILE_OP_DEADLINE",
+        "FILE_OP_RATE",
+        "FILE_STREAM_QUEUE",
+        "IMAGE_ACCOUNT_FILE_BYTES",
+        "IMAGE_DERIVE_SECONDS",
+        "IMAGE_PROBE_SECONDS",
+        "IMAGE_RESOLVE_WORKERS",
+        "IMAGE_STEP_CPUS",
+        "IMAGE_STEP_TMP_BYTES",
+        "IMAGE_VENV_BYTES",
+        "K8S_EXEC_STATUS_BYTES",
+        "K8S_MAX_EXECS",
+        "K8S_STATUS_READ_BYTES",
+        "KEEP_ALIVE_TIMEOUT",
+        "LIST_LIMIT",
+        "MAX_422_ERRORS",
+        "MAX_422_TEXT",
+        "MAX_CODE_CHARS",
+        "MAX_EVENT_BYTES",
+        "MAX_IMAGE_PIXELS",
+        "MAX_KERNELSPECS_BYTES",
+        "MAX_SNAPSHOT_REPORT_BYTES",
+        "MCP_MAX_TEXT_CHARS",
+        "MIN_DISK_BYTES",
+        "MIN_MEMORY_BYTES",
+        "NOTEBOOK_EMBEDDED_FILE_BYTES",
+        "NOTEBOOK_IMAGE_BYTES",
+        "SESSION_TTL",
+        "SNAPSHOT_DEADLINE",
+        "SNAPSHOT_RATE",
+        "STATUS_FIFO_READ_BYTES",
+        "STATUS_FILE_READ_BYTES",
+        "STATUS_FILE_READ_SECONDS",
+        "STATUS_LINE_BYTES",
+        "STREAM_EVENT_CONTENT",
+    }
+)
+
+
+def caps() -> set[str]:
+    """The caps limits.py holds: its public upper-case names bound to numbers (or maps)."""
+    return {
+        name
+        for name, value in vars(limits).items()
+        if name.isupper() and not name.startswith("_") and isinstance(value, int | float | dict)
+    }
+
+
+def test_every_cap_has_its_proof_or_a_stated_gap() -> None:
+    held = caps()
+    missing = held - PROOFS.keys() - UNPROVEN
+    assert not missing, f"caps in limits.py with no proving test in PROOFS: {sorted(missing)}"
+    assert not (PROOFS.keys() | UNPROVEN) - held, "entries for caps limits.py no longer holds"
+    assert not PROOFS.keys() & UNPROVEN, "a cap with a proof is no longer unproven"
+
+
+def test_every_named_proof_exists() -> None:
+    defined: dict[str, set[str]] = {}
+    for cap, proofs in PROOFS.items():
+        assert proofs, cap
+        for proof in proofs:
+            path, _, name = proof.partition("::")
+            if path not in defined:
+                tree = ast.parse((ROOT / path).read_text())
+                defined[path] = {
+                    node.name
+                    for node in tree.body
+                    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                }
+            assert name in defined[path], f"{cap}: {proof} does not exist"
