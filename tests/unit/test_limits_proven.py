@@ -21,6 +21,9 @@ HOSTILE_HTTP = "tests/integration/test_hostile_server_http.py"
 HOSTILE_IMAGES = "tests/integration/test_hostile_server_images.py"
 
 PROOFS: dict[str, list[str]] = {
+    "DOWNLOAD_WHOLE_BYTES": [
+        "tests/integration/test_hostile_server_tenants.py::test_special_file_downloads_are_refused_without_a_traceback"
+    ],
     "ARCHIVE_MAX_MEMBERS": [
         "tests/unit/test_server_archives.py::test_many_empty_members_count_toward_the_cap_and_the_member_limit"
     ],
