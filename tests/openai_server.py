@@ -38,6 +38,7 @@ __all__ = [
     "ScriptedOpenAIServer",
     "call",
     "error",
+    "image_urls",
     "strict_schema_problems",
     "text",
     "tool_calls",
@@ -152,6 +153,17 @@ class RecordedRequest:
 # -- strict-mode checks -------------------------------------------------------------
 
 _JSON_TYPES = {"string", "number", "integer", "boolean", "object", "array", "null"}
+
+
+def image_urls(messages: list[dict[str, Any]]) -> list[str]:
+    """The ``image_url`` parts of recorded chat messages, in order (what the model saw)."""
+    return [
+        part["image_url"]["url"]
+        for m in messages
+        if isinstance(m.get("content"), list)
+        for part in m["content"]
+        if part.get("type") == "image_url"
+    ]
 
 
 def strict_schema_problems(schema: Any, path: str = "parameters") -> list[str]:

@@ -19,7 +19,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 
 from kernel_sandbox.notebook.replay import areplay
 from tests.conftest import TEST_LABEL
-from tests.openai_server import ScriptedOpenAIServer, call, text, tool_calls
+from tests.openai_server import ScriptedOpenAIServer, call, image_urls, text, tool_calls
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,16 +38,6 @@ def _texts(messages: list[dict[str, Any]]) -> str:
             content = "".join(p.get("text", "") for p in content if p.get("type") == "text")
         out.append(str(content or ""))
     return "\n".join(out)
-
-
-def _image_urls(messages: list[dict[str, Any]]) -> list[str]:
-    return [
-        part["image_url"]["url"]
-        for m in messages
-        if isinstance(m.get("content"), list)
-        for part in m["content"]
-        if part.get("type") == "image_url"
-    ]
 
 
 async def test_agent_over_mcp_stdio_keeps_state_sees_plots_errors_and_files(
@@ -84,7 +74,7 @@ async def test_agent_over_mcp_stdio_keeps_state_sees_plots_errors_and_files(
     assert {"run_python", "run_shell", "read_file", "write_file"} <= offered
     assert "42" in _texts(requests[2].tool_messages)
     after_plot = requests[3].messages
-    assert [u[:30] for u in _image_urls(after_plot)] == ["data:image/png;base64,iVBORw0K"]
+    assert [u[:30] for u in image_urls(after_plot)] == ["data:image/png;base64,iVBORw0K"]
     assert "ZeroDivisionError" in _texts(requests[4].messages[-1:])  # the retry prompt
     assert "written-over-mcp" in _texts(requests[6].messages[-1:])
 

@@ -21,7 +21,7 @@ from kernel_sandbox import Sandbox
 from kernel_sandbox.integrations.smolagents import KernelSandboxExecutor
 from kernel_sandbox.notebook.replay import areplay
 from tests.conftest import TEST_LABEL
-from tests.openai_server import ScriptedOpenAIServer, text
+from tests.openai_server import ScriptedOpenAIServer, image_urls, text
 
 pytestmark = pytest.mark.integration
 
@@ -40,16 +40,6 @@ def _texts(message: dict[str, Any]) -> str:
     if isinstance(content, str):
         return content
     return "".join(p.get("text", "") for p in content or [] if p.get("type") == "text")
-
-
-def _image_urls(messages: list[dict[str, Any]]) -> list[str]:
-    return [
-        part["image_url"]["url"]
-        for m in messages
-        if isinstance(m.get("content"), list)
-        for part in m["content"]
-        if part.get("type") == "image_url"
-    ]
 
 
 async def test_code_agent_keeps_state_sees_plots_errors_and_files(
@@ -88,7 +78,7 @@ async def test_code_agent_keeps_state_sees_plots_errors_and_files(
     assert isinstance(steps[2].action_output, AgentImage)
     assert steps[2].action_output.to_raw().size[0] > 100
     after_plot = requests[3].messages  # the request that followed the plot
-    assert [u[:30] for u in _image_urls(after_plot)] == ["data:image/png;base64,iVBORw0K"]
+    assert [u[:30] for u in image_urls(after_plot)] == ["data:image/png;base64,iVBORw0K"]
     after_error = "\n".join(_texts(m) for m in requests[4].messages)
     assert "ZeroDivisionError" in after_error
     assert "written-in-kernel" in steps[5].observations
