@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from collections import OrderedDict
 from datetime import datetime, timezone
@@ -41,6 +42,9 @@ from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 #: sends (the launcher's ``SEND_QUEUE``): past it iopub waits, and the kernel's own
 #: queue towards the relay fills and drops, inside the sandbox's memory.
 SEND_QUEUE = 16
+#: Seconds the relay waits for the kernel's iopub to carry a first message (it goes on
+#: without it after that: the host's own start deadline judges the kernel).
+IOPUB_DEADLINE = 60.0
 PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 DELIMITER = b"<IDS|MSG>"
 #: The routing id of the relay's shell and stdin sockets: the same on both, so a
@@ -216,11 +220,35 @@ def _proxy(frontend: zmq.Socket[bytes], backend: zmq.Socket[bytes] | None) -> No
         pass  # the context ends with the process
 
 
+def _subscribed_iopub() -> zmq.Socket[bytes]:
+    """The kernel's iopub, subscribed to everything, once a message has come through it.
+
+    A PUB drops what it publishes before a subscription reaches it, and the kernel may
+    answer the host's first request before the relay's subscription has: the first
+    cell's output was lost now and then (R, Deno).  So, as jupyter_client's nudge does,
+    the relay asks ``kernel_info`` until iopub carries something, before its host-facing
+    sockets exist (the host's requests wait in the prebound sockets meanwhile).
+    """
+    sub = _inner(zmq.XSUB, "iopub_port")
+    sub.send(b"\x01")
+    probe = _inner(zmq.DEALER, "shell_port")
+    end = time.monotonic() + IOPUB_DEADLINE
+    while time.monotonic() < end and kernel.poll() is None:
+        probe.send_multipart(_message("kernel_info_request", {}, {}))
+        if sub.poll(200):
+            break
+    probe.close(linger=0)
+    while sub.poll(0):  # the probe's own status messages
+        sub.recv_multipart()
+    return sub
+
+
+iopub_from_kernel = _subscribed_iopub()
 for port, control in (("shell_port", False), ("stdin_port", False), ("control_port", True)):
     pair = (_outer(zmq.ROUTER, port), _inner(zmq.DEALER, port, RELAY_ID), control)
     threading.Thread(target=_routed, args=pair, daemon=True).start()
 for frontend, backend in (
-    (_outer(zmq.XPUB, "iopub_port"), _inner(zmq.XSUB, "iopub_port")),
+    (_outer(zmq.XPUB, "iopub_port"), iopub_from_kernel),
     (_outer(zmq.REP, "hb_port"), None),
 ):
     threading.Thread(target=_proxy, args=(frontend, backend), daemon=True).start()
