@@ -64,6 +64,8 @@ log = logging.getLogger(__name__)
 #: exec, ~40 ms of API server and kubelet work), and between pod status reads.
 STATUS_POLL = 0.5
 POD_POLL = 2.0
+#: Seconds a deleted pod may take to be gone before its removal goes on without it.
+POD_GONE_DEADLINE = 30.0
 _STATUS_READ = (
     f'f={TCP_STATE_DIR}/{STATUS_FILE}; test -f "$f" || exit 0; '
     f'exec timeout 2 head -c {K8S_STATUS_READ_BYTES} -- "$f"'
@@ -380,7 +382,21 @@ class KubernetesHost(KernelHost):
         self._info = None
 
     async def _delete_pod(self, name: str) -> None:
+        """Delete the pod and wait (at most ``POD_GONE_DEADLINE``) until it is gone: a
+        resumed sandbox gets a new pod of the same name, which an old one still
+        terminating would stand in for (exec found "container not found")."""
         await self._delete(self._kube.core.delete_namespaced_pod, name, grace_period_seconds=0)
+        end = time.monotonic() + POD_GONE_DEADLINE
+        while time.monotonic() < end:
+            try:
+                await api_call(
+                    "reading the pod", self._kube.core.read_namespaced_pod, name, self.namespace
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    return
+                raise
+            await asyncio.sleep(0.2)
 
     async def _delete(self, fn: Any, name: str, **options: Any) -> None:
         try:
