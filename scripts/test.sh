@@ -51,13 +51,14 @@ if [ "$(id -u)" -eq 0 ]; then
     cluster_setup=$!
 fi
 
-# One pytest pass, its output to the terminal (or, with a third argument "quiet", only to
-# its log, shown when it ends); a pass that ran nothing is a failure, not a success.
-# Returns pytest's status (0 when it passed).
+# Where a pass named $1 keeps its files (a name may be TEST_PATHS: slashes, spaces).
+pass_file() { printf '%s/%s' "${TIERS_STATE}" "${1//[^A-Za-z0-9]/-}"; }
+# One pytest pass, its output to the terminal and its log; a pass that ran nothing is a
+# failure, not a success.  Returns pytest's status (0 when it passed).
 run_pass() {
     local name=$1 log status
     shift
-    log="${TIERS_STATE}/${name// /-}.log"
+    log="$(pass_file "${name}").log"
     printf '\n==> %s: pytest %s\n' "${name}" "$*"
     set +e
     "$@" 2>&1 | tee "${log}"
@@ -74,13 +75,13 @@ run_pass() {
 start_pass() {
     local var=$1 name=$2
     shift 2
-    run_pass "${name}" "$@" >"${TIERS_STATE}/${name// /-}.out" 2>&1 &
+    run_pass "${name}" "$@" >"$(pass_file "${name}").out" 2>&1 &
     printf -v "${var}" '%s' "$!"
 }
 show_pass() {  # $1 the name, $2 the pid of start_pass: its output, then its status
     local status=0
     wait "$2" || status=$?
-    cat "${TIERS_STATE}/${1// /-}.out"
+    cat "$(pass_file "$1").out"
     return "${status}"
 }
 
