@@ -19,6 +19,7 @@ with the image's kernel Python, which has pyzmq and jupyter_client (ipykernel's)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -234,7 +235,10 @@ def _subscribed_iopub() -> zmq.Socket[bytes]:
     probe = _inner(zmq.DEALER, "shell_port")
     end = time.monotonic() + IOPUB_DEADLINE
     while time.monotonic() < end and kernel.poll() is None:
-        probe.send_multipart(_message("kernel_info_request", {}, {}))
+        # Never blocks (past SEND_QUEUE requests wait for a kernel not listening yet): a
+        # kernel that dies starting must still end the relay below with its status.
+        with contextlib.suppress(zmq.Again):
+            probe.send_multipart(_message("kernel_info_request", {}, {}), zmq.NOBLOCK)
         if sub.poll(200):
             break
     probe.close(linger=0)
