@@ -384,8 +384,12 @@ class KubernetesHost(KernelHost):
     async def _delete_pod(self, name: str) -> None:
         """Delete the pod and wait (at most ``POD_GONE_DEADLINE``) until it is gone: a
         resumed sandbox gets a new pod of the same name, which an old one still
-        terminating would stand in for (exec found "container not found")."""
-        await self._delete(self._kube.core.delete_namespaced_pod, name, grace_period_seconds=0)
+        terminating would stand in for.  Not a forced delete (grace 0): that removes
+        the API object at once while the kubelet still runs the old containers, and an
+        exec to the new pod's name then reached the old pod's container now and then
+        (a resume's FIFO made in the old pod: "No such file" in the new one's kernel);
+        with the manifest's 1 s grace the object goes only when its containers have."""
+        await self._delete(self._kube.core.delete_namespaced_pod, name)
         end = time.monotonic() + POD_GONE_DEADLINE
         while time.monotonic() < end:
             try:
