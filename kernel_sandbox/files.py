@@ -39,6 +39,7 @@ from .limits import (
     FILE_OP_DEADLINE,
     FILE_OP_RATE,
     FILE_STREAM_QUEUE,
+    LIST_ENTRY_BYTES,
     LIST_LIMIT,
     STREAM_EVENT_CONTENT,
 )
@@ -58,8 +59,6 @@ _TYPES: dict[str, Literal["file", "directory", "symlink"]] = {
     "d": "directory",
     "l": "symlink",
 }
-#: Bytes of one listed entry at most: type, size, a 255-byte name, separators.
-_ENTRY_BYTES = 300
 
 
 class AsyncFiles:
@@ -250,7 +249,7 @@ class AsyncFiles:
 
         async def listing(full: str) -> list[FileInfo]:
             code, out, err = await self._sh(
-                sh.LIST, full, str(limit + 1), max_output_bytes=(limit + 1) * _ENTRY_BYTES
+                sh.LIST, full, str(limit + 1), max_output_bytes=(limit + 1) * LIST_ENTRY_BYTES
             )
             if code != 0:
                 raise self._fail(code, full, err, "list")

@@ -1,10 +1,32 @@
-"""Output caps: what one call may keep in host memory, whatever the sandbox sends.
+"""Every bound in one place: what a client, a tenant or a sandbox can make the host spend.
 
-Code in a sandbox can print a gigabyte in a second; the host must not hold it.  Long
-output keeps its head and its tail (the tail is where errors and final results are)
-and a marker line in between says how much was dropped.  The kernel's output
-collector (``kernel/outputs.py``) and the shell's exec stream (``backends/``) both
-cut this way and both use :func:`cap_notice`, so a user reads the same sentence.
+Each cap is a constant here with its unit and what it bounds in its docstring
+(``SandboxConfig``, ``ServerSettings`` and ``EgressLimits`` fields are the caps a user
+sets; their defaults that are caps live here too).  ``tests/unit/test_limits_proven.py``
+pairs every one of them with the test that floods it.
+
+Output caps: code in a sandbox can print a gigabyte in a second; the host must not hold
+it.  Long output keeps its head and its tail (the tail is where errors and final
+results are) and a marker line in between says how much was dropped.  The kernel's
+output collector (``kernel/outputs.py``) and the shell's exec stream (``backends/``)
+both cut this way and both use :func:`cap_notice`, so a user reads the same sentence.
+
+In the sandbox: the programs of ``kernel_sandbox/programs/`` (and the egress relay)
+run on the image's Python and cannot import this module, so their bounds stay where
+they run; :data:`IN_SANDBOX` mirrors each one (a unit test checks the values match):
+
+- ``programs/relay.py``: ``ROUTES`` (requests whose senders the relay remembers),
+  ``SEND_QUEUE`` (messages each host-facing socket queues), ``IOPUB_DEADLINE``
+  (seconds it waits for the kernel's first iopub message);
+- ``programs/launcher.py``: ``SEND_QUEUE`` (messages each kernel socket queues),
+  ``_PENDING_WAIT`` (seconds a paced iopub send waits for the host to read);
+- ``programs/e2b_process.py``: ``MAX_LINE`` (bytes of one control line);
+- ``programs/e2b_files.py``: ``MAX_WATCHED_DIRS`` (directories one recursive watch
+  follows);
+- ``programs/snapshot.py``: ``REASON_CHARS`` (characters of a reason a variable was
+  not saved; the host cuts at :data:`SNAPSHOT_REPORT_TEXT_CHARS` again);
+- ``backends/docker/egress/relay_program.py``: ``_MAX_CONNECTIONS`` (connections the
+  in-sandbox egress relay carries at once; ``EgressLimits.max_connections`` by default).
 """
 
 from __future__ import annotations
@@ -12,6 +34,7 @@ from __future__ import annotations
 import math
 import re
 from collections import deque
+from typing import NamedTuple
 
 from .results import format_size
 
@@ -20,11 +43,26 @@ __all__ = [
     "ARCHIVE_MAX_MEMBERS",
     "ARCHIVE_MEMBER_COST_BYTES",
     "ATTACH_CELL_OUTPUT_BYTES",
+    "CWD_COPY_DEADLINE",
     "CWD_COPY_MAX_BYTES",
     "CWD_COPY_MAX_FILES",
     "DEFAULT_MAX_FILE_BYTES",
     "DEFAULT_MAX_OUTPUT_BYTES",
+    "DOWNLOAD_WHOLE_BYTES",
+    "DRAIN_BYTES",
     "DRAIN_LIMIT",
+    "E2B_CONTROL_DEADLINE",
+    "E2B_ENTRY_BYTES",
+    "E2B_FILE_OP_DEADLINE",
+    "E2B_LIST_LIMIT",
+    "E2B_MAX_DEPTH",
+    "E2B_MAX_FRAME",
+    "E2B_MAX_PROCESSES",
+    "E2B_MAX_TIMEOUT",
+    "E2B_MAX_UPLOAD_FILES",
+    "E2B_MAX_WATCHERS",
+    "E2B_SUBSCRIBER_QUEUE",
+    "E2B_WATCHER_EVENTS",
     "EGRESS_CA_BYTES",
     "EGRESS_PENDING_REFUSALS",
     "ENGINE_LOG_TAIL_BYTES",
@@ -36,6 +74,7 @@ __all__ = [
     "GUARD_STALL_LIMIT",
     "HEADER_TIMEOUT",
     "HELD_MESSAGES",
+    "HOST_TASKS_CEILING",
     "IMAGE_ACCOUNT_FILE_BYTES",
     "IMAGE_DERIVE_SECONDS",
     "IMAGE_PROBE_SECONDS",
@@ -48,13 +87,21 @@ __all__ = [
     "IMAGE_STEP_PIDS",
     "IMAGE_STEP_TMP_BYTES",
     "IMAGE_VENV_BYTES",
+    "IN_SANDBOX",
+    "K8S_EXEC_CONNECT_SECONDS",
     "K8S_EXEC_STATUS_BYTES",
     "K8S_MAX_EXECS",
     "K8S_STATUS_READ_BYTES",
     "KEEP_ALIVE_TIMEOUT",
     "KERNEL_ARGS_MAX",
+    "KERNEL_ARG_MAX_CHARS",
     "KERNEL_ENV_MAX_BYTES",
+    "KILL_LIMIT",
+    "LIST_ENTRY_BYTES",
     "LIST_LIMIT",
+    "LIVE_CALL_OUTPUT_BYTES",
+    "LIVE_PAGE_TEXT_CHARS",
+    "LIVE_POLL_SECONDS",
     "MALFORMED_WARNING_SECONDS",
     "MAX_422_ERRORS",
     "MAX_422_TEXT",
@@ -79,6 +126,7 @@ __all__ = [
     "MAX_SOCKETS_CAP",
     "MAX_STREAMS_PER_KEY",
     "MCP_MAX_TEXT_CHARS",
+    "MCP_REFUSED_HEAD_BYTES",
     "MESSAGE_OVERHEAD",
     "MIN_DISK_BYTES",
     "MIN_MEMORY_BYTES",
@@ -87,12 +135,17 @@ __all__ = [
     "NOTEBOOK_EMBEDDED_FILE_BYTES",
     "NOTEBOOK_IMAGE_BYTES",
     "NOTEBOOK_MAX_OUTPUT_BYTES",
+    "NOTEBOOK_POINTER_CHARS",
+    "POOL_PING_SECONDS",
     "RECEIVE_QUEUE",
+    "REPLAY_PROBE_BYTES",
     "REPLY_AFTER_IDLE",
     "REPLY_TEXT_CHARS",
     "SESSION_TTL",
+    "SMOLAGENTS_IMAGE_PIXELS",
     "SNAPSHOT_DEADLINE",
     "SNAPSHOT_RATE",
+    "SNAPSHOT_REPORT_TEXT_CHARS",
     "STATUS_FIFO_READ_BYTES",
     "STATUS_FILE_READ_BYTES",
     "STATUS_FILE_READ_SECONDS",
@@ -100,6 +153,7 @@ __all__ = [
     "STREAM_EVENT_CONTENT",
     "STREAM_QUEUE_BYTES",
     "HeadTail",
+    "InSandboxCap",
     "cap_notice",
     "json_shape_error",
     "parse_positive",
@@ -299,6 +353,21 @@ SESSION_TTL = 12 * 3600.0
 #: Bytes of one JSON-RPC line ``kernel-sandbox mcp`` reads from stdin; a longer
 #: line is skipped without being held and answered with an error.
 MAX_MCP_LINE_BYTES = 16 * 1024**2
+#: Bytes of a refused line's head that ``kernel-sandbox mcp`` keeps to find its id (the
+#: error answers that id); the rest of the line is never held.
+MCP_REFUSED_HEAD_BYTES = 4096
+#: Bytes of a refused (413) body read and thrown away, so that the client, still
+#: sending, reads the 413 instead of a reset connection; past this the connection closes.
+DRAIN_BYTES = 64 * 1024 * 1024
+#: Characters of one text output (and of an HTML output, of a markdown cell's source)
+#: the live page renders; a longer text keeps its ends (the notebook has everything).
+LIVE_PAGE_TEXT_CHARS = 200_000
+#: Bytes of a running call's outputs the live page holds before the call's cell is
+#: recorded (the call's result has them all).
+LIVE_CALL_OUTPUT_BYTES = 1024 * 1024
+#: Seconds a live page's cells request (a long poll) is held waiting for a change before
+#: it is answered "no change".
+LIVE_POLL_SECONDS = 20.0
 
 
 def utf8_len(text: str) -> int:
@@ -396,10 +465,21 @@ E2B_MAX_FRAME = 1 << 20
 E2B_SUBSCRIBER_QUEUE = 64
 #: Entries ``ListDir`` returns at most (all depths together); more is refused.
 E2B_LIST_LIMIT = 10_000
+#: Bytes of one entry of that listing at most (type, size, a 255-byte name,
+#: separators): the listing's output is capped at ``(LIST_LIMIT + 1)`` times this.
+LIST_ENTRY_BYTES = 300
 #: Deepest ``ListDir`` depth honoured (deeper asks are clamped).
 E2B_MAX_DEPTH = 32
 #: Files one multipart ``POST /files`` may carry.
 E2B_MAX_UPLOAD_FILES = 100
+#: Seconds a control write to a running command (its stdin, a signal, a resize) may take:
+#: it is one short process in the sandbox.
+E2B_CONTROL_DEADLINE = 15.0
+#: Bytes of one entry a file call's helper prints at most (a JSON line: a 4096-byte path,
+#: names, mode...): a call's output is capped at its entries times this.
+E2B_ENTRY_BYTES = 6000
+#: Seconds a stat, mkdir, move or listing may take in the sandbox.
+E2B_FILE_OP_DEADLINE = 60.0
 _BRACKETS = re.compile(rb"[\[\]{}]")
 
 
@@ -459,11 +539,16 @@ MAX_SOCKETS_CAP = 1 << 16
 GUARD_CHUNK_BYTES = 1024 * 1024
 #: Seconds a route may be held at its bound while the host receives nothing at all.
 GUARD_STALL_LIMIT = 10.0
+#: Seconds the supervisor gets to report the end of a kernel it was told to kill.
+KILL_LIMIT = 5.0
 
 
 # -- the sandbox's files, tools and notebooks --------------------------------------
 #: Entries :meth:`AsyncFiles.list` returns at most; a larger directory is refused.
 LIST_LIMIT = 10_000
+#: Bytes of one entry of that listing at most (type, size, a 255-byte name,
+#: separators): the listing's output is capped at ``(LIST_LIMIT + 1)`` times this.
+LIST_ENTRY_BYTES = 300
 #: Seconds any file operation may take on top of moving its bytes (at
 #: :data:`FILE_OP_RATE`): a process the sandbox stops or blocks (a FIFO) never holds
 #: the host longer.
@@ -494,6 +579,26 @@ NOTEBOOK_EMBEDDED_FILE_BYTES = 256 * 1024
 #: bytes only: decoding and differencing one costs
 #: about 10 bytes of host memory per pixel (a 2x retina plot is about 1.5 M pixels).
 MAX_IMAGE_PIXELS = 8_000_000
+#: Pixels (width x height) of the largest image the smolagents integration decodes into
+#: an ``AgentImage``; larger ones are named in the logs instead of decoded on the host.
+SMOLAGENTS_IMAGE_PIXELS = 40_000_000
+#: Characters of a notebook pointer file read (a pointer is a path, at most PATH_MAX =
+#: 4096 bytes); what is longer is not a pointer.
+NOTEBOOK_POINTER_CHARS = 4096
+#: Characters of the answer of the replay's kernel probe (one small JSON line); a longer
+#: answer is not one.
+REPLAY_PROBE_BYTES = 4096
+#: Characters of a name, reason or module name kept from a snapshot's report (the kernel
+#: writes it; ``programs/snapshot.py`` cuts reasons at the same length).
+SNAPSHOT_REPORT_TEXT_CHARS = 300
+#: Seconds a pooled sandbox may take to answer a ping before it is discarded as unhealthy.
+POOL_PING_SECONDS = 3.0
+#: Characters of one kernel argument a Jupyter client's ``extra_arguments`` may pass on;
+#: a longer one (or one holding a NUL) is dropped, with a warning.
+KERNEL_ARG_MAX_CHARS = 4096
+#: Seconds the copy of a notebook's folder (``--cwd-mode copy``) may take to unpack in
+#: the sandbox.
+CWD_COPY_DEADLINE = 60.0
 
 
 # -- the kernel hosts (backends/) --------------------------------------------------
@@ -523,9 +628,45 @@ K8S_MAX_EXECS = 64
 #: Bytes of the supervisor's status file read from a pod (with a time limit): the sandbox can
 #: replace it with a link to /dev/zero or a FIFO.
 K8S_STATUS_READ_BYTES = 64 * 1024
+#: Seconds to open a Kubernetes exec's websocket (TLS and the upgrade through the API
+#: server to the kubelet).
+K8S_EXEC_CONNECT_SECONDS = 30
+#: Host tasks (processes and threads) one gVisor sandbox may hold at most, whatever its
+#: ``pids_limit``: a host with the classic ``kernel.pid_max`` of 32768 keeps half for
+#: everything else.  It covers the stub threads of up to 83 busy processes inside (see
+#: ``backends/docker/runtimes.gvisor_host_pids``).
+HOST_TASKS_CEILING = 16384
 
 
 # -- the CLI ---------------------------------------------------------------------
 #: Bytes of output ``kernel-sandbox attach`` records per cell (the console shows all of
 #: it; the notebook keeps this).
 ATTACH_CELL_OUTPUT_BYTES = 1 << 20
+
+
+# -- in the sandbox (programs/): mirrors, see the module docstring -----------------
+
+
+class InSandboxCap(NamedTuple):
+    """A bound a program enforces inside the sandbox (it cannot import this module)."""
+
+    #: The program's path in the package, e.g. ``programs/relay.py``.
+    program: str
+    #: The constant's name in that program.
+    name: str
+    #: Its value, which a unit test checks against the program's.
+    value: int | float
+
+
+#: Every bound the in-sandbox programs hold, as they hold it.
+IN_SANDBOX = (
+    InSandboxCap("programs/relay.py", "ROUTES", 4096),
+    InSandboxCap("programs/relay.py", "SEND_QUEUE", 16),
+    InSandboxCap("programs/relay.py", "IOPUB_DEADLINE", 60.0),
+    InSandboxCap("programs/launcher.py", "SEND_QUEUE", 16),
+    InSandboxCap("programs/launcher.py", "_PENDING_WAIT", 10.0),
+    InSandboxCap("programs/e2b_process.py", "MAX_LINE", 1 << 20),
+    InSandboxCap("programs/e2b_files.py", "MAX_WATCHED_DIRS", 1000),
+    InSandboxCap("programs/snapshot.py", "REASON_CHARS", SNAPSHOT_REPORT_TEXT_CHARS),
+    InSandboxCap("backends/docker/egress/relay_program.py", "_MAX_CONNECTIONS", 32),
+)

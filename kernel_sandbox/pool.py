@@ -39,6 +39,7 @@ from typing import Any, Literal
 from .backends.factory import HostFactory
 from .config import LABEL_PREFIX, SandboxConfig
 from .errors import ConfigError, SandboxClosedError, SandboxError
+from .limits import POOL_PING_SECONDS
 from .sandbox import AsyncSandbox
 
 __all__ = ["POOL_LABEL", "PoolStats", "SandboxPool"]
@@ -47,8 +48,6 @@ log = logging.getLogger(__name__)
 
 #: Label carrying the pool id on every member's container.
 POOL_LABEL = f"{LABEL_PREFIX}.pool"
-#: How long a member may take to answer before it is discarded as unhealthy.
-_PING_LIMIT = 3.0
 
 
 @dataclass(frozen=True)
@@ -305,7 +304,7 @@ class SandboxPool:
 
     async def _healthy(self, sandbox: AsyncSandbox) -> bool:
         """The kernel answers (no engine call unless it is slow to)."""
-        return await sandbox.ping(_PING_LIMIT)
+        return await sandbox.ping(POOL_PING_SECONDS)
 
     # -- members -------------------------------------------------------------------
 

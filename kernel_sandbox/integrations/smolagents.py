@@ -34,6 +34,7 @@ with require_extra("smolagents", "kernel_sandbox.integrations.smolagents"):
     from smolagents.utils import AgentError
 
 from ..config import SandboxConfig
+from ..limits import SMOLAGENTS_IMAGE_PIXELS as MAX_IMAGE_PIXELS
 from ..notebook.recorder import NotebookRecorder, new_session_path
 from ..notebook.storage import sessions_dir
 from ..results import Execution
@@ -41,9 +42,6 @@ from ..sync import Sandbox
 
 __all__ = ["MAX_IMAGE_PIXELS", "KernelSandboxExecutor"]
 
-#: Largest image (width x height) turned into an ``AgentImage``; larger ones are named
-#: in the logs instead of decoded on the host.
-MAX_IMAGE_PIXELS = 40_000_000
 _IMAGE_MIMES = ("image/png", "image/jpeg")
 
 

@@ -24,14 +24,12 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 
-from ..limits import KERNEL_ARGS_MAX, KERNEL_ENV_MAX_BYTES
+from ..limits import KERNEL_ARG_MAX_CHARS, KERNEL_ARGS_MAX, KERNEL_ENV_MAX_BYTES
 
 __all__ = ["KERNEL_ARGS_ENV", "kernel_arguments", "kernel_env"]
 
 #: The variable that carries the client's kernel arguments (JSON) to the launcher.
 KERNEL_ARGS_ENV = "KERNEL_SANDBOX_KERNEL_ARGS"
-#: Longest single kernel argument passed on.
-_ARG_MAX_CHARS = 4096
 
 # ipykernel's aliases and traits that make the kernel bind, sign or poll otherwise than
 # the sandbox set up (any class: IPKernelApp, KernelApp, ConnectionFileMixin...).
@@ -93,7 +91,7 @@ def kernel_arguments(extra: Sequence[str]) -> tuple[list[str], list[str]]:
             or not name
             or _refused_option(name)
             or not fits
-            or any(len(a) > _ARG_MAX_CHARS or "\0" in a for a in group)
+            or any(len(a) > KERNEL_ARG_MAX_CHARS or "\0" in a for a in group)
         ):
             dropped.extend(group)
         else:

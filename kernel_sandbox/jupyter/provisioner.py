@@ -43,7 +43,7 @@ from ..config import SandboxConfig
 from ..errors import KernelError, SandboxError, SandboxStartError
 from ..kernel.client import KernelSession
 from ..kernel.connection import PORT_NAMES
-from ..limits import CWD_COPY_MAX_BYTES
+from ..limits import CWD_COPY_DEADLINE, CWD_COPY_MAX_BYTES
 from .client_request import KERNEL_ARGS_ENV, kernel_arguments, kernel_env
 from .notebook_dir import CWD_MODES, FolderTooLarge, folder_archive, mount_volume
 
@@ -52,8 +52,6 @@ __all__ = ["SandboxProvisioner"]
 #: Exit code reported to jupyter_client for a kernel that ended (the host gives reasons,
 #: not codes; any integer means "not running").
 ENDED = 1
-#: Seconds the copy of a notebook's folder may take to unpack in the sandbox.
-COPY_DEADLINE = 60.0
 #: Seconds a restarted kernel is given, once it answers, before the manager hears it is
 #: back: the manager's clients' sockets (a server's websocket channels) stay open over a
 #: restart and reconnect by themselves every ``ZMQ_RECONNECT_IVL`` (libzmq's 0.1 s,
@@ -195,7 +193,7 @@ class SandboxProvisioner(KernelProvisionerBase):
         argv = ["tar", "-x", "-f", "-", "--no-same-owner", "-C", host.working_dir]
         try:
             done = await host.exec(
-                argv, stdin=archive, max_output_bytes=4096, deadline=COPY_DEADLINE
+                argv, stdin=archive, max_output_bytes=4096, deadline=CWD_COPY_DEADLINE
             )
         except SandboxError as exc:
             self.log.warning("copying the notebook's folder into the sandbox: %s", exc)

@@ -48,6 +48,7 @@ from typing import NamedTuple
 
 from ..config import TCP_STATE_DIR  # no directory is shared with the host with tcp
 from ..errors import KernelError
+from ..limits import KILL_LIMIT
 from .programs import program
 
 __all__ = [
@@ -72,8 +73,6 @@ KILL_SIGNAL = "SIGUSR1"
 #: Sent to kill every process of the sandbox but the supervisor (and Docker's init):
 #: an explicit restart also ends shell commands' leftovers, e.g. a backgrounded fork bomb.
 KILL_ALL_SIGNAL = "SIGUSR2"
-#: Seconds the supervisor gets to report the end of a kernel it was told to kill.
-KILL_LIMIT = 5.0
 
 #: The supervisor's source (``programs/supervisor.sh``): ``sh -c SUPERVISOR name STATE_DIR
 #: KERNEL_COMMAND...``.  It uses the names :data:`STATUS_FILE` and :data:`GO_PREFIX`.

@@ -23,17 +23,15 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
 from mcp_types import INVALID_REQUEST, ErrorData, JSONRPCError
 
-from ..limits import MAX_MCP_LINE_BYTES, json_shape_error
+from ..limits import MAX_MCP_LINE_BYTES, MCP_REFUSED_HEAD_BYTES, json_shape_error
 
 __all__ = ["BoundedLines", "run_stdio"]
 
 _ID = re.compile(rb'"id"\s*:\s*(-?\d{1,18}|"[^"\\]{0,200}")')
-#: Bytes read from a refused line's head to find its id.
-_HEAD = 4096
 
 
 def _request_id(head: bytes) -> int | str | None:
-    match = _ID.search(head[:_HEAD])
+    match = _ID.search(head[:MCP_REFUSED_HEAD_BYTES])
     if match is None:
         return None
     raw = match[1].decode("utf-8", "replace")
@@ -81,7 +79,7 @@ class BoundedLines:
         """The next line, or its head and why it is refused (runs in a thread)."""
         line = self.raw.readline(self.limit + 1)
         if len(line) > self.limit and not line.endswith(b"\n"):
-            head, skipped = line[:_HEAD], len(line)
+            head, skipped = line[:MCP_REFUSED_HEAD_BYTES], len(line)
             del line
             while chunk := self.raw.readline(1024 * 1024):
                 skipped += len(chunk)
@@ -92,7 +90,7 @@ class BoundedLines:
                 "may hold (MAX_MCP_LINE_BYTES); write large files in parts"
             )
         problem = json_shape_error(line)
-        return (line[:_HEAD], problem) if problem is not None else (line, None)
+        return (line[:MCP_REFUSED_HEAD_BYTES], problem) if problem is not None else (line, None)
 
 
 async def run_stdio(server: Any, lines: BoundedLines | None = None) -> None:

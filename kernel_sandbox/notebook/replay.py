@@ -33,6 +33,7 @@ from nbformat.v4 import new_output
 
 from ..config import DEFAULT_IMAGE, KERNEL_PYTHON
 from ..errors import FileOperationError
+from ..limits import REPLAY_PROBE_BYTES
 from ..protocols import SandboxLike
 from ..results import CommandResult
 from ..sync import Sandbox, as_async, run_sync
@@ -61,8 +62,6 @@ _KERNEL_PROBE = (
     " 'python': sys.version.split()[0], 'ipython': IPython.__version__,"
     " 'ipykernel': ipykernel.__version__}))"
 )
-#: The probe's answer is small; anything longer is not a probe answer.
-_MAX_PROBE_BYTES = 4096
 CellCallback = Callable[[CellReplay], Any]
 
 
@@ -140,7 +139,7 @@ async def _kernel_versions(sandbox: SandboxLike) -> dict[str, Any]:
     try:
         result: CommandResult = await sandbox.run_shell(command, timeout=60)
         answer = result.stdout.strip()
-        if not result.ok or len(answer) > _MAX_PROBE_BYTES:
+        if not result.ok or len(answer) > REPLAY_PROBE_BYTES:
             raise ValueError(result.stderr.strip()[-300:] or f"exit status {result.exit_code}")
         info = json.loads(answer)
         if not isinstance(info, dict) or not isinstance(info.get("language_info"), dict):

@@ -25,13 +25,11 @@ from pathlib import Path
 
 from nbformat import NotebookNode
 
+from ..limits import NOTEBOOK_POINTER_CHARS
 from ..rundirs import runtime_root
 from .storage import read_notebook, write_notebook_atomic
 
 __all__ = ["append_cells", "find_notebook", "locked", "merge_foreign", "point_to"]
-
-#: A pointer longer than this is not one (a path is at most PATH_MAX = 4096 bytes).
-_POINTER_LIMIT = 4096
 
 
 @contextlib.contextmanager
@@ -102,5 +100,5 @@ def find_notebook(sandbox_id: str) -> Path | None:
     except (OSError, ValueError):
         return None
     with os.fdopen(fd) as f:
-        path = Path(f.read(_POINTER_LIMIT).strip())
+        path = Path(f.read(NOTEBOOK_POINTER_CHARS).strip())
     return path if path.is_absolute() and path.is_file() else None

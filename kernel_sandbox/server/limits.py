@@ -21,7 +21,7 @@ from urllib.parse import parse_qs
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ..limits import MAX_BODY_BYTES_PER_KEY, json_shape_error
+from ..limits import DRAIN_BYTES, MAX_BODY_BYTES_PER_KEY, json_shape_error
 from ..threads import owned_by
 
 __all__ = [
@@ -73,11 +73,6 @@ def is_stream(scope: Scope) -> bool:
         return False
     query = parse_qs(scope["query_string"].decode("latin-1"))
     return any(v.lower() in _TRUE for v in query.get("stream", []))
-
-
-#: Bytes of a refused body read and thrown away, so that the client, still sending,
-#: reads the 413 instead of a reset connection; past this the connection just closes.
-DRAIN_BYTES = 64 * 1024 * 1024
 
 
 async def _drain(receive: Receive) -> None:

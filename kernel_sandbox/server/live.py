@@ -3,7 +3,7 @@ opens as a notebook that grows while it runs.
 
 Server-rendered HTML and one small inline script (no CDN, no framework): the page asks
 ``/ui/s/{id}/cells?version=N``, which answers as soon as the session's recorder moves
-past version ``N`` (a long poll, at most ``_WAIT`` seconds), with every cell rendered
+past version ``N`` (a long poll, at most ``LIVE_POLL_SECONDS`` seconds), with every cell rendered
 by :mod:`.live_render` (escaped; HTML outputs in script-less sandboxed iframes).  A
 recorded step shows on an open page within milliseconds of being recorded, whatever
 the notebook's write-behind delay.  Interrupt is the API's own ``POST
@@ -31,6 +31,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
 
 from ..errors import SandboxNotFoundError
+from ..limits import LIVE_POLL_SECONDS
 from ..notebook.cells import META_KEY
 from ..notebook.export import export_notebook
 from ..notebook.storage import read_notebook
@@ -43,8 +44,6 @@ from .tenancy import Lease, Tenancy
 __all__ = ["router"]
 
 router = APIRouter(prefix="/ui", tags=["live page"], include_in_schema=False)
-#: Longest a cells request waits for a change before answering "no change".
-_WAIT = 20.0
 _NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
@@ -151,7 +150,7 @@ async def cells(sandbox_id: str, ten: Ten, key: Key, version: int = -2) -> JSONR
 
 
 async def _changed(recorder: Any, version: int) -> None:
-    """Wait until ``recorder`` moves past ``version`` (or ``_WAIT`` seconds)."""
+    """Wait until ``recorder`` moves past ``version`` (or ``LIVE_POLL_SECONDS`` seconds)."""
     loop = asyncio.get_running_loop()
     moved = asyncio.Event()
 
@@ -162,7 +161,7 @@ async def _changed(recorder: Any, version: int) -> None:
     try:
         if recorder.version == version:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(moved.wait(), _WAIT)
+                await asyncio.wait_for(moved.wait(), LIVE_POLL_SECONDS)
     finally:
         recorder.unwatch(wake)
 

@@ -17,12 +17,11 @@ from typing import Any
 
 import mistune
 
+from ..limits import LIVE_PAGE_TEXT_CHARS
 from ..notebook.cells import META_KEY
 
 __all__ = ["render_cell"]
 
-#: Characters of one text output shown on the page (the download has everything).
-MAX_TEXT = 200_000
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _IMAGES = ("image/png", "image/jpeg", "image/gif")
 _markdown = mistune.create_markdown(escape=True, plugins=["table", "strikethrough"])
@@ -31,9 +30,10 @@ _markdown = mistune.create_markdown(escape=True, plugins=["table", "strikethroug
 def _text(value: Any) -> str:
     text = "".join(value) if isinstance(value, list) else str(value)
     text = _ANSI.sub("", text)
-    if len(text) > MAX_TEXT:
-        half = MAX_TEXT // 2
-        text = f"{text[:half]}\n[... {len(text) - MAX_TEXT} characters ...]\n{text[-half:]}"
+    if len(text) > LIVE_PAGE_TEXT_CHARS:
+        half = LIVE_PAGE_TEXT_CHARS // 2
+        dropped = len(text) - LIVE_PAGE_TEXT_CHARS
+        text = f"{text[:half]}\n[... {dropped} characters ...]\n{text[-half:]}"
     return html.escape(text)
 
 
@@ -56,7 +56,7 @@ def _output(out: dict[str, Any]) -> str:
         b64 = base64.b64encode(html.unescape(svg).encode()).decode()
         return f'<img class="out plot" alt="plot" src="data:image/svg+xml;base64,{b64}">'
     if "text/html" in data:
-        doc = html.escape(_raw(data["text/html"])[:MAX_TEXT], quote=True)
+        doc = html.escape(_raw(data["text/html"])[:LIVE_PAGE_TEXT_CHARS], quote=True)
         return f'<iframe class="out html" sandbox="" srcdoc="{doc}"></iframe>'
     if "text/markdown" in data:
         return f'<div class="out md">{_markdown(_raw(data["text/markdown"]))}</div>'
@@ -78,7 +78,7 @@ def render_cell(cell: dict[str, Any], index: int) -> str:
     if cell.get("cell_type") == "markdown":
         role = meta.get("role")
         label = f'<div class="role">{html.escape(str(role))}</div>' if role else ""
-        body = _markdown(source[:MAX_TEXT])
+        body = _markdown(source[:LIVE_PAGE_TEXT_CHARS])
         return f'<section class="cell md {css}" data-index="{index}">{label}{body}</section>'
     count = cell.get("execution_count")
     prompt = f"[{count}]" if count is not None else "[ ]"

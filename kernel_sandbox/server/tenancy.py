@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CapacityError, ConfigError, SandboxError, SandboxNotFoundError
+from ..limits import LIVE_CALL_OUTPUT_BYTES
 from ..manager import DockerSandboxConfig, SandboxManager, SandboxManagerConfig
 from ..notebook.cells import META_KEY
 from ..notebook.recorder import NotebookRecorder
@@ -48,9 +49,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: Output bytes of a running call the live page shows before its cell is recorded.
-_LIVE_BYTES = 1024 * 1024
-
 
 @dataclass
 class Lease:
@@ -72,7 +70,7 @@ class Lease:
     def watch_outputs(self, code: str) -> Callable[[dict[str, Any]], None]:
         """Start showing a running call on the live page; returns its ``on_output``.
 
-        The page keeps at most ``_LIVE_BYTES`` of its outputs (the result has them all).
+        The page keeps at most ``LIVE_CALL_OUTPUT_BYTES`` of its outputs (the result has them all).
         """
         live: dict[str, Any] = {"code": code, "outputs": [], "bytes": 0}
         self.running = live
@@ -80,7 +78,7 @@ class Lease:
 
         def on_output(output: dict[str, Any]) -> None:
             size = len(str(output))
-            if live["bytes"] + size <= _LIVE_BYTES:
+            if live["bytes"] + size <= LIVE_CALL_OUTPUT_BYTES:
                 live["bytes"] += size
                 live["outputs"].append(output)
                 self.recorder.nudge()

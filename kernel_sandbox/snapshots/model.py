@@ -14,11 +14,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import SnapshotError
+from ..limits import SNAPSHOT_REPORT_TEXT_CHARS
 
 __all__ = ["Snapshot", "new_snapshot_id"]
-
-#: Longest name, reason or module name kept from the kernel's report.
-_TEXT = 300
 
 
 def new_snapshot_id() -> str:
@@ -97,7 +95,7 @@ def bounded_report(report: Any) -> dict[str, Any]:
         raise SnapshotError("the kernel's snapshot report is not an object")
 
     def text(value: Any) -> str:
-        return str(value)[:_TEXT]
+        return str(value)[:SNAPSHOT_REPORT_TEXT_CHARS]
 
     def mapping(key: str) -> dict[str, Any]:
         value = report.get(key, {})

@@ -19,8 +19,50 @@ HOSTILE_BYTES = "tests/integration/test_hostile_host_bytes.py"
 HOSTILE_OUTPUT = "tests/integration/test_hostile_output.py"
 HOSTILE_HTTP = "tests/integration/test_hostile_server_http.py"
 HOSTILE_IMAGES = "tests/integration/test_hostile_server_images.py"
+HOSTILE_PATHS = "tests/integration/test_hostile_host_paths.py"
 
 PROOFS: dict[str, list[str]] = {
+    "CWD_COPY_MAX_BYTES": [
+        "tests/unit/test_jupyter_client_request.py::test_folder_copy_refuses_a_folder_over_its_bounds"
+    ],
+    "CWD_COPY_MAX_FILES": [
+        "tests/unit/test_jupyter_client_request.py::test_folder_copy_refuses_a_folder_over_its_bounds"
+    ],
+    "HOST_TASKS_CEILING": [
+        "tests/unit/test_runtimes.py::test_the_host_backstop_stops_at_a_ceiling"
+    ],
+    "KERNEL_ARG_MAX_CHARS": [
+        "tests/unit/test_jupyter_client_request.py::test_a_flood_of_arguments_is_cut_at_the_bound"
+    ],
+    "KILL_LIMIT": [
+        "tests/unit/test_supervisor.py::test_a_kernel_end_never_reported_is_a_kernel_error"
+    ],
+    "LIST_ENTRY_BYTES": [f"{HOSTILE_PATHS}::test_listing_is_structured_and_capped"],
+    "LIST_LIMIT": [f"{HOSTILE_PATHS}::test_listing_is_structured_and_capped"],
+    "LIVE_PAGE_TEXT_CHARS": [
+        "tests/unit/test_live_render.py::test_images_only_as_data_urls_and_long_text_cut"
+    ],
+    "MAX_CODE_CHARS": ["tests/integration/test_bad_input.py::test_huge_strings"],
+    "MAX_IMAGE_PIXELS": [
+        "tests/unit/test_notebook_media.py::test_an_image_too_large_to_decode_is_compared_by_its_bytes"
+    ],
+    "MCP_REFUSED_HEAD_BYTES": [
+        "tests/unit/test_mcp_stdio_bounds.py::test_a_64_mib_line_and_a_costly_one_are_refused_with_an_error"
+    ],
+    "MIN_DISK_BYTES": ["tests/unit/test_config.py::test_invalid_settings_name_the_setting"],
+    "NOTEBOOK_EMBEDDED_FILE_BYTES": [
+        "tests/integration/test_server_native.py::test_files_stream_both_ways_and_a_refused_upload_changes_nothing"
+    ],
+    "STATUS_FIFO_READ_BYTES": [
+        "tests/unit/test_statedir.py::test_a_full_fifo_is_drained_and_holds_at_most_a_pipe",
+        f"{HOSTILE_PATHS}::test_status_links_and_fifos_cost_the_host_nothing",
+    ],
+    "STATUS_FILE_READ_BYTES": [
+        f"{HOSTILE_PATHS}::test_status_links_and_fifos_cost_the_host_nothing"
+    ],
+    "STATUS_FILE_READ_SECONDS": [
+        f"{HOSTILE_PATHS}::test_status_links_and_fifos_cost_the_host_nothing"
+    ],
     "DOWNLOAD_WHOLE_BYTES": [
         "tests/integration/test_hostile_server_tenants.py::test_special_file_downloads_are_refused_without_a_traceback"
     ],
@@ -139,9 +181,12 @@ UNPROVEN = frozenset(
     {
         "ARCHIVE_CHUNK_BYTES",
         "ATTACH_CELL_OUTPUT_BYTES",
-        "CWD_COPY_MAX_BYTES",
-        "CWD_COPY_MAX_FILES",
+        "CWD_COPY_DEADLINE",
+        "DRAIN_BYTES",
         "DRAIN_LIMIT",
+        "E2B_CONTROL_DEADLINE",
+        "E2B_ENTRY_BYTES",
+        "E2B_FILE_OP_DEADLINE",
         "E2B_LIST_LIMIT",
         "E2B_MAX_DEPTH",
         "E2B_MAX_FRAME",
@@ -164,29 +209,29 @@ UNPROVEN = frozenset(
         "IMAGE_STEP_CPUS",
         "IMAGE_STEP_TMP_BYTES",
         "IMAGE_VENV_BYTES",
+        "K8S_EXEC_CONNECT_SECONDS",
         "K8S_EXEC_STATUS_BYTES",
         "K8S_MAX_EXECS",
         "K8S_STATUS_READ_BYTES",
         "KEEP_ALIVE_TIMEOUT",
-        "LIST_LIMIT",
+        "LIVE_CALL_OUTPUT_BYTES",
+        "LIVE_POLL_SECONDS",
         "MAX_422_ERRORS",
         "MAX_422_TEXT",
-        "MAX_CODE_CHARS",
         "MAX_EVENT_BYTES",
-        "MAX_IMAGE_PIXELS",
         "MAX_KERNELSPECS_BYTES",
         "MAX_SNAPSHOT_REPORT_BYTES",
         "MCP_MAX_TEXT_CHARS",
-        "MIN_DISK_BYTES",
         "MIN_MEMORY_BYTES",
-        "NOTEBOOK_EMBEDDED_FILE_BYTES",
         "NOTEBOOK_IMAGE_BYTES",
+        "NOTEBOOK_POINTER_CHARS",
+        "POOL_PING_SECONDS",
+        "REPLAY_PROBE_BYTES",
         "SESSION_TTL",
+        "SMOLAGENTS_IMAGE_PIXELS",
         "SNAPSHOT_DEADLINE",
         "SNAPSHOT_RATE",
-        "STATUS_FIFO_READ_BYTES",
-        "STATUS_FILE_READ_BYTES",
-        "STATUS_FILE_READ_SECONDS",
+        "SNAPSHOT_REPORT_TEXT_CHARS",
         "STATUS_LINE_BYTES",
         "STREAM_EVENT_CONTENT",
     }
@@ -224,3 +269,21 @@ def test_every_named_proof_exists() -> None:
                     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
                 }
             assert name in defined[path], f"{cap}: {proof} does not exist"
+
+
+def test_the_in_sandbox_mirrors_match_their_programs() -> None:
+    package = ROOT / "kernel_sandbox"
+    for cap in limits.IN_SANDBOX:
+        assert f"``{cap.name}``" in (limits.__doc__ or ""), f"{cap} not listed in the docstring"
+        tree = ast.parse((package / cap.program).read_text())
+        values = {
+            target.id: node.value
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            for target in node.targets
+            if isinstance(target, ast.Name)
+        }
+        assert cap.name in values, f"{cap.program} holds no {cap.name}"
+        # the program's own constant expression (e.g. ``1 << 20``), nothing else in scope
+        held = eval(compile(ast.Expression(values[cap.name]), cap.program, "eval"), {})
+        assert held == cap.value, f"{cap.program}: {cap.name} = {held}, limits mirrors {cap.value}"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from kernel_sandbox.server.live_render import MAX_TEXT, render_cell
+from kernel_sandbox.limits import LIVE_PAGE_TEXT_CHARS as MAX_TEXT
+from kernel_sandbox.server.live_render import render_cell
 
 
 def test_markdown_and_text_are_escaped() -> None:

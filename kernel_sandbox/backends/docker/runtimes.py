@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigError
+from ...limits import HOST_TASKS_CEILING
 
 if TYPE_CHECKING:
     from .engine import ContainerSpec
@@ -60,10 +61,6 @@ __all__ = [
 GVISOR_ARGS = ("--network=none", "--host-uds=all", "--host-fifo=open")
 #: Host tasks of a gVisor sandbox beside its stub threads (sentry threads, gofer: ~40 idle).
 _SENTRY_TASKS = 256
-#: The most host tasks one gVisor sandbox may hold, whatever its ``pids_limit``: a host
-#: with the classic ``kernel.pid_max`` of 32768 keeps half for everything else.  It
-#: covers the stub threads of up to 83 busy processes inside (see gvisor_host_pids).
-HOST_TASKS_CEILING = 16384
 
 
 @dataclass(frozen=True)

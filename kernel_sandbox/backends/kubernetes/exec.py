@@ -29,7 +29,7 @@ from kubernetes.stream import stream
 from websocket import ABNF, WebSocketException
 
 from ...errors import EngineUnavailableError, FileOperationError
-from ...limits import K8S_EXEC_STATUS_BYTES, K8S_MAX_EXECS, HeadTail
+from ...limits import K8S_EXEC_CONNECT_SECONDS, K8S_EXEC_STATUS_BYTES, K8S_MAX_EXECS, HeadTail
 from ...threads import after_fork
 from ..base import ExecResult
 from .api import API_HELP, ApiException, Kube, removed_error
@@ -39,8 +39,6 @@ __all__ = ["K8S_EXEC_STATUS_BYTES", "pod_exec"]
 STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
 #: Bytes of stdin per websocket frame.
 _STDIN_CHUNK = 256 * 1024
-#: Seconds to open the websocket (TLS + upgrade through the API server to the kubelet).
-_CONNECT_TIMEOUT = 30
 _EXECS = concurrent.futures.ThreadPoolExecutor(
     K8S_MAX_EXECS, thread_name_prefix="kernel-sandbox-exec"
 )
@@ -122,7 +120,7 @@ class _Exec:
             tty=False,
             binary=True,
             _preload_content=False,
-            _request_timeout=_CONNECT_TIMEOUT,
+            _request_timeout=K8S_EXEC_CONNECT_SECONDS,
         )
         if self.aborted.is_set():
             self.abort()

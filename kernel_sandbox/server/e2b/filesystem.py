@@ -33,6 +33,8 @@ from protobuf.wkt import Timestamp
 from ...errors import SandboxError
 from ...kernel.programs import program
 from ...limits import (
+    E2B_ENTRY_BYTES,
+    E2B_FILE_OP_DEADLINE,
     E2B_LIST_LIMIT,
     E2B_MAX_DEPTH,
     E2B_MAX_FRAME,
@@ -51,10 +53,6 @@ __all__ = ["FilesystemService", "Watcher", "build_filesystem_app", "entry_info"]
 _PROGRAM = program("e2b_files.py")
 _RUN = 'p=/opt/venv/bin/python; [ -x "$p" ] || p=python3; exec "$p" -c "$0" "$1"'
 _MISSING, _NOT_DIR, _PROTECTED, _EXISTS = 3, 4, 6, 9
-#: Bytes of one listed entry at most (a JSON line: a 4096-byte path, names, mode...).
-_ENTRY_BYTES = 6000
-#: Seconds a stat, mkdir, move or a listing may take in the sandbox.
-_DEADLINE = 60.0
 _TYPES = {"file": pb.FileType.FILE, "directory": pb.FileType.DIRECTORY}
 _EVENTS = {
     "create": pb.EventType.CREATE,
@@ -99,8 +97,8 @@ async def helper(sandbox: AsyncSandbox, op: str, path: str, most: int, **fields:
     try:
         result = await sandbox.host.exec(
             ["sh", "-c", _RUN, _PROGRAM, json.dumps(spec)],
-            max_output_bytes=most * _ENTRY_BYTES,
-            deadline=_DEADLINE,
+            max_output_bytes=most * E2B_ENTRY_BYTES,
+            deadline=E2B_FILE_OP_DEADLINE,
         )
     except SandboxError as exc:
         raise connect_error(exc) from exc

@@ -33,7 +33,12 @@ from protobuf import Oneof
 
 from ...errors import SandboxError
 from ...kernel.programs import program
-from ...limits import E2B_MAX_FRAME, E2B_MAX_PROCESSES, E2B_SUBSCRIBER_QUEUE
+from ...limits import (
+    E2B_CONTROL_DEADLINE,
+    E2B_MAX_FRAME,
+    E2B_MAX_PROCESSES,
+    E2B_SUBSCRIBER_QUEUE,
+)
 from ..tenancy import Lease
 from .envd.process import process_pb as pb
 from .envd.process.process_connect import Process, ProcessASGIApplication
@@ -50,8 +55,6 @@ _PROGRAM = program("e2b_process.py")
 _RUN = 'p=/opt/venv/bin/python; [ -x "$p" ] || p=python3; exec "$p" -c "$0" "$1"'
 #: Writes one control line into a command's FIFO, if the command still runs.
 _CONTROL = 'test -p "$1" || exit 3; cat > "$1"'
-#: Seconds a control write may take (it is one short process).
-_CONTROL_DEADLINE = 15.0
 #: Seconds between keep-alive events of an idle stream (when the client asks for none).
 _KEEPALIVE = 50.0
 _Event = pb.ProcessEvent
@@ -202,7 +205,7 @@ class Command:
                 ["sh", "-c", _CONTROL, "sh", posixpath.join(self._ctl, "ctl")],
                 stdin=line,
                 max_output_bytes=4096,
-                deadline=_CONTROL_DEADLINE,
+                deadline=E2B_CONTROL_DEADLINE,
             )
         if result.exit_code == 3:
             raise ConnectError(Code.NOT_FOUND, f"process with pid {self.pid} not found")
