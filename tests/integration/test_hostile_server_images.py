@@ -43,7 +43,12 @@ import httpx2 as httpx
 import pytest
 
 from kernel_sandbox.backends.docker.images.confined import PROBE_LABEL
-from kernel_sandbox.limits import IMAGE_QUEUE_PER_KEY, IMAGE_STEP_MEMORY_BYTES, IMAGE_STEP_PIDS
+from kernel_sandbox.limits import (
+    IMAGE_PROBE_SECONDS,
+    IMAGE_QUEUE_PER_KEY,
+    IMAGE_STEP_MEMORY_BYTES,
+    IMAGE_STEP_PIDS,
+)
 from tests.integration.serving import KEY_A, KEY_B, ROOT, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
@@ -317,9 +322,14 @@ async def test_a_probe_that_prints_100_mib_costs_the_server_nothing(
     hostile: HostileServer, docker_engine: docker.DockerClient
 ) -> None:
     image = hostile_image(docker_engine, "flood")
+    started = time.monotonic()
     async with measured(hostile) as figures:
         answer = await create(hostile, image)
+    took = time.monotonic() - started
     figures.check("probe printing 100 MiB")
+    # within one probe's deadline for both candidates: under gVisor a kill of a step
+    # blocked on its unread output waited 60 s (each candidate: 242 s in all)
+    assert took < IMAGE_PROBE_SECONDS, f"the create took {took:.1f} s"
     assert answer.status_code == 400
     assert len(answer.content) < 4096  # the error keeps a few hundred bytes of it
     assert "printed more than" in answer.json()["detail"]

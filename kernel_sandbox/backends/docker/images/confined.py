@@ -186,14 +186,19 @@ def run_confined(
                         output.add(piece)
                         chatter += len(piece)
                         if chatter > IMAGE_STEP_CHATTER_BYTES:
-                            stop(f"it printed more than {IMAGE_STEP_CHATTER_BYTES:,} bytes")
+                            stopped.append(
+                                f"it printed more than {IMAGE_STEP_CHATTER_BYTES:,} bytes"
+                            )
                             break
                         continue
                     sent += len(piece)
                     if sent > stdout_cap:
-                        stop(f"its output passed the cap of {stdout_cap:,} bytes")
+                        stopped.append(f"its output passed the cap of {stdout_cap:,} bytes")
                         break
                     stdout_to.write(piece)
+        if stopped:  # killed only now, its output's connection closed: under gVisor a
+            # kill waits for a process blocked writing into a pipe nobody reads (60 s)
+            stop(stopped[0])
         code = api.wait(container, timeout=timeout + 30)["StatusCode"]
         if not stopped and api.inspect_container(container)["State"].get("OOMKilled"):
             stopped.append(
