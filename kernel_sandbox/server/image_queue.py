@@ -15,11 +15,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 
-from ..errors import CapacityError
+from ..errors import CapacityError, ImageError
 from ..limits import IMAGE_QUEUE_PER_KEY
 
 __all__ = ["ImageQueue"]
+
+
+@dataclass
+class _Preparation:
+    """One turn's preparation of an image, as the creates waiting for it see it."""
+
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    error: ImageError | None = None
 
 
 class ImageQueue:
@@ -31,8 +40,8 @@ class ImageQueue:
         self._queued: dict[str, int] = {}
         #: (image, derive) of the sandboxes that started here: no preparation left.
         self._ready: set[tuple[str, bool]] = set()
-        #: (owner, image, derive) whose turn is running: set when it ends.
-        self._preparing: dict[tuple[str, str, bool], asyncio.Event] = {}
+        #: (owner, image, derive) whose turn is running.
+        self._preparing: dict[tuple[str, str, bool], _Preparation] = {}
 
     def is_new(self, image: str, host: str, derive: bool) -> bool:
         """Whether starting ``image`` may mean engine work first (a pull, a derivation)."""
@@ -47,11 +56,14 @@ class ImageQueue:
         """Wait for ``owner``'s turn to prepare ``image`` (CapacityError when too many
         already wait).  Creates of an image the key's running turn prepares wait for
         that turn instead, uncounted, and need none of their own once it started a
-        sandbox: a cold server's burst of one image is one preparation, not a queue."""
+        sandbox, nor another try when it found the image unusable (its ImageError is
+        theirs): a burst of one image is one preparation, not a queue."""
         key = (owner, image, derive)
         preparing = self._preparing.get(key)
         if preparing is not None:
-            await preparing.wait()
+            await preparing.done.wait()
+            if preparing.error is not None:
+                raise preparing.error
         if (image, derive) in self._ready:
             yield
             return
@@ -74,12 +86,15 @@ class ImageQueue:
             self._leave(owner)
             yield
             return
-        done = self._preparing[key] = asyncio.Event()
+        preparation = self._preparing[key] = _Preparation()
         try:
             yield
+        except ImageError as exc:
+            preparation.error = exc  # the creates that waited for it fail with it
+            raise
         finally:
             del self._preparing[key]
-            done.set()
+            preparation.done.set()
             lock.release()
             self._leave(owner)
 

@@ -394,7 +394,12 @@ async def test_one_keys_slow_images_do_not_hold_another_keys_create(
 ) -> None:
     image = hostile_image(docker_engine, "slow", SLOW=str(SLOW))
     many = IMAGE_QUEUE_PER_KEY + 3
-    attack = [asyncio.create_task(create(hostile, image)) for _ in range(many)]
+    names = []  # as many images (names) as creates: a burst of one name is one probe
+    repository, _, tag = image.partition(":")
+    for n in range(many):
+        docker_engine.images.get(image).tag(repository, f"{tag}-{n}")
+        names.append(f"{repository}:{tag}-{n}")
+    attack = [asyncio.create_task(create(hostile, name)) for name in names]
     # The burst of requests itself is not what is measured here: on a loaded two-core
     # machine, seven creates arriving at once stalled /health for ~7 s (its cause is
     # still open: see the closing note); what the probes cost is measured once
@@ -414,3 +419,12 @@ async def test_one_keys_slow_images_do_not_hold_another_keys_create(
     assert codes.count(429) >= many - IMAGE_QUEUE_PER_KEY - 1, codes  # the rest refused
     async with httpx.AsyncClient(headers={"X-API-Key": KEY_B}, timeout=60) as c:
         await c.delete(f"{hostile.url}/v1/sandboxes/{other.json()['id']}")
+    # one name asked for many times at once: one probe, its error is every answer
+    started = time.monotonic()
+    burst = await asyncio.gather(*(create(hostile, image) for _ in range(many)))
+    took = time.monotonic() - started
+    print(
+        f"{many} creates of one slow image: {sorted(r.status_code for r in burst)} in {took:.1f} s"
+    )
+    assert [r.status_code for r in burst] == [400] * many, [r.text for r in burst]
+    assert took < 2 * SLOW + 10  # one probe (two candidates), not one per create

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from kernel_sandbox.errors import CapacityError
+from kernel_sandbox.errors import CapacityError, ImageError
 from kernel_sandbox.server.image_queue import ImageQueue
 
 PREPARE = 0.2  # seconds a new image takes (a pull, a derivation)
@@ -16,9 +16,15 @@ class Creates:
     """Sandbox creates through the queue, as the tenancy makes them: the first of an
     image prepares it; what ran inside a turn at once is counted."""
 
-    def __init__(self, queue: ImageQueue, fail: set[str] | None = None) -> None:
+    def __init__(
+        self,
+        queue: ImageQueue,
+        fail: set[str] | None = None,
+        error: type[Exception] = ImageError,
+    ) -> None:
         self.queue = queue
         self.fail = fail or set()
+        self.error = error
         self.preparing = self.most_preparing = self.prepared = 0
 
     async def create(self, owner: str, image: str) -> str:
@@ -35,7 +41,7 @@ class Creates:
                     self.preparing -= 1
                 self.prepared += 1
                 if image in self.fail:
-                    raise RuntimeError(f"{image} has no usable Python")
+                    raise self.error(f"{image} has no usable Python")
             self.queue.started(image, False)
         return "started"
 
@@ -69,12 +75,23 @@ async def test_another_keys_new_image_does_not_wait_for_this_ones() -> None:
     await slow
 
 
-async def test_after_a_failed_preparation_the_waiters_take_turns_of_their_own() -> None:
-    creates = Creates(ImageQueue(waiting=8), fail={"bad:1"})
+async def test_a_failed_preparation_is_every_waiters_answer_without_another_try() -> None:
+    creates = Creates(ImageQueue(waiting=2), fail={"bad:1"})
     outcomes = await asyncio.gather(
-        *(creates.create("a", "bad:1") for _ in range(3)), return_exceptions=True
+        *(creates.create("a", "bad:1") for _ in range(6)), return_exceptions=True
     )
-    assert all(isinstance(o, RuntimeError) for o in outcomes)
+    assert all(isinstance(o, ImageError) and "no usable Python" in str(o) for o in outcomes)
+    assert creates.prepared == 1  # one probe for the burst, none refused past the cap
+    later = await asyncio.gather(creates.create("a", "bad:1"), return_exceptions=True)
+    assert isinstance(later[0], ImageError) and creates.prepared == 2  # a new create tries
+
+
+async def test_a_failure_that_is_not_the_images_lets_the_waiters_try_in_turn() -> None:
+    creates = Creates(ImageQueue(waiting=8), fail={"flaky:1"}, error=TimeoutError)
+    outcomes = await asyncio.gather(
+        *(creates.create("a", "flaky:1") for _ in range(3)), return_exceptions=True
+    )
+    assert all(isinstance(o, TimeoutError) for o in outcomes)
     assert creates.prepared == 3 and creates.most_preparing == 1  # one at a time
 
 
