@@ -8,10 +8,14 @@ A package adds an engine by declaring, in its ``pyproject.toml``::
 and users pick it with ``SandboxConfig(host="kubernetes")`` (or ``host=`` on
 ``AsyncSandbox.create``, the pool and the manager).  ``docker`` and ``local`` are
 built in: they are found even when the installed metadata predates their entry points.
+Each name is resolved once per process (scanning the installed distributions' entry
+points takes tens of milliseconds, and a server resolves a host on every create): a
+host installed later is found by a new process, as jupyter_client's provisioners are.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -41,6 +45,7 @@ def available_hosts() -> list[str]:
     return sorted({ep.name for ep in entry_points(group=HOSTS_GROUP)} | set(BUILTIN_HOSTS))
 
 
+@functools.cache
 def host_class(name: str) -> type[KernelHost]:
     """The host class registered under ``name``; a :class:`ConfigError` names the known ones."""
     found = list(entry_points(group=HOSTS_GROUP, name=name))

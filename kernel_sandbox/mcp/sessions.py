@@ -7,11 +7,17 @@ and protocol 2026-07-28 has no sessions: every call arrives on its own, so a cal
 without a session and without an id runs in the *key's* MCP sandbox, one per API key,
 kept across calls.  Sandboxes come from the server's tenancy, so its per-key cap and
 idle reaping clean them up.  Every sandbox is recorded as a notebook.
+
+A tool call over HTTP runs in the MCP session manager's task group, started with the
+server (not in the request's task), so it would not inherit the request's
+:func:`~kernel_sandbox.threads.owned_by`: each call's work is owned by its key here,
+so one key's long MCP calls take its own worker threads, never another key's.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +27,7 @@ from ..config import SandboxConfig
 from ..notebook.recorder import NotebookRecorder, new_session_path
 from ..notebook.storage import sessions_dir
 from ..sandbox import AsyncSandbox
+from ..threads import owned_by
 
 __all__ = ["KEY_SANDBOX", "NamedSandboxes", "SandboxSource", "SessionSandboxes", "StdioSandbox"]
 
@@ -89,7 +96,10 @@ class SessionSandboxes:
         self.tenancy = tenancy
         self.keyring = keyring
         self._by_session: dict[tuple[str, str], str] = {}
-        self._lock = asyncio.Lock()
+        #: One per key (a bounded set): a key's slow create never holds another's call.
+        self._locks: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(
+            asyncio.Lock
+        )
 
     def _owner(self, ctx: Any) -> str:
         owner = self.keyring.identify_scope(ctx.request_context.request.scope)
@@ -107,26 +117,37 @@ class SessionSandboxes:
 
     async def create(self, ctx: Any) -> str:
         """A new sandbox of the caller's key (the ``create_sandbox`` tool)."""
-        return await self._new(self._owner(ctx), mcp_session="create_sandbox")
+        owner = self._owner(ctx)
+        with owned_by(owner):
+            return await self._new(owner, mcp_session="create_sandbox")
 
     async def remove(self, ctx: Any, sandbox_id: str) -> None:
         """Remove a sandbox of the caller's key (another key's is unknown to it)."""
-        await self.tenancy.delete(self._owner(ctx), sandbox_id)
+        owner = self._owner(ctx)
+        with owned_by(owner):
+            await self.tenancy.delete(owner, sandbox_id)
 
     @contextlib.asynccontextmanager
     async def sandbox(self, ctx: Any, sandbox_id: str | None) -> AsyncIterator[AsyncSandbox]:
         """The named sandbox of the caller's key, else its MCP session's, else the key's."""
         owner = self._owner(ctx)
-        if not sandbox_id:
-            session = str((ctx.headers or {}).get("mcp-session-id") or KEY_SANDBOX)
-            async with self._lock:
-                sandbox_id = self._by_session.get((owner, session))
-                live = {lease.id for lease in self.tenancy.owned(owner)}
-                if sandbox_id is None or sandbox_id not in live:
-                    for known, sid in list(self._by_session.items()):  # sessions that ended
-                        if known[0] == owner and sid not in live:
-                            del self._by_session[known]
-                    sandbox_id = await self._new(owner, mcp_session=session)
-                    self._by_session[(owner, session)] = sandbox_id
-        async with self.tenancy.use(owner, sandbox_id) as lease:
-            yield lease.sandbox
+        with owned_by(owner):
+            if not sandbox_id:
+                sandbox_id = await self._session_sandbox(owner, ctx)
+            async with self.tenancy.use(owner, sandbox_id) as lease:
+                yield lease.sandbox
+
+    async def _session_sandbox(self, owner: str, ctx: Any) -> str:
+        """The caller's MCP session's sandbox (the key's, for a call without a
+        session), made on its first call and again once it is gone."""
+        session = str((ctx.headers or {}).get("mcp-session-id") or KEY_SANDBOX)
+        async with self._locks[owner]:
+            sandbox_id = self._by_session.get((owner, session))
+            live = {lease.id for lease in self.tenancy.owned(owner)}
+            if sandbox_id is None or sandbox_id not in live:
+                for known, sid in list(self._by_session.items()):  # sessions that ended
+                    if known[0] == owner and sid not in live:
+                        del self._by_session[known]
+                sandbox_id = await self._new(owner, mcp_session=session)
+                self._by_session[(owner, session)] = sandbox_id
+        return sandbox_id

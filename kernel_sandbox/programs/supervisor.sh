@@ -9,14 +9,16 @@
 # outlive it) are not this run's; a FIFO is the host's, which drains it when the
 # container restarts.  `wait` returns early (128 + the signal) when a trapped signal
 # arrives; then it is repeated, and returns the kernel's own status (the shell keeps it
-# even when it reaped the kernel during the interrupted wait).
+# even when it reaped the kernel during the interrupted wait).  Every signal that came
+# during a wait is noted ($sigs): several at once run their traps in the kernel's own
+# order, not the sender's, so the one that ended `wait` need not be the last one.
 # Termination signals are caught (a caught signal, unlike an ignored one, is reset for
 # the kernel) and do nothing: sandbox code signalling PID 1 cannot end the container.
-trap 'sig=1' HUP
-trap 'sig=2' INT
-trap 'sig=15' TERM
-trap 'sig=10; kill -KILL -"$kernel" 2>/dev/null' USR1
-trap 'sig=12; kill -KILL -1 2>/dev/null' USR2
+trap 'sigs="$sigs 1"' HUP
+trap 'sigs="$sigs 2"' INT
+trap 'sigs="$sigs 15"' TERM
+trap 'sigs="$sigs 10"; kill -KILL -"$kernel" 2>/dev/null' USR1
+trap 'sigs="$sigs 12"; kill -KILL -1 2>/dev/null' USR2
 dir=$1
 shift
 mkdir -p "$dir"
@@ -50,14 +52,22 @@ while :; do
     before=$kills
     setsid "$@" &
     kernel=$!
+    code=
     while :; do
-        sig=0
+        sigs=
+        last=$code
         wait "$kernel"
         code=$?
-        if [ "$sig" != 0 ] && [ "$code" -eq $((128 + sig)) ]; then
-            continue
+        # a repeated wait for a kernel whose own status was that of a signal that came
+        # too knows no such child (127): the status is the one read before
+        if [ -n "$last" ] && [ "$code" -eq 127 ] && [ -z "$sigs" ]; then
+            code=$last
+            break
         fi
-        break
+        case " $sigs " in
+        *" $((code - 128)) "*) ;; # ended by a trapped signal: wait again
+        *) break ;;
+        esac
     done
     # Until the group is gone (reaped), 2-3 s at most: its processes hold the process
     # limit until then, and gVisor reaps a large group slowly.  No `sleep` (nor anything

@@ -234,10 +234,11 @@ class Tenancy:
             config = config.model_copy(update={"labels": labels})
         self._creating[owner] = self._creating.get(owner, 0) + 1
         try:
-            new = self._images.is_new(config.image, config.host, config.derive_image)
-            async with self._images.turn(owner) if new else contextlib.nullcontext():
+            image, derive = config.image, config.derive_image
+            new = self._images.is_new(image, config.host, derive)
+            async with self._images.turn(owner, image, derive) if new else contextlib.nullcontext():
                 sid = await self.manager.create_sandbox("docker", config, sandbox_id)
-            self._images.started(config.image, config.derive_image)
+                self._images.started(image, derive)  # before the turn ends: its waiters go
         finally:
             self._creating[owner] -= 1
         sandbox = await self.manager.get_sandbox(sid)

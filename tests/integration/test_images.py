@@ -27,6 +27,7 @@ from kernel_sandbox.backends.docker.images import (
     resolve_kernel_image,
 )
 from kernel_sandbox.backends.docker.images.builder import BASE_TAG, image_exists
+from kernel_sandbox.backends.docker.images.confined import Confinement, run_confined
 from kernel_sandbox.backends.docker.images.derive import DERIVED_FROM, KERNEL_LABEL, derive_image
 from kernel_sandbox.cli.main import cli
 from kernel_sandbox.errors import ImageError, ImageNotFoundError
@@ -216,3 +217,20 @@ def test_cli_build_has_nothing_to_do_when_present_and_list_shows_it(docker_engin
     assert runtimes.startswith("engine runtimes: ") and "runc" in runtimes, runtimes
     if IN_CI:
         assert "runsc (gVisor: runtime='runsc')" in runtimes, runtimes
+
+
+def test_an_images_step_past_the_sandboxs_memory_is_stopped_and_says_so(
+    docker_engine, standin: str
+) -> None:  # type: ignore[no-untyped-def]
+    """A probe or venv build runs under the memory its sandbox would have: one that
+    needs more is killed there, and the error names the sandbox's limit."""
+    limits = Confinement.of(None, 96 * 1024**2, 256, 1.0)
+    grow = "b = bytearray(b'x') * (300 * 1024**2); print(len(b))"
+    step = run_confined(docker_engine, standin, ["python3", "-c", grow], timeout=60, limits=limits)
+    assert step.code != 0, step
+    assert step.stopped.startswith("it ran out of memory: 96 MiB, the sandbox's memory_limit")
+    fits = run_confined(
+        docker_engine, standin, ["python3", "-c", "print(len(bytearray(b'x') * 2**20))"],
+        timeout=60, limits=limits,
+    )  # fmt: skip
+    assert (fits.code, fits.stopped, fits.output.strip()) == (0, "", "1048576"), fits

@@ -42,6 +42,7 @@ from ...kernel.supervisor import (
     TCP_STATE_DIR,
     wait_for_kernel_end,
 )
+from ...limits import parse_size
 from ...network import Decision
 from ...rundirs import runtime_root
 from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
@@ -50,7 +51,7 @@ from .egress import SandboxEgress
 from .engine import ContainerSpec, DockerEngine
 from .exec import exec_process
 from .gc import find_leftovers, remove_labelled
-from .images import resolve_kernel_image
+from .images import Confinement, resolve_kernel_image
 from .statedir import ContainerStateDir, GuestStateDir, HostRunDir, StateDir
 from .writable import create_writable_area
 
@@ -169,7 +170,9 @@ class DockerHost(KernelHost):
             derive=cfg.derive_image,
             pull=cfg.pull_image,
             client=self.engine.client,
-            runtime=cfg.runtime,
+            limits=Confinement.of(
+                cfg.runtime, parse_size(cfg.memory_limit), cfg.pids_limit, cfg.cpu_limit
+            ),
         )
         volumes = dict(cfg.volumes)
         published: dict[int, int] = {}

@@ -29,6 +29,7 @@ from .builder import (
     ImageBuilder,
     PipMode,
 )
+from .confined import Confinement
 from .derive import (
     DERIVED_FROM,
     DERIVED_FROM_NAME,
@@ -43,6 +44,7 @@ __all__ = [
     "BASE_TAG",
     "STANDIN_TAG",
     "BuildReport",
+    "Confinement",
     "ImageInfo",
     "ImageList",
     "build_images",

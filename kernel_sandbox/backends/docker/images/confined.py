@@ -4,13 +4,15 @@ Deriving an image means running *its* Python: to describe it (the probe), to bui
 the venv, to let its pip check the wheels.  The image may be a tenant's, so each of
 these runs as a sandbox would: uid 65534, every capability dropped,
 ``no-new-privileges``, a read-only root with a small in-memory /tmp, no network,
-memory, pids and CPU bounded (:mod:`kernel_sandbox.limits`, ``IMAGE_STEP_*``), killed
-at its deadline, no engine log kept, and under the OCI runtime the sandbox will have
+memory, pids and CPU bounded by the sandbox's own limits and never past
+``IMAGE_STEP_*`` (:mod:`kernel_sandbox.limits`; a :class:`Confinement`), killed at its
+deadline, no engine log kept, and under the OCI runtime the sandbox will have
 (``runtime="runsc"``: gVisor, its process limit counted inside as a sandbox's is, see
 :mod:`..runtimes`), so nothing of the image ever meets the host's kernel directly when
-its sandboxes would not.  Its output is read from the attach stream and
-bounded: stderr (and stdout unless it is a payload) keeps only its head and tail,
-and a step that prints past ``IMAGE_STEP_CHATTER_BYTES`` is killed;
+its sandboxes would not, nor gets more memory than they would.  Its output is read
+from the attach stream and bounded: stderr (and stdout unless it is a payload) keeps
+only its head and tail, and a step that prints past ``IMAGE_STEP_CHATTER_BYTES`` is
+killed;
 a payload on stdout (the venv's tar) is copied to a sink up to a byte cap, past
 which the container is killed.  Input goes in on stdin (a tar), so nothing of the
 host is mounted and a remote engine works too.
@@ -42,7 +44,7 @@ from ....limits import (
 from ..attach import STDOUT, attach_body, read_frames
 from ..runtimes import engine_runtimes, gvisor_host_pids
 
-__all__ = ["NOBODY", "PROBE_LABEL", "StepResult", "run_confined"]
+__all__ = ["NOBODY", "PROBE_LABEL", "Confinement", "StepResult", "run_confined"]
 
 log = logging.getLogger("kernel_sandbox.images")
 
@@ -50,6 +52,27 @@ log = logging.getLogger("kernel_sandbox.images")
 NOBODY = "65534:65534"
 #: Label of these containers (``gc`` and tests find leftovers by it).
 PROBE_LABEL = "kernel-sandbox.probe"
+
+
+@dataclass(frozen=True)
+class Confinement:
+    """What a step runs under: the sandbox's OCI runtime and, at most, its limits."""
+
+    #: The engine's OCI runtime (None: the engine's default).
+    runtime: str | None = None
+    memory_bytes: int = IMAGE_STEP_MEMORY_BYTES
+    pids: int = IMAGE_STEP_PIDS
+    cpus: float = IMAGE_STEP_CPUS
+
+    @classmethod
+    def of(cls, runtime: str | None, memory_bytes: int, pids: int, cpus: float) -> Confinement:
+        """A sandbox's runtime and limits, each lowered to its ``IMAGE_STEP_*`` cap."""
+        return cls(
+            runtime,
+            min(memory_bytes, IMAGE_STEP_MEMORY_BYTES),
+            min(pids, IMAGE_STEP_PIDS),
+            min(cpus, IMAGE_STEP_CPUS),
+        )
 
 
 @dataclass(frozen=True)
@@ -64,8 +87,9 @@ class StepResult:
     stopped: str = ""
 
 
-def _host_config(api: Any, tmpfs: dict[str, str], runtime: str | None) -> Any:
-    pids, ulimits = IMAGE_STEP_PIDS, [Ulimit(name="core", soft=0, hard=0)]
+def _host_config(api: Any, tmpfs: dict[str, str], limits: Confinement) -> Any:
+    runtime = limits.runtime
+    pids, ulimits = limits.pids, [Ulimit(name="core", soft=0, hard=0)]
     if runtime is not None:
         known = engine_runtimes(api.info())
         if runtime not in known:
@@ -75,17 +99,17 @@ def _host_config(api: Any, tmpfs: dict[str, str], runtime: str | None) -> Any:
                 f"{offered}); an image's probe runs under the sandbox's runtime, or not at all"
             )
         if known[runtime].gvisor:  # processes counted inside, the cgroup sized for the sentry
-            ulimits.append(Ulimit(name="nproc", soft=IMAGE_STEP_PIDS, hard=IMAGE_STEP_PIDS))
-            pids = gvisor_host_pids(IMAGE_STEP_PIDS)
+            ulimits.append(Ulimit(name="nproc", soft=limits.pids, hard=limits.pids))
+            pids = gvisor_host_pids(limits.pids)
     return api.create_host_config(
         network_mode="none",
         cap_drop=["ALL"],
         security_opt=["no-new-privileges"],
-        mem_limit=IMAGE_STEP_MEMORY_BYTES,
-        memswap_limit=IMAGE_STEP_MEMORY_BYTES,
+        mem_limit=limits.memory_bytes,
+        memswap_limit=limits.memory_bytes,
         pids_limit=pids,
         ulimits=ulimits,
-        nano_cpus=int(IMAGE_STEP_CPUS * 1e9),
+        nano_cpus=int(limits.cpus * 1e9),
         read_only=True,
         tmpfs={"/tmp": f"rw,nosuid,nodev,size={IMAGE_STEP_TMP_BYTES}", **tmpfs},
         log_config=LogConfig(type=LogConfig.types.NONE),
@@ -103,16 +127,17 @@ def run_confined(
     stdout_to: IO[bytes] | None = None,
     stdout_cap: int = 0,
     tmpfs: dict[str, str] | None = None,
-    runtime: str | None = None,
+    limits: Confinement | None = None,
 ) -> StepResult:
     """Run ``argv`` in ``image`` under sandbox limits; see the module docstring.
 
     ``stdin`` is sent and then closed; ``stdout_to`` receives stdout (at most
     ``stdout_cap`` bytes); ``tmpfs`` adds in-memory mounts (path -> mount options);
-    ``runtime`` is the engine's OCI runtime to run it under (None: the engine's default).
-    The container is removed whatever happens.
+    ``limits`` is the sandbox's runtime and limits (default: ``IMAGE_STEP_*`` under
+    the engine's default runtime).  The container is removed whatever happens.
     """
     api = client.api
+    limits = limits or Confinement()
     container = api.create_container(
         image,
         command=argv[1:],
@@ -123,7 +148,7 @@ def run_confined(
         network_disabled=True,
         labels={PROBE_LABEL: "1"},
         stdin_open=stdin is not None,  # the SDK sets StdinOnce with it
-        host_config=_host_config(api, tmpfs or {}, runtime),
+        host_config=_host_config(api, tmpfs or {}, limits),
     )["Id"]
     stopped: list[str] = []
 
@@ -161,15 +186,25 @@ def run_confined(
                         output.add(piece)
                         chatter += len(piece)
                         if chatter > IMAGE_STEP_CHATTER_BYTES:
-                            stop(f"it printed more than {IMAGE_STEP_CHATTER_BYTES:,} bytes")
+                            stopped.append(
+                                f"it printed more than {IMAGE_STEP_CHATTER_BYTES:,} bytes"
+                            )
                             break
                         continue
                     sent += len(piece)
                     if sent > stdout_cap:
-                        stop(f"its output passed the cap of {stdout_cap:,} bytes")
+                        stopped.append(f"its output passed the cap of {stdout_cap:,} bytes")
                         break
                     stdout_to.write(piece)
+        if stopped:  # killed only now, its output's connection closed: under gVisor a
+            # kill waits for a process blocked writing into a pipe nobody reads (60 s)
+            stop(stopped[0])
         code = api.wait(container, timeout=timeout + 30)["StatusCode"]
+        if not stopped and api.inspect_container(container)["State"].get("OOMKilled"):
+            stopped.append(
+                f"it ran out of memory: {limits.memory_bytes // 1024**2} MiB, the sandbox's "
+                "memory_limit (at most kernel_sandbox.limits.IMAGE_STEP_MEMORY_BYTES)"
+            )
         text = output.value().decode(errors="replace")
         return StepResult(int(code), text, stopped[0] if stopped else "")
     finally:

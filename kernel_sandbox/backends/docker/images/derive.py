@@ -33,6 +33,7 @@ from ....threads import after_fork
 from ..engine import docker_client
 from .accounts import SandboxAccount, read_image_file, sandbox_account
 from .builder import DEFAULT_PATH, REPOSITORY
+from .confined import Confinement
 from .engine_build import image_exists, run_build
 from .wheels import (
     Progress,
@@ -101,7 +102,7 @@ async def resolve_kernel_image(
     pull: bool = True,
     progress: Progress | None = None,
     client: docker.DockerClient | None = None,
-    runtime: str | None = None,
+    limits: Confinement | None = None,
 ) -> str:
     """The image to start for ``image``: itself if kernel-ready, else a derived one.
 
@@ -110,15 +111,16 @@ async def resolve_kernel_image(
     ask (default: the process-wide one).  With ``derive=False`` an image without the
     label is returned unchanged (its kernel must be at /opt/venv/bin/python), unless
     it was derived before: then that derived image.  With ``pull=False`` an image the
-    engine lacks is refused instead of pulled.  ``runtime`` is the OCI runtime the
-    sandbox will have: what deriving runs of the image runs under it too.  Raises
+    engine lacks is refused instead of pulled.  ``limits`` are the runtime and limits
+    the sandbox will have: what deriving runs of the image runs under them too (never
+    past ``IMAGE_STEP_*``).  Raises
     ImageNotFoundError when the image is neither local nor pullable, ImageError when it
     has no usable Python.
     """
     hit = _resolved.get((image, derive))
     if hit is not None:
         return hit
-    call = functools.partial(_resolve, image, derive, pull, progress or log.info, client, runtime)
+    call = functools.partial(_resolve, image, derive, pull, progress or log.info, client, limits)
     return await asyncio.get_running_loop().run_in_executor(_pool(), call)
 
 
@@ -138,7 +140,7 @@ def _resolve(
     pull: bool,
     progress: Progress,
     client: docker.DockerClient | None,
-    runtime: str | None = None,
+    limits: Confinement | None = None,
 ) -> str:
     with _locks_guard:
         lock = _locks.setdefault(image, threading.Lock())
@@ -155,7 +157,7 @@ def _resolve(
             result = done  # derived before (by the operator, or with derive on)
         elif derive:
             result = derive_image(
-                image, attrs=attrs, progress=progress, client=client, runtime=runtime
+                image, attrs=attrs, progress=progress, client=client, limits=limits
             )
         else:
             log.warning("image %s has no %s label; starting it as it is", image, KERNEL_LABEL)
@@ -255,7 +257,7 @@ def build_venv(
     source_id: str,
     target: PythonTarget,
     wheels: Path,
-    runtime: str | None = None,
+    limits: Confinement | None = None,
 ) -> IO[bytes]:
     """The venv with ipykernel, built confined in the image; a tar of opt/venv (spooled).
 
@@ -276,7 +278,7 @@ def build_venv(
             stdout_to=raw,
             stdout_cap=IMAGE_VENV_BYTES,
             tmpfs={VENV: VENV_MOUNT},
-            runtime=runtime,
+            limits=limits,
         )
         if step.code != 0 or step.stopped:
             why = step.stopped or f"exit status {step.code}"
@@ -323,12 +325,12 @@ def derive_image(
     attrs: Any = None,
     progress: Progress | None = None,
     client: docker.DockerClient | None = None,
-    runtime: str | None = None,
+    limits: Confinement | None = None,
 ) -> str:
     """Build (once) and return the kernel-ready image derived from ``image``.
 
     ``client`` is the engine to build on (default: the process-wide one).  The image's
-    code runs only confined (:mod:`.confined`, under ``runtime``): the probe, pip's check
+    code runs only confined (:mod:`.confined`, under ``limits``): the probe, pip's check
     and the venv build; the
     image build itself copies files in and runs nothing.
     """
@@ -344,7 +346,7 @@ def derive_image(
     log.warning(note)  # visible by default: the first sandbox on this image waits for it
     if progress != log.info:  # bound methods compare equal, never identical
         progress(note)
-    target = probe_python(client, source_id, name=image, runtime=runtime)
+    target = probe_python(client, source_id, name=image, limits=limits)
     problem = target.problem()
     if problem:
         raise ImageError(f"image {image!r} cannot run a kernel: {problem}")
@@ -355,7 +357,7 @@ def derive_image(
         wheel_cache_dir() / f"kernel-{target.key}",
         target,
         progress,
-        runtime,
+        limits,
     )
     account = sandbox_account(
         read_image_file(client, source_id, "/etc/passwd"),
@@ -370,7 +372,7 @@ def derive_image(
     }
     dockerfile = derive_dockerfile(source_id, account, env, labels)
     progress(f"building the kernel's venv in {image} (confined: no network, uid 65534)")
-    with build_venv(client, source_id, target, wheels, runtime) as venv:
+    with build_venv(client, source_id, target, wheels, limits) as venv:
         context = _derive_context(dockerfile, account, venv)
     run_build(context, tag=tag, progress=progress, network_mode="none")
     progress(f"derived {tag} from {image}")

@@ -28,7 +28,7 @@ import docker
 from ....errors import ImageError
 from ....kernel.programs import program
 from ....limits import IMAGE_DERIVE_SECONDS, IMAGE_PROBE_SECONDS
-from .confined import StepResult, run_confined
+from .confined import Confinement, StepResult, run_confined
 
 __all__ = [
     "PROBE",
@@ -214,7 +214,7 @@ def complete_wheels(
     dest: Path,
     target: PythonTarget,
     progress: Progress,
-    runtime: str | None = None,
+    limits: Confinement | None = None,
 ) -> Path:
     """:func:`download_wheels`, then make sure the image's own pip finds everything.
 
@@ -227,7 +227,7 @@ def complete_wheels(
     if sys.version_info[:2] == target.version[:2] and platform.machine() == target.machine:
         return dest
     for _ in range(12):
-        missing = _missing_in_image(client, image, requirements, dest, target, progress, runtime)
+        missing = _missing_in_image(client, image, requirements, dest, target, progress, limits)
         if missing is None:
             return dest
         progress(f"wheels: the image's Python also needs {missing}")
@@ -245,7 +245,7 @@ def _missing_in_image(
     dest: Path,
     target: PythonTarget,
     progress: Progress,
-    runtime: str | None = None,
+    limits: Confinement | None = None,
 ) -> str | None:
     """The first requirement the image's pip cannot find in ``dest``, or None."""
     pip_wheels = sorted(dest.glob("pip-*.whl"))
@@ -264,7 +264,7 @@ def _missing_in_image(
     pip = f"/tmp/ks-check/{pip_wheels[-1].name}/pip"
     argv = [pip, "download", "--no-index", "--find-links", "/tmp/ks-check/w"]
     argv += ["-d", "/tmp/ks-check/d", "--no-cache-dir", "--disable-pip-version-check", *args]
-    step = run_with_files(client, image, target.executable, argv, archive, runtime=runtime)
+    step = run_with_files(client, image, target.executable, argv, archive, limits=limits)
     if step.code == 0:
         return None
     match = _NOT_FOUND.search(step.output)
@@ -289,18 +289,21 @@ def _pip(argv: list[str], progress: Progress | None) -> subprocess.CompletedProc
 
 
 def probe_python(
-    client: docker.DockerClient, image: str, name: str | None = None, runtime: str | None = None
+    client: docker.DockerClient,
+    image: str,
+    name: str | None = None,
+    limits: Confinement | None = None,
 ) -> PythonTarget:
     """Run the image's Python once, confined, and describe it; ImageError if none works.
 
     ``name`` is how the image is called in the error message (``image`` may be an id).
     The answer is the image's, so it is checked as data (:meth:`PythonTarget.from_probe`)
-    before anything uses it.  ``runtime`` is the OCI runtime its sandboxes would have.
+    before anything uses it.  ``limits`` are its sandboxes' runtime and limits.
     """
     tried: list[str] = []
     for candidate in PYTHON_CANDIDATES:
         step = run_confined(
-            client, image, [candidate, "-c", PROBE], timeout=IMAGE_PROBE_SECONDS, runtime=runtime
+            client, image, [candidate, "-c", PROBE], timeout=IMAGE_PROBE_SECONDS, limits=limits
         )
         out = step.output
         if step.code != 0:
