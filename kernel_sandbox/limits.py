@@ -32,6 +32,7 @@ they run; :data:`IN_SANDBOX` mirrors each one (a unit test checks the values mat
 from __future__ import annotations
 
 import math
+import os
 import re
 from collections import deque
 from typing import NamedTuple
@@ -152,6 +153,7 @@ __all__ = [
     "STATUS_LINE_BYTES",
     "STREAM_EVENT_CONTENT",
     "STREAM_QUEUE_BYTES",
+    "THREAD_WORKERS",
     "HeadTail",
     "InSandboxCap",
     "cap_notice",
@@ -510,6 +512,13 @@ def json_shape_error(
         if depth > max_depth:
             return f"the JSON body nests deeper than {max_depth} arrays or objects"
     return None
+
+
+# -- host threads (threads.py) ----------------------------------------------------
+#: Worker threads of the shared executor for blocking calls, and of each server key's
+#: own (asyncio's default executor's number): a key's long shell commands, file
+#: transfers and E2B commands' readers hold at most this many host threads.
+THREAD_WORKERS = min(32, (os.cpu_count() or 1) + 4)
 
 
 # -- the kernel's messages (kernel/) -----------------------------------------------

@@ -30,12 +30,12 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
+from .limits import THREAD_WORKERS as MAX_WORKERS
+
 __all__ = ["after_fork", "executor", "in_thread", "owned_by"]
 
 T = TypeVar("T")
 
-#: Worker threads of the shared executor (asyncio's default executor's number).
-MAX_WORKERS = min(32, (os.cpu_count() or 1) + 4)
 
 _lock = threading.Lock()
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
