@@ -20,6 +20,13 @@ import httpx2
 import nbformat
 import pytest
 
+from kernel_sandbox.limits import (
+    E2B_LIST_LIMIT,
+    E2B_MAX_DEPTH,
+    E2B_MAX_TIMEOUT,
+    E2B_MAX_UPLOAD_FILES,
+    E2B_WATCHER_EVENTS,
+)
 from tests.integration.serving import KEY_A, KEY_B, ROOT, Server
 
 pytestmark = pytest.mark.integration
@@ -244,6 +251,50 @@ def test_commands_foreground_background_stdin_and_kill(server: Server, e2b_pytho
     assert out["killed"][0] == -1
     assert out["after"] is False
     assert out["cwd"] == "/tmp\n"
+
+
+CAPS = r"""
+import json, time
+from e2b import Sandbox
+def refused(call):
+    try:
+        call()
+    except Exception as exc:
+        return type(exc).__name__ + ": " + str(exc)[:300]
+    return "allowed"
+out = {}
+sb = Sandbox.create(timeout=10**7)
+info = sb.get_info()
+out["lives"] = (info.end_at - info.started_at).total_seconds()
+sb.commands.run("mkdir -p w many deep/" + "/".join(["d"] * 40))
+sb.commands.run("cd many && seq 1 10050 | xargs touch")
+out["list"] = refused(lambda: sb.files.list("many"))
+deep = sb.files.list("deep", depth=100)
+out["depth"] = max(len(e.path.split("/deep/")[1].split("/")) for e in deep)
+watching = sb.files.watch_dir("w")
+sb.commands.run("cd w && seq 1 1500 | xargs touch")
+for _ in range(10):  # time for the events to arrive, without idling past the keep-alive
+    time.sleep(0.5)
+    sb.files.exists("w")
+out["events"] = len(watching.get_new_events())
+watching.stop()
+files = [{"path": f"up/{i}", "data": "x"} for i in range(101)]
+out["upload"] = refused(lambda: sb.files.write_files(files))
+out["uploaded"] = len(sb.files.write_files(files[:100]))
+sb.kill()
+print(json.dumps(out))
+"""
+
+
+def test_one_sandboxs_lifetime_listings_watch_events_and_uploads_are_capped(
+    server: Server, e2b_python: Path
+) -> None:
+    out = run_client(e2b_python, server, CAPS)
+    assert abs(out["lives"] - E2B_MAX_TIMEOUT) < 60  # 10**7 s asked: clamped
+    assert f"more than {E2B_LIST_LIMIT} entries" in out["list"], out["list"]
+    assert out["depth"] == E2B_MAX_DEPTH
+    assert out["events"] == E2B_WATCHER_EVENTS  # 1500 files created: the oldest dropped
+    assert out["upload"] != "allowed" and out["uploaded"] == E2B_MAX_UPLOAD_FILES
 
 
 LIFECYCLE = r"""

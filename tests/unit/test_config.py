@@ -31,6 +31,8 @@ def test_defaults_are_the_safe_ones() -> None:
         ("cpu_limit", 0, "cpu_limit"),
         ("disk_limit", "lots", "disk_limit"),
         ("disk_limit", "1m", "disk_limit='1m' is too small"),
+        ("disk_limit", "15m", "disk_limit='15m' is too small: give at least 16"),
+        ("memory_limit", "31m", "memory_limit='31m' is too small: give at least 32"),
     ],
 )
 def test_invalid_settings_name_the_setting(field: str, value: object, needle: str) -> None:

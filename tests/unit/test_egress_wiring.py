@@ -17,6 +17,7 @@ import pytest
 from kernel_sandbox import rundirs
 from kernel_sandbox.backends.docker.egress import CONTAINER_EGRESS_DIR, SandboxEgress
 from kernel_sandbox.errors import ConfigError
+from kernel_sandbox.limits import EGRESS_CA_BYTES, EGRESS_PENDING_REFUSALS
 
 
 async def test_egress_directory_socket_ca_and_settings(tmp_path: Path) -> None:
@@ -51,6 +52,31 @@ async def test_a_bad_ca_bundle_is_a_config_error_and_leaves_nothing(tmp_path: Pa
     with pytest.raises(ConfigError, match="ca_bundle="):
         await egress.start()
     assert not directory.exists()
+    huge = tmp_path / "huge.pem"
+    with huge.open("wb") as f:
+        f.truncate(EGRESS_CA_BYTES + 1)  # sparse: costs the test nothing
+    egress = SandboxEgress(["files.example.org"], directory, str(huge))
+    with pytest.raises(ConfigError, match="is larger than 16 MiB"):
+        await egress.start()
+    assert not directory.exists()
+
+
+async def test_refusals_waiting_to_be_reported_are_capped(tmp_path: Path) -> None:
+    egress = SandboxEgress(["files.example.org"], tmp_path / "box.egress", None)
+    await egress.start()
+    try:
+        for i in range(3 * EGRESS_PENDING_REFUSALS):  # nobody takes them meanwhile
+            reader, writer = await asyncio.open_unix_connection(egress.host_dir / "proxy.sock")
+            writer.write(f"CONNECT denied{i}.example:443 HTTP/1.1\r\n\r\n".encode())
+            await writer.drain()
+            assert b" 403 " in await reader.readline()
+            writer.close()
+        taken = egress.take_refusals()
+        assert len(taken) == EGRESS_PENDING_REFUSALS  # the latest ones; older were dropped
+        last = f"denied{3 * EGRESS_PENDING_REFUSALS - 1}."
+        assert last in str(taken[-1]) and "denied0." not in str(taken)
+    finally:
+        await egress.close()
 
 
 def _free_port() -> int:

@@ -12,6 +12,7 @@ import nbformat
 from kernel_sandbox.limits import (
     NOTEBOOK_CALL_IMAGES,
     NOTEBOOK_CALL_OUTPUT_BYTES,
+    NOTEBOOK_IMAGE_BYTES,
 )
 from kernel_sandbox.notebook.budget import OutputBudget, output_size
 from kernel_sandbox.notebook.recorder import NotebookRecorder
@@ -46,6 +47,16 @@ def test_images_past_the_count_keep_their_text() -> None:
     texts = [o for o in kept if o.get("data") == {"text/plain": "<F>"}]
     assert (len(images), len(texts)) == (NOTEBOOK_CALL_IMAGES, 5)
     assert "image(s) recorded as text only" in kept[-1]["text"]
+
+
+def test_an_image_over_the_size_cap_keeps_its_text() -> None:
+    small, large = _png(10_000), _png(NOTEBOOK_IMAGE_BYTES + 1024)
+    kept = OutputBudget().take([small, large])
+    assert kept[0] == small and kept[1] == {
+        "output_type": "display_data",
+        "data": {"text/plain": "<F>"},
+    }
+    assert "1 image(s) recorded as text only" in kept[-1]["text"]
 
 
 def test_a_long_session_stops_recording_outputs_at_the_notebooks_cap(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import signal
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 from kernel_sandbox.config import SandboxConfig
 from kernel_sandbox.errors import ConfigError, SandboxClosedError, SandboxError
 from kernel_sandbox.kernel.connection import ConnectionInfo
+from kernel_sandbox.limits import POOL_PING_SECONDS
 from kernel_sandbox.pool import POOL_LABEL, SandboxPool
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.testing import LocalKernelHost
@@ -182,6 +184,18 @@ async def test_a_dead_idle_member_is_skipped_and_replaced(
         assert (await sandbox.run_python("1 + 1")).status == "ok"
         await await_for(lambda: all(h.cleaned for h in dead), 60, 0.02, "the dead members to go")
         assert pool.stats().replaced_dead == 2
+
+
+async def test_a_member_that_does_not_answer_is_discarded_at_the_ping_limit(
+    pools: Callable[..., SandboxPool], gate: Gate
+) -> None:
+    async with pools(size=1) as pool:
+        (frozen,) = gate.live()
+        await frozen.send_signal(signal.SIGSTOP)  # alive, but its kernel never answers
+        sandbox = await asyncio.wait_for(pool.acquire(), POOL_PING_SECONDS + 60)
+        assert sandbox.host is not frozen
+        assert (await sandbox.run_python("1 + 1")).status == "ok"
+        assert pool.stats().replaced_dead == 1
 
 
 async def test_the_health_check_replaces_dead_idle_members(

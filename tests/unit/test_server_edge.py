@@ -6,12 +6,22 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
 
 import httpx2
 import pytest
 
-from kernel_sandbox.limits import MAX_JSON_DEPTH, MAX_JSON_VALUES, json_shape_error
+from kernel_sandbox.limits import (
+    MAX_422_ERRORS,
+    MAX_422_TEXT,
+    MAX_JSON_DEPTH,
+    MAX_JSON_VALUES,
+    SESSION_TTL,
+    json_shape_error,
+)
+from kernel_sandbox.server import auth
 from kernel_sandbox.server.app import build_app
 from kernel_sandbox.server.auth import COOKIE, Credential, Keyring, key_id, read_credential
 from kernel_sandbox.server.browser import allowed_hosts_for
@@ -61,6 +71,18 @@ async def test_a_flood_of_values_is_refused_unparsed_and_a_422_never_echoes() ->
             "/v1/sandboxes/nope/python", content=secret, headers={**A, "content-type": "text/plain"}
         )
         assert text.status_code == 422 and "S3CRET" not in text.text
+
+
+async def test_a_422_lists_a_bounded_number_of_errors_each_cut_short() -> None:
+    async with _client(ServerSettings(api_keys=KEYS)) as client:
+        wrong = {f"k{i}": i for i in range(5 * MAX_422_ERRORS)}  # one error per variable
+        r = await client.post("/v1/sandboxes", json={"env_vars": wrong}, headers=A)
+        detail = r.json()["detail"]
+        assert r.status_code == 422 and len(detail) == MAX_422_ERRORS + 1
+        assert detail[-1] == {"type": "more", "loc": [], "msg": f"{4 * MAX_422_ERRORS} more"}
+        r = await client.post("/v1/sandboxes", json={"x" * 5000: 1}, headers=A)
+        (error,) = r.json()["detail"]
+        assert r.status_code == 422 and error["loc"] == ["body", "x" * MAX_422_TEXT]
 
 
 def test_loopback_binds_allow_loopback_names_and_others_allow_what_is_set() -> None:
@@ -130,6 +152,18 @@ async def test_the_cookie_is_a_signed_session_and_a_junk_key_never_replaces_it()
     assert (
         Keyring(("key-b",)).check(Credential(ring.new_session(key_id("key-a")), "cookie")) is None
     )
+
+
+async def test_a_session_ends_after_its_time_to_live(monkeypatch: pytest.MonkeyPatch) -> None:
+    async with _client(ServerSettings(api_keys=KEYS)) as client:
+        moved = await client.get("/ui?api_key=key-a")
+        assert f"max-age={int(SESSION_TTL)}" in moved.headers["set-cookie"].lower()
+    ring = Keyring(KEYS)
+    session = ring.new_session(key_id("key-a"))
+    assert ring.check(Credential(session, "cookie")) == key_id("key-a")
+    later = time.time() + SESSION_TTL + 5
+    monkeypatch.setattr(auth, "time", SimpleNamespace(time=lambda: later))
+    assert ring.check(Credential(session, "cookie")) is None
 
 
 def test_an_explicit_key_beats_the_cookie() -> None:

@@ -10,6 +10,7 @@ import pytest
 from kernel_sandbox import AsyncFiles, AsyncSandbox
 from kernel_sandbox.client.remote import RemoteFiles, RemoteSandbox
 from kernel_sandbox.errors import ConfigError
+from kernel_sandbox.limits import DRAIN_BYTES
 from kernel_sandbox.server.app import build_app
 from kernel_sandbox.server.auth import COOKIE, Keyring, key_id
 from kernel_sandbox.server.limits import is_upload_path
@@ -17,6 +18,7 @@ from kernel_sandbox.server.policy import client_config
 from kernel_sandbox.server.settings import ServerSettings
 
 KEYS = ("key-a", "key-b")
+MiB = 1024**2
 #: Engine-side attributes a remote handle cannot have (the container is on the server).
 #: Plumbing of sandboxes in this process (pools, attach) that a remote one has no use for.
 LOCAL_ONLY = {"adopt", "host", "labels", "connection_info", "retire", "warm_up"}
@@ -112,6 +114,24 @@ async def test_oversized_bodies_get_413_before_any_route_runs() -> None:
     assert is_upload_path("/v1/sandboxes/x/file")
     assert is_upload_path("/sandbox/x/archive")
     assert not is_upload_path("/sandbox/tool/execute")
+
+
+async def test_a_refused_body_is_drained_only_up_to_the_drain_cap() -> None:
+    settings = ServerSettings(api_keys=KEYS, max_request_bytes=2048)
+    headers = {"X-API-Key": "key-a", "content-type": "application/json"}
+    sent = 0
+
+    async def endless():  # a client that never stops sending
+        nonlocal sent
+        piece = b"x" * MiB
+        while sent < 4 * DRAIN_BYTES:
+            sent += len(piece)
+            yield piece
+
+    async with _client(settings) as client:
+        response = await client.post("/sandbox/tool/execute", content=endless(), headers=headers)
+    assert response.status_code == 413
+    assert DRAIN_BYTES <= sent <= DRAIN_BYTES + 2 * MiB  # read and dropped, then no more
 
 
 def test_policy_maps_ms_enclave_defaults_and_clamps_them() -> None:

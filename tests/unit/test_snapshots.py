@@ -7,6 +7,7 @@ holding against a kernel that lies about what it writes.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import pickle
 import tarfile
@@ -226,6 +227,43 @@ tarfile.TarFile.addfile = _flood
         await sandbox.snapshot(store=store)
     assert await store.list() == []
     assert list(store.root.iterdir()) == []  # no partial blob is left behind
+
+
+async def test_a_lying_report_is_cut_to_bounded_text_or_refused(
+    new_sandbox: NewSandbox, store: LocalSnapshotStore
+) -> None:
+    sandbox = await new_sandbox()
+    # code in the sandbox rewrites the snapshot program's report: long names and reasons
+    lie = """
+import json
+_dumps = json.dumps
+def _lying(obj, *args, **kwargs):
+    if isinstance(obj, dict) and "saved" in obj:
+        obj = {**obj, "not_saved": {"v" * 10_000: "r" * 10_000}, "errors": ["e" * 1000] * 500}
+    return _dumps(obj, *args, **kwargs)
+json.dumps = _lying
+"""
+    assert (await sandbox.run_python(lie)).status == "ok"
+    snap = await sandbox.snapshot(store=store)
+    assert [(len(k), len(v)) for k, v in snap.not_saved.items()] == [(300, 300)]
+    assert len(snap.file_errors) == 100 and {len(e) for e in snap.file_errors} == {300}
+    # ... or a report of 5 MB: the host keeps 4 MiB of the kernel's output and refuses it
+    huge = "_big = 'x' * 5_000_000\njson.dumps = lambda obj, *a, **k: _dumps({**obj, 'pad': _big})"
+    assert (await sandbox.run_python(huge)).status == "ok"
+    with pytest.raises(SnapshotError, match=r"report of the save is (too large|not JSON)"):
+        await sandbox.snapshot(store=store)
+
+
+async def test_a_kernel_that_stalls_its_snapshot_is_ended_at_the_deadline(
+    new_sandbox: NewSandbox, store: LocalSnapshotStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sandbox = await new_sandbox()
+    stall = "import tarfile, time\ntarfile.TarFile.addfile = lambda self, *a, **k: time.sleep(3600)"
+    assert (await sandbox.run_python(stall)).status == "ok"
+    monkeypatch.setattr("kernel_sandbox.snapshots.portable.SNAPSHOT_DEADLINE", 3.0)
+    with pytest.raises(SnapshotError, match="did not finish"):  # 120 s scaled down: fast
+        await asyncio.wait_for(sandbox.snapshot(store=store, max_bytes=1000), 60)
+    assert await store.list() == []
 
 
 async def test_the_host_never_unpickles(

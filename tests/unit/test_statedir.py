@@ -14,6 +14,7 @@ from kernel_sandbox import rundirs
 from kernel_sandbox.backends.docker.statedir import ContainerStateDir, HostRunDir
 from kernel_sandbox.errors import KernelError
 from kernel_sandbox.kernel.supervisor import KernelEnd
+from kernel_sandbox.limits import STATUS_LINE_BYTES
 from kernel_sandbox.rundirs import OWNER_FILE
 
 SOCKETS = {"k-1", "k-2"}
@@ -82,6 +83,13 @@ async def test_the_fifo_report_is_found_among_junk_and_remembered(run_dir: HostR
     assert await run_dir.kernel_end() is None
     write_status(run_dir, b"\n2 3 0 0\n")
     assert await run_dir.kernel_end() == KernelEnd(3, False)
+
+
+async def test_an_endless_unfinished_line_is_dropped_not_kept(run_dir: HostRunDir) -> None:
+    write_status(run_dir, b"y" * (32 * STATUS_LINE_BYTES))  # no newline: never a report
+    assert await run_dir.kernel_end() is None
+    write_status(run_dir, b"1 9 0 0\n")  # the junk before it was dropped, not prepended
+    assert await run_dir.kernel_end() == KernelEnd(9, False)
 
 
 async def test_a_full_fifo_is_drained_and_holds_at_most_a_pipe(run_dir: HostRunDir) -> None:

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from kernel_sandbox.errors import ConfigError
 from kernel_sandbox.events import Event, FileOperated, PythonExecuted, ShellExecuted
+from kernel_sandbox.limits import EVENT_DETAIL_CHARS, STREAM_EVENT_CONTENT
 from kernel_sandbox.manager import DockerSandboxConfig
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.tools import ToolSet, make_tools
@@ -363,6 +365,27 @@ async def test_direct_file_calls_are_events_too(live: AsyncSandbox) -> None:
         ("write", {}),
         ("delete", {}),
     ]
+
+
+async def test_an_events_detail_and_content_are_bounded(live: AsyncSandbox) -> None:
+    events = recorded(live)
+    await live.files.write("long.txt", "y" * (3 * EVENT_DETAIL_CHARS))
+    assert (await live.files.read("long.txt")) == b"y" * (3 * EVENT_DETAIL_CHARS)
+
+    async def pieces(total: int) -> AsyncIterator[bytes]:
+        for _ in range(total // 65536):
+            yield b"z" * 65536
+
+    for total in (STREAM_EVENT_CONTENT, 2 * STREAM_EVENT_CONTENT):
+        await live.files.write_stream(f"{total}.bin", pieces(total))
+    await live.run_shell("mkdir many && cd many && seq -f 'file-%015g' 500 | xargs touch")
+    assert len(await live.files.list("many")) == 500  # names of 10,000 characters in all
+    files = [e for e in events if isinstance(e, FileOperated)]
+    read, small, large, listed = files[1], files[2], files[3], files[4]
+    assert read.operation == "read" and read.detail == "y" * EVENT_DETAIL_CHARS
+    assert listed.operation == "list" and len(listed.detail) == EVENT_DETAIL_CHARS
+    assert small.content == b"z" * STREAM_EVENT_CONTENT  # embeddable: carried
+    assert large.size == 2 * STREAM_EVENT_CONTENT and large.content is None  # by size only
 
 
 async def test_write_without_content_says_content_is_needed(tools: ToolSet) -> None:
