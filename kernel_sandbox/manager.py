@@ -289,6 +289,13 @@ class SandboxManager:
             self._entries.pop(sandbox_id, None)
         return True
 
+    async def release_sandbox(self, sandbox_id: str) -> None:
+        """Forget a sandbox without removing it: it runs on for another process (a
+        server worker that stops while others serve the sandbox)."""
+        entry = self._entries.pop(sandbox_id, None)
+        if entry is not None:
+            await entry.sandbox.detach()
+
     async def cleanup_all_sandboxes(self) -> None:
         """Delete every sandbox of this manager; failures are logged, not raised."""
         ids = list(self._entries)

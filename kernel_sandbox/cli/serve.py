@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -16,6 +17,8 @@ __all__ = ["SWITCH_INTERVAL", "serve"]
 
 #: Seconds a thread may hold the GIL while another waits for it, in a server process.
 SWITCH_INTERVAL = 0.0005
+#: Exit status when the server could not start (uvicorn's).
+STARTUP_FAILURE = 3
 
 
 def _key_networks(items: tuple[str, ...], keys: tuple[str, ...]) -> dict[str, str | list[str]]:
@@ -211,6 +214,14 @@ def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ..
     help="An E2B template the E2B API (/e2b) starts as IMAGE (repeatable); 'base' and "
     "'code-interpreter-v1' are the default image unless named.",
 )
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Server processes behind the one port (uses more cores); any serves any "
+    "sandbox. They share --record-dir, which must be on this host.",
+)
 @click.option("--no-mcp", is_flag=True, help="Do not serve MCP at /mcp.")
 def serve(
     host: str,
@@ -248,6 +259,7 @@ def serve(
     pause_after: float | None,
     snapshot_dir: Path | None,
     e2b_templates: tuple[str, ...],
+    workers: int,
     no_mcp: bool,
 ) -> None:
     """Serve sandboxes over HTTP: ms-enclave's REST API, /v1 (streaming) and MCP at /mcp."""
@@ -296,6 +308,7 @@ def serve(
         keep_alive_timeout=keep_alive_timeout,
         pause_after=pause_after,
         e2b_templates=_templates(e2b_templates),
+        workers=workers,
     )
     if snapshot_dir is not None:
         settings = settings.model_copy(update={"snapshot_dir": snapshot_dir})
@@ -309,16 +322,29 @@ def serve(
     # to the switch interval before the event loop gets it back: 5 ms by default, more
     # than a whole round trip; 0.5 ms keeps the loop's waits short.
     sys.setswitchinterval(SWITCH_INTERVAL)
-    uvicorn.run(
-        build_app(settings, mcp=not no_mcp),
-        host=host,
-        port=port,
-        log_level="warning",
-        timeout_graceful_shutdown=10,
-        timeout_keep_alive=int(max(1, settings.keep_alive_timeout)),
-        http=guarded_protocol(
-            header_timeout=settings.header_timeout,
-            max_head_bytes=limits.MAX_HEAD_BYTES,
-            max_connections=connection_cap(settings.max_connections),
-        ),
-    )
+
+    def config() -> uvicorn.Config:
+        return uvicorn.Config(
+            build_app(settings, mcp=not no_mcp),
+            host=host,
+            port=port,
+            log_level="warning",
+            timeout_graceful_shutdown=10,
+            timeout_keep_alive=int(max(1, settings.keep_alive_timeout)),
+            http=guarded_protocol(
+                header_timeout=settings.header_timeout,
+                max_head_bytes=limits.MAX_HEAD_BYTES,
+                max_connections=connection_cap(settings.max_connections),
+            ),
+        )
+
+    if workers == 1:
+        server = uvicorn.Server(config())
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run()
+        if not server.started:
+            sys.exit(STARTUP_FAILURE)  # as uvicorn.run: the port was taken, say
+        return
+    from ..server.workers import run_workers
+
+    run_workers(settings, config, uvicorn.Config("unused:app", host=host, port=port))

@@ -142,4 +142,9 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
         owner_of=e2b_registry.owner_of,
     )
     hosts = allowed_hosts_for(settings.host, settings.allowed_hosts)
-    return BrowserGuard(AuthMiddleware(inner, keyring, token_paths=(e2b.SANDBOX_PREFIX,)), hosts)
+    guarded = BrowserGuard(AuthMiddleware(inner, keyring, token_paths=(e2b.SANDBOX_PREFIX,)), hosts)
+    if settings.workers > 1:
+        from .workers import WorkerHeader
+
+        return WorkerHeader(guarded)
+    return guarded

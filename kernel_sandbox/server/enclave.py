@@ -70,7 +70,7 @@ def _rename_tools(tools: dict[str, Any], kind: str) -> dict[str, Any]:
 
 
 async def _info(ten: Tenancy, key: str, sandbox_id: str) -> dict[str, Any]:
-    lease = ten.get(key, sandbox_id)
+    lease = await ten.live(key, sandbox_id)
     info: SandboxInfo = await ten.manager.get_sandbox_info(sandbox_id)
     data = info.model_dump(mode="json")
     data["type"] = lease.kind
@@ -134,7 +134,7 @@ async def list_sandboxes(
     status: SandboxStatus | None = None,
 ) -> list[dict[str, Any]]:
     """The caller's sandboxes, optionally only those in one status."""
-    infos = [await _info(ten, key, lease.id) for lease in ten.owned(key)]
+    infos = [await _info(ten, key, lease.id) for lease in await ten.everyone(key)]
     return [i for i in infos if status is None or i["status"] == status.value]
 
 
@@ -161,7 +161,7 @@ async def delete_sandbox(sandbox_id: str, ten: Ten, key: Key) -> dict[str, str]:
 @router.get("/sandbox/{sandbox_id}/tools")
 async def get_tools(sandbox_id: str, ten: Ten, key: Key) -> dict[str, Any]:
     """``{name: OpenAI function schema}`` of the sandbox's tools."""
-    lease = ten.get(key, sandbox_id)
+    lease = await ten.live(key, sandbox_id)
     return _rename_tools(await ten.manager.get_sandbox_tools(sandbox_id), lease.kind)
 
 
@@ -185,7 +185,7 @@ async def execute_tool(request: ToolExecutionRequest, ten: Ten, key: Key) -> Res
     name, params = _translate(request.tool_name, request.parameters)
     if request.timeout is not None and "timeout" not in params and name != "file_operation":
         params = {**params, "timeout": request.timeout}
-    async with ten.use(key, request.sandbox_id):
+    async with ten.use(key, request.sandbox_id, serial=True):
         result = await ten.manager.execute_tool(request.sandbox_id, name, params)
     return json_response(_as_enclave(result, request.tool_name))
 

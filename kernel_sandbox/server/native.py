@@ -181,7 +181,7 @@ async def create(
 async def list_all(ten: Ten, key: Key) -> list[SandboxView]:
     """The caller's sandboxes, paused ones too."""
     paused = [paused_view(p) for p in ten.durable.paused_of(key)]
-    return [*(view(lease) for lease in ten.owned(key)), *paused]
+    return [*(view(lease) for lease in await ten.everyone(key)), *paused]
 
 
 @router.get("/sandboxes/{sandbox_id}", response_model=SandboxView)
@@ -190,7 +190,7 @@ async def get_one(sandbox_id: str, ten: Ten, key: Key) -> SandboxView:
     paused = ten.paused(key, sandbox_id)
     if paused is not None:
         return paused_view(paused)
-    return view(ten.get(key, sandbox_id))
+    return view(await ten.live(key, sandbox_id))
 
 
 @router.delete("/sandboxes/{sandbox_id}")
@@ -246,7 +246,7 @@ async def _streamed(
 
     async def run() -> Execution:
         try:
-            async with ten.use(key, lease.id) as held:
+            async with ten.use(key, lease.id, serial=True) as held:
                 return await body.run(held.sandbox, timeout, on_output, default)
         finally:
             lease.done_running()
@@ -309,7 +309,7 @@ async def _run(
 ) -> Response:
     timeout = _timeout(body.timeout, opts)
     if not stream:
-        async with ten.use(key, sandbox_id) as lease:
+        async with ten.use(key, sandbox_id, serial=True) as lease:
             shown = lease.watch_outputs(body.code)  # the live page follows the call
             try:
                 return json_response(await body.run(lease.sandbox, timeout, shown, default))
@@ -335,7 +335,8 @@ async def kernels(sandbox_id: str, ten: Ten, key: Key) -> dict[str, Any]:
 @router.get("/sandboxes/{sandbox_id}/contexts")
 async def list_contexts(sandbox_id: str, ten: Ten, key: Key) -> list[dict[str, Any]]:
     """The sandbox's kernels: its own (``default``) and every context made since."""
-    return [dataclasses.asdict(c) for c in ten.get(key, sandbox_id).sandbox.list_contexts()]
+    lease = await ten.live(key, sandbox_id)
+    return [dataclasses.asdict(c) for c in lease.sandbox.list_contexts()]
 
 
 @router.post("/sandboxes/{sandbox_id}/contexts")
@@ -372,7 +373,7 @@ async def interrupt(
     context: str | None = Query(None, max_length=64, description="A context's id."),
 ) -> dict[str, int]:
     """Interrupt the running cell (``KeyboardInterrupt`` in it); variables are kept."""
-    lease = ten.get(key, sandbox_id)
+    lease = await ten.live(key, sandbox_id)
     try:
         await lease.sandbox.interrupt(context)
     except KernelError:  # no kernel runs (it is being restarted): nothing to interrupt
@@ -397,7 +398,7 @@ async def run_shell(
     key: Key,
 ) -> Response:
     """Run a shell command beside the kernel, as the sandbox user."""
-    async with ten.use(key, sandbox_id) as lease:
+    async with ten.use(key, sandbox_id, serial=True) as lease:
         done = await lease.sandbox.run_shell(
             body.command, _timeout(body.timeout, opts), cwd=body.cwd, env=body.env
         )
@@ -491,7 +492,7 @@ async def mkdir(sandbox_id: str, body: PathRequest, ten: Ten, key: Key) -> dict[
 @router.get("/sandboxes/{sandbox_id}/notebook", response_class=FileResponse)
 async def notebook(sandbox_id: str, ten: Ten, key: Key) -> FileResponse:
     """The sandbox's session so far, as a valid ``.ipynb``."""
-    lease = ten.get(key, sandbox_id)
+    lease = await ten.live(key, sandbox_id)
     path = lease.notebook_path
     await asyncio.to_thread(lease.recorder.flush)  # the steps still waiting to be written
     return FileResponse(path, media_type="application/x-ipynb+json", filename=f"{lease.id}.ipynb")

@@ -47,8 +47,10 @@ if TYPE_CHECKING:
 __all__ = [
     "Restorable",
     "adopt_all",
+    "find_restorable",
     "leftovers",
     "remove_leftovers",
+    "remove_one",
     "restorable",
     "restore_all",
 ]
@@ -73,6 +75,13 @@ async def remove_leftovers(name: str, keep: frozenset[str] = frozenset()) -> int
     return await host_class(_host()).remove_sandboxes({SERVER_LABEL: name}, keep=keep)
 
 
+async def remove_one(name: str, container_sandbox_id: str) -> int:
+    """Remove one sandbox of server ``name`` (by its container's id label) with what it
+    holds, whoever holds it (another worker that made it)."""
+    labels = {SERVER_LABEL: name, f"{LABEL_PREFIX}.id": container_sandbox_id}
+    return await host_class(_host()).remove_sandboxes(labels)
+
+
 @dataclass(frozen=True)
 class Restorable:
     """A killed server's sandbox that can be started again (or adopted) for its owner."""
@@ -85,16 +94,21 @@ class Restorable:
     running: bool = True
     #: Its owner is known from its notebook only: a warm pool member handed to a key.
     pooled: bool = False
+    #: The host run directory its labels name (``ipc``), else "".
+    run_dir: str = ""
 
 
-async def restorable(settings: ServerSettings) -> list[Restorable]:
+async def restorable(
+    settings: ServerSettings, rows: list[SandboxRecord] | None = None
+) -> list[Restorable]:
     """Leftovers with an owner and a recorded notebook (idle pool members have neither).
 
     The owner is the key id on the label or, for a pool member, the one key directory
-    of ``record_dir`` that holds its notebook.
+    of ``record_dir`` that holds its notebook.  ``rows``: the server's sandboxes, when
+    the caller listed them already.
     """
     found = []
-    for row in await leftovers(settings.name):
+    for row in await leftovers(settings.name) if rows is None else rows:
         labels = row.labels
         own_id = labels.get(f"{LABEL_PREFIX}.id", "")
         sid = labels.get(SERVER_ID_LABEL) or own_id
@@ -110,8 +124,26 @@ async def restorable(settings: ServerSettings) -> list[Restorable]:
         path = settings.record_dir / owner / f"{sid}.ipynb"
         if path.is_file():
             running = row.running
-            found.append(Restorable(owner, sid, path, own_id, running, pooled))
+            run_dir = labels.get(f"{LABEL_PREFIX}.run-dir", "")
+            found.append(Restorable(owner, sid, path, own_id, running, pooled, run_dir))
     return found
+
+
+async def find_restorable(
+    settings: ServerSettings, owner: str, sandbox_id: str
+) -> Restorable | None:
+    """``owner``'s running sandbox ``sandbox_id`` of this server, from the engine's labels
+    and its notebook (for a worker asked for a sandbox another worker made); None when
+    there is none (another key's is none too)."""
+    rows = [
+        row
+        for row in await leftovers(settings.name)
+        if sandbox_id in (row.labels.get(SERVER_ID_LABEL), row.labels.get(f"{LABEL_PREFIX}.id"))
+    ]
+    for item in await restorable(settings, rows):
+        if item.sandbox_id == sandbox_id and item.owner == owner and item.running:
+            return item
+    return None
 
 
 async def adopt_all(tenancy: Tenancy, found: list[Restorable]) -> frozenset[str]:

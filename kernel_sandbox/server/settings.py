@@ -185,6 +185,29 @@ class ServerSettings(BaseModel):
         "request path). A killed server loses at most this much of each notebook.",
     )
 
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Server processes behind the one port (`serve --workers N`); any "
+        "serves any sandbox, sharing record_dir (see kernel_sandbox.server.replicas).",
+    )
+
+    @model_validator(mode="after")
+    def _check_workers(self) -> ServerSettings:
+        if self.workers > 1:
+            for name, unsupported in (
+                ("pool_size", self.pool_size),
+                ("pause_after", self.pause_after),
+                ("on_restart='restore'", self.on_restart == "restore"),
+            ):
+                if unsupported:
+                    raise ValueError(
+                        f"{name} is not supported with several workers yet; run one "
+                        "worker, or leave it unset"
+                    )
+        return self
+
     @model_validator(mode="before")
     @classmethod
     def _allow_network_alias(cls, data: object) -> object:

@@ -8,7 +8,9 @@ an id that does not exist.  Each sandbox carries the labels ``kernel-sandbox.ser
 key), so a restarted server finds what a killed one left.  Every sandbox is recorded by
 a :class:`~kernel_sandbox.notebook.NotebookRecorder` (crash-safe: the notebook is
 rewritten atomically, within ``record_flush_delay`` of each step and at once when the
-sandbox goes).
+sandbox goes).  With several workers (``serve --workers N``, :mod:`.replicas`) any worker
+serves any sandbox: one another worker made is adopted on demand, recorded calls take
+the sandbox's call lock, and the reaper's clock is the shared one.
 """
 
 from __future__ import annotations
@@ -16,18 +18,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CapacityError, ConfigError, SandboxError, SandboxNotFoundError
+from .. import rundirs
+from ..errors import (
+    CapacityError,
+    ConfigError,
+    KernelError,
+    SandboxError,
+    SandboxNotFoundError,
+)
 from ..limits import LIVE_CALL_OUTPUT_BYTES
 from ..manager import DockerSandboxConfig, SandboxManager, SandboxManagerConfig
 from ..notebook.cells import META_KEY
 from ..notebook.recorder import NotebookRecorder
 from ..sandbox import AsyncSandbox
+from . import replicas
 from .durable import Durability, Paused
 from .image_queue import ImageQueue
 from .labels import SERVER_ID_LABEL, SERVER_KEY_LABEL, SERVER_LABEL
@@ -66,6 +77,15 @@ class Lease:
     pooled: bool = False
     #: The /v1 Python call running now, for the live page: code and outputs so far.
     running: dict[str, Any] | None = None
+    #: With several workers: the sandbox's state file (:mod:`.replicas`).
+    state: Path | None = None
+    #: With several workers: this worker's calls queue here before the call lock.
+    serial: asyncio.Lock = field(default_factory=asyncio.Lock)
+    #: Attached beside a live owner (another worker): it cannot restart the kernel, and
+    #: removing the sandbox goes through the engine's labels.
+    guest: bool = False
+    #: A guest's claim on the sandbox's run directory (gc keeps what is claimed).
+    claim: int | None = None
 
     def watch_outputs(self, code: str) -> Callable[[dict[str, Any]], None]:
         """Start showing a running call on the live page; returns its ``on_output``.
@@ -118,6 +138,7 @@ class Tenancy:
         self._reaper: asyncio.Task[None] | None = None
         self._creating: dict[str, int] = {}
         self._images = ImageQueue()
+        self._adopting: dict[str, asyncio.Lock] = {}
         #: Snapshots, paused sandboxes, restores and forks (see :mod:`.durable`).
         self.durable = Durability(self)
 
@@ -137,7 +158,8 @@ class Tenancy:
         )
 
         found: list[Restorable] = []
-        if self.settings.on_restart != "keep":
+        if self.settings.on_restart != "keep" and not self.shared:
+            # several workers: the supervisor applied the policy once, before them
             adopted: frozenset[str] = frozenset()
             if self.settings.on_restart == "adopt":
                 adopted = await adopt_all(self, await restorable(self.settings))
@@ -156,12 +178,23 @@ class Tenancy:
         if self.settings.idle_timeout or self.settings.pause_after:
             self._reaper = asyncio.create_task(self._reap_forever(idle))
 
+    @property
+    def shared(self) -> bool:
+        """Several workers serve the sandboxes (see :mod:`.replicas`)."""
+        return self.settings.workers > 1
+
     async def stop(self) -> None:
-        """Remove every sandbox (a graceful stop; a killed server leaves them labelled)."""
+        """Remove every sandbox (a graceful stop; a killed server leaves them labelled).
+
+        One of several workers only lets go of its sandboxes: the others serve them on
+        (the supervisor removes them all when the whole server stops)."""
         if self._reaper is not None:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
+        if self.shared:
+            for lease in list(self._leases.values()):
+                await self._let_go(lease)
         for lease in list(self._leases.values()):
             await asyncio.to_thread(lease.recorder.finish, "completed", "server stopped")
         await self.manager.stop()
@@ -181,6 +214,8 @@ class Tenancy:
         limit = self.settings.pause_after or self.settings.idle_timeout
         if not limit:
             return []
+        if self.shared:
+            return await self._reap_shared(limit)
         now = time.monotonic()
         pausing = bool(self.settings.pause_after)
         idle = [  # a sandbox from the warm pool is removed when idle, never paused
@@ -200,6 +235,86 @@ class Tenancy:
                 await self._remove(lease, "idle timeout")
         return [lease.id for lease in idle]
 
+    async def _reap_shared(self, limit: float) -> list[str]:
+        """Several workers: the one holding the reaper's lock removes every sandbox no
+        worker used for ``limit`` seconds and none is calling now (its call lock is
+        free); the others let go of the sandboxes another worker removed."""
+        with replicas.reaper_turn(self.settings.record_dir) as mine:
+            if not mine:
+                for lease in list(self._leases.values()):
+                    if lease.state is not None and not replicas.is_live(lease.state):
+                        await self._let_go(lease)
+                return []
+            reaped = []
+            for owner, sid, state in replicas.live_states(self.settings.record_dir):
+                idle = replicas.idle_for(state)
+                held = self._leases.get(sid)
+                if idle is None or idle <= limit or (held is not None and held.busy):
+                    continue
+                try:
+                    async with replicas.call_lock(state, 0, block=False):
+                        lease = held or await self._adopt_shared(owner, sid, state)
+                        log.info("removing sandbox %s of key %s: idle", sid, owner)
+                        await self._remove(lease, "idle timeout")
+                except CapacityError:  # a call began meanwhile
+                    continue
+                except SandboxNotFoundError:  # gone meanwhile, or no container to adopt
+                    replicas.drop(state)
+                reaped.append(sid)
+            return reaped
+
+    async def _let_go(self, lease: Lease) -> None:
+        """Stop serving a sandbox here without removing it (another worker serves it,
+        or removed it already)."""
+        self._leases.pop(lease.id, None)
+        self._unclaim(lease)
+        try:
+            await asyncio.to_thread(lease.recorder.flush)
+        except Exception:
+            log.warning("could not write the notebook of %s", lease.id, exc_info=True)
+        with contextlib.suppress(SandboxError):
+            await self.manager.release_sandbox(lease.id)
+
+    def _count(self, owner: str | None = None) -> int:
+        """Sandboxes of ``owner`` (None: of every key) that count against the caps: every
+        worker's, with several."""
+        mine = len(self._leases) if owner is None else len(self.owned(owner))
+        if not self.shared:
+            return mine
+        states = replicas.live_states(self.settings.record_dir)
+        return max(mine, len([s for s in states if owner is None or s[0] == owner]))
+
+    def _share(self, lease: Lease) -> None:
+        """Several workers: the sandbox is live for every worker from now on."""
+        if self.shared:
+            lease.state = replicas.state_path(self.settings.record_dir, lease.owner, lease.id)
+            if lease.state is not None:
+                replicas.mark_live(lease.state)
+
+    async def _adopt_shared(self, owner: str, sandbox_id: str, state: Path) -> Lease:
+        """Serve here ``owner``'s sandbox another worker made (once per worker)."""
+        from .restart import find_restorable
+
+        async with self._adopting.setdefault(sandbox_id, asyncio.Lock()):
+            try:
+                lease = self._leases.get(sandbox_id)
+                if lease is None:
+                    item = await find_restorable(self.settings, owner, sandbox_id)
+                    if item is None:
+                        raise SandboxNotFoundError(f"no sandbox {sandbox_id!r} for this API key")
+                    try:  # the owner if its maker died, else a guest beside it
+                        lease = await self.adopt(item, interrupt=False, note=None)
+                    except KernelError:
+                        lease = await self.adopt(item, interrupt=False, note=None, own=False)
+                        lease.claim = replicas.guest_claim(item.run_dir, item.container_sandbox_id)
+                    lease.state = state
+                    log.info(
+                        "serving sandbox %s (key %s) made by another worker", sandbox_id, owner
+                    )
+                return lease
+            finally:
+                self._adopting.pop(sandbox_id, None)
+
     # -- sandboxes --------------------------------------------------------------------
 
     def owned(self, owner: str) -> list[Lease]:
@@ -215,13 +330,13 @@ class Tenancy:
         sandbox_id: str | None = None,
     ) -> Lease:
         """Start a sandbox for ``owner`` within the caps; it is recorded from the start."""
-        mine = len(self.owned(owner)) + self._creating.get(owner, 0)
+        mine = self._count(owner) + self._creating.get(owner, 0)
         if mine >= self.settings.max_sandboxes_per_key:
             raise CapacityError(
                 f"this key already has {mine} sandboxes (the server allows "
                 f"{self.settings.max_sandboxes_per_key} per key); delete one first"
             )
-        if len(self._leases) + sum(self._creating.values()) >= self.settings.max_sandboxes:
+        if self._count() + sum(self._creating.values()) >= self.settings.max_sandboxes:
             raise CapacityError(
                 f"the server runs its maximum of {self.settings.max_sandboxes} sandboxes; "
                 "try again later"
@@ -253,14 +368,24 @@ class Tenancy:
         )
         lease = Lease(sid, owner, kind, sandbox, recorder, list(notes), pooled=bool(pooled))
         self._leases[sid] = lease
+        self._share(lease)
         return lease
 
-    async def adopt(self, item: Restorable) -> Lease:
+    async def adopt(
+        self,
+        item: Restorable,
+        *,
+        interrupt: bool = True,
+        note: str | None = "",
+        own: bool = True,
+    ) -> Lease:
         """Take over a running sandbox a killed run of this server left, for its owner.
 
         Its kernel is reconnected, not restarted (variables kept); the call that was
-        running is interrupted; its notebook goes on (the old cells stay, see
-        :mod:`kernel_sandbox.notebook.shared`).
+        running is interrupted (unless ``interrupt`` is false: another worker's call);
+        its notebook goes on (the old cells stay, see :mod:`kernel_sandbox.notebook.shared`)
+        with ``note`` (``""``: the restart's; None: none).  ``own=False``: as a guest
+        beside a live owner (another worker that made it).
         """
         from ..notebook.storage import read_notebook
 
@@ -273,7 +398,8 @@ class Tenancy:
             item.container_sandbox_id,
             config,
             labels={SERVER_LABEL: self.settings.name},
-            interrupt=True,
+            interrupt=interrupt,
+            own=own,
         )
         try:
             self.manager.add_sandbox(sandbox, config, item.sandbox_id)
@@ -290,16 +416,20 @@ class Tenancy:
             {**session, "status": "running"},
             self.settings.record_flush_delay,
         )
-        note = (
-            "adopted after a server restart: the same kernel (variables kept); the call "
-            "running when the server died was interrupted"
-        )
-        await asyncio.to_thread(recorder.add_note, note)
+        if note == "":
+            note = (
+                "adopted after a server restart: the same kernel (variables kept); the call "
+                "running when the server died was interrupted"
+            )
+        if note is not None:
+            await asyncio.to_thread(recorder.add_note, note)
+            notes = [*notes, note]
         kind = str(saved.get("kind", "docker"))
-        lease = Lease(item.sandbox_id, item.owner, kind, sandbox, recorder, [*notes, note])
-        lease.pooled = item.pooled
+        lease = Lease(item.sandbox_id, item.owner, kind, sandbox, recorder, notes)
+        lease.pooled, lease.guest = item.pooled, not own
         self._leases[item.sandbox_id] = lease
-        log.warning("adopted sandbox %s for key %s", item.sandbox_id, item.owner)
+        if note is not None:  # on demand (another worker's sandbox): routine
+            log.warning("adopted sandbox %s for key %s", item.sandbox_id, item.owner)
         return lease
 
     def _session_metadata(self, config: DockerSandboxConfig, kind: str) -> dict[str, object]:
@@ -337,20 +467,40 @@ class Tenancy:
         return paused
 
     async def live(self, owner: str, sandbox_id: str) -> Lease:
-        """The caller's sandbox, resumed first if it is paused (the call is just slower)."""
+        """The caller's sandbox, resumed first if it is paused (the call is just slower);
+        with several workers, one another worker made is adopted here first."""
         if self.paused(owner, sandbox_id) is not None:
             return await self.durable.resume(owner, sandbox_id)
+        if not self.shared:
+            return self.get(owner, sandbox_id)
+        state = replicas.state_path(self.settings.record_dir, owner, sandbox_id)
+        lease = self._leases.get(sandbox_id) if isinstance(sandbox_id, str) else None
+        if state is None or not replicas.is_live(state):
+            if lease is not None and lease.owner == owner:  # another worker removed it
+                await self._let_go(lease)
+            raise SandboxNotFoundError(f"no sandbox {sandbox_id!r} for this API key")
+        if lease is None:
+            lease = await self._adopt_shared(owner, sandbox_id, state)
         return self.get(owner, sandbox_id)
+
+    async def everyone(self, owner: str) -> list[Lease]:
+        """The sandboxes of one key on every worker (adopted here when needed)."""
+        if self.shared:
+            states = replicas.live_states(self.settings.record_dir)
+            for sid in [sid for key, sid, _ in states if key == owner]:
+                with contextlib.suppress(SandboxError):
+                    await self.live(owner, sid)
+        return self.owned(owner)
 
     def check_room(self, owner: str, extra: int = 0) -> None:
         """Raise CapacityError unless ``owner`` may have ``extra + 1`` more sandboxes."""
-        mine = len(self.owned(owner)) + self._creating.get(owner, 0) + extra
+        mine = self._count(owner) + self._creating.get(owner, 0) + extra
         if mine >= self.settings.max_sandboxes_per_key:
             raise CapacityError(
                 f"this key already has {mine} sandboxes (the server allows "
                 f"{self.settings.max_sandboxes_per_key} per key); delete one first"
             )
-        if len(self._leases) + sum(self._creating.values()) + extra >= self.settings.max_sandboxes:
+        if self._count() + sum(self._creating.values()) + extra >= self.settings.max_sandboxes:
             raise CapacityError(
                 f"the server runs its maximum of {self.settings.max_sandboxes} sandboxes; "
                 "try again later"
@@ -405,11 +555,14 @@ class Tenancy:
         await asyncio.to_thread(recorder.add_note, note)
         lease = Lease(sandbox_id, owner, "docker", sandbox, recorder, [note])
         self._leases[sandbox_id] = lease
+        self._share(lease)
         return lease
 
     async def forget(self, lease: Lease, status: str) -> None:
         """Stop serving a sandbox whose container is gone already (paused)."""
         self._leases.pop(lease.id, None)
+        if lease.state is not None:
+            replicas.drop(lease.state)
         try:
             await asyncio.to_thread(lease.recorder.finish, status, status)
         except Exception:
@@ -418,32 +571,75 @@ class Tenancy:
             await self.manager.delete_sandbox(lease.id)
 
     @contextlib.asynccontextmanager
-    async def use(self, owner: str, sandbox_id: str) -> AsyncIterator[Lease]:
+    async def use(
+        self, owner: str, sandbox_id: str, *, serial: bool = False
+    ) -> AsyncIterator[Lease]:
         """Hold a sandbox for one call: it is not reaped meanwhile, and counts as used.
 
-        A paused sandbox is resumed first."""
+        A paused sandbox is resumed first.  ``serial``: a recorded call (code, shell):
+        with several workers it holds the sandbox's call lock until its cell is on
+        disk, so cells keep the calls' order whichever worker ran them."""
         lease = await self.live(owner, sandbox_id)
         lease.busy += 1
         try:
-            yield lease
+            if serial and lease.state is not None:
+                async with self._called(lease, lease.state):
+                    yield lease
+            else:
+                yield lease
         finally:
             lease.busy -= 1
             lease.last_used = time.monotonic()
+            if lease.state is not None:
+                with contextlib.suppress(OSError):
+                    os.utime(lease.state)  # the reaper's clock: used now
+
+    @contextlib.asynccontextmanager
+    async def _called(self, lease: Lease, state: Path) -> AsyncIterator[None]:
+        async with lease.serial, replicas.call_lock(state, self.settings.max_timeout) as died:
+            if died:  # its worker died mid-call: nobody waits for that call any more
+                log.warning("a worker died during a call to %s: interrupting it", lease.id)
+                with contextlib.suppress(SandboxError):
+                    await lease.sandbox.interrupt()
+                    # the kernel aborts what was queued behind the interrupted cell
+                    # (stop_on_error): a silent cell takes that, not this call
+                    await lease.sandbox.warm_up()
+                await asyncio.to_thread(
+                    lease.recorder.add_note,
+                    "a server worker died during a call: that call was interrupted "
+                    "(the same kernel, variables kept)",
+                )
+            try:
+                yield
+            finally:
+                await asyncio.sleep(0)  # the call's cells are built (call_soon, see recording)
+                await asyncio.to_thread(lease.recorder.flush)
 
     async def delete(self, owner: str, sandbox_id: str) -> None:
         """Remove the caller's sandbox (paused or not); its notebook stays."""
         if sandbox_id not in self._leases and await self.durable.delete_paused(owner, sandbox_id):
             return
-        await self._remove(self.get(owner, sandbox_id), "deleted")
+        await self._remove(await self.live(owner, sandbox_id), "deleted")
 
     async def stop_one(self, owner: str, sandbox_id: str) -> None:
         """ms-enclave's stop: the container goes, the record stays (status stopped)."""
-        lease = self.get(owner, sandbox_id)
+        lease = await self.live(owner, sandbox_id)
+        if lease.state is not None:
+            replicas.drop(lease.state)
         await asyncio.to_thread(lease.recorder.finish, "completed", "stopped")
         await self.manager.stop_sandbox(sandbox_id)
 
+    @staticmethod
+    def _unclaim(lease: Lease) -> None:
+        if lease.claim is not None:
+            rundirs.release(lease.claim)
+            lease.claim = None
+
     async def _remove(self, lease: Lease, why: str) -> None:
         self._leases.pop(lease.id, None)
+        self._unclaim(lease)
+        if lease.state is not None:
+            replicas.drop(lease.state)
         for ids in self._pools.values():
             if lease.id in ids:
                 ids.remove(lease.id)
@@ -453,6 +649,10 @@ class Tenancy:
             log.warning("could not finish the notebook of %s", lease.id, exc_info=True)
         try:
             await self.manager.delete_sandbox(lease.id)
+            if lease.guest:  # a guest only disconnected: its owner (a worker) lives on
+                from .restart import remove_one
+
+                await remove_one(self.settings.name, lease.sandbox.id)
         except SandboxError as exc:
             log.warning("removing sandbox %s: %s", lease.id, exc)
 

@@ -1,0 +1,193 @@
+"""Several server processes serving the same sandboxes (``kernel-sandbox serve --workers N``).
+
+Any worker serves any sandbox.  What a worker needs to serve a sandbox another worker
+made is never only in that worker's memory: the engine has the container and its labels
+(the server's name, the owner's key id; the kernel's connection keys in its environment,
+as adoption after a restart reads them), and the shared record directory has the rest::
+
+    <record dir>/<key id>/<sandbox id>.ipynb   the session notebook; its metadata holds
+                                               the sandbox's settings
+    <record dir>/<key id>/<sandbox id>.lock    the sandbox's state file (below)
+    <record dir>/.reaper.lock                  whoever holds it reaps (one pass at a time)
+
+The state file exists while the sandbox lives: a worker asked for a sandbox it does not
+hold adopts it on demand when the file is under the caller's key directory (so another
+key's sandbox is a 404 on every worker, as it is on one), and drops its cached copy when
+the file is gone (deleted or reaped by another worker).  An exclusive ``flock`` on it is
+held around every recorded call, from before the kernel runs it until its cell is on
+disk, so the notebook's cells follow the calls' order whichever worker ran them (the
+notebook's own writer rule, :mod:`kernel_sandbox.notebook.shared`, keeps every cell of
+every writer).  The holder writes its pid into it: a worker that takes the lock and finds
+the pid of a process that is gone knows a worker died mid-call, and interrupts the call
+nobody waits for any more.  Each release rewrites the file, so its mtime is when the
+sandbox was last used, the clock the reaper reads (a worker's own ``last_used`` only knows
+its own calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import re
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+from .. import rundirs
+from ..errors import CapacityError, SandboxNotFoundError
+
+__all__ = [
+    "REAPER_LOCK",
+    "STATE_SUFFIX",
+    "call_lock",
+    "drop",
+    "guest_claim",
+    "idle_for",
+    "is_live",
+    "live_states",
+    "mark_live",
+    "reaper_turn",
+    "state_path",
+]
+
+#: Suffix of a sandbox's state file, beside its notebook.
+STATE_SUFFIX = ".lock"
+#: The reaper's lock file in the record directory.
+REAPER_LOCK = ".reaper.lock"
+_NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")
+#: Seconds between two tries of a busy call lock: first, then at most (doubling).
+LOCK_POLL = (0.001, 0.02)
+
+
+def state_path(record_dir: Path, owner: str, sandbox_id: object) -> Path | None:
+    """The state file of ``owner``'s sandbox ``sandbox_id``; None for an id that could
+    not be a sandbox's (a path, say: ids come from clients)."""
+    if not isinstance(sandbox_id, str) or not _NAME.fullmatch(sandbox_id):
+        return None
+    if not _NAME.fullmatch(owner):
+        return None
+    return record_dir / owner / f"{sandbox_id}{STATE_SUFFIX}"
+
+
+def mark_live(path: Path) -> None:
+    """The sandbox lives (call once its notebook's directory exists)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    os.close(fd)
+
+
+def is_live(path: Path) -> bool:
+    """Whether the sandbox still lives (no worker deleted it)."""
+    return path.is_file()
+
+
+def drop(path: Path) -> None:
+    """The sandbox is gone: every worker's next request for it is a 404."""
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+
+
+def idle_for(path: Path, now: float | None = None) -> float | None:
+    """Seconds since any worker last used the sandbox; None when it is gone."""
+    try:
+        return (now or time.time()) - path.stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
+def live_states(record_dir: Path) -> list[tuple[str, str, Path]]:
+    """Every living sandbox of the record directory: (key id, sandbox id, state file)."""
+    found = []
+    for path in record_dir.glob(f"*/*{STATE_SUFFIX}"):
+        sid, owner = path.name.removesuffix(STATE_SUFFIX), path.parent.name
+        if state_path(record_dir, owner, sid) == path:
+            found.append((owner, sid, path))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def guest_claim(run_dir: str, sandbox_id: str) -> int | None:
+    """Claim a sandbox this worker serves as a guest (beside the worker that made it), so
+    ``kernel-sandbox gc`` keeps it should that worker die; pass the result to
+    :func:`kernel_sandbox.rundirs.release`.  The claim is shared: every worker's holds."""
+    path = Path(run_dir) if run_dir else rundirs.adoption_dir(sandbox_id)
+    if path is None or path.parent != rundirs.runtime_root() or not path.is_dir():
+        return None
+    try:
+        return rundirs.claim(path)
+    except OSError:
+        return None
+
+
+@contextlib.asynccontextmanager
+async def call_lock(path: Path, wait: float, *, block: bool = True) -> AsyncIterator[bool]:
+    """Hold the sandbox's call lock for the block; yields whether the previous holder
+    died while it held it (its call is still running in the kernel, unwaited for).
+
+    The lock is polled, never waited for in a thread (a thread per waiting call would
+    starve the executor the holder needs to write its cell).  Raises
+    SandboxNotFoundError when the sandbox is gone (before or while waiting),
+    CapacityError after ``wait`` seconds, or at once when ``block`` is false.
+    """
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise SandboxNotFoundError(f"sandbox {path.stem!r} is gone") from None
+    try:
+        deadline = time.monotonic() + wait
+        delay = LOCK_POLL[0]
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if not block or time.monotonic() + delay > deadline:
+                    raise CapacityError(
+                        f"sandbox {path.stem} is busy with a call of another worker (for "
+                        f"{wait:g}s); try again when it ends"
+                    ) from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, LOCK_POLL[1])
+        try:
+            if os.stat(path).st_ino != os.fstat(fd).st_ino:
+                raise FileNotFoundError(path)
+        except FileNotFoundError:  # deleted while we waited
+            raise SandboxNotFoundError(f"sandbox {path.stem!r} is gone") from None
+        holder = os.pread(fd, 32, 0).strip()
+        died = holder.isdigit() and int(holder) != os.getpid() and not _alive(int(holder))
+        mine = str(os.getpid()).encode()
+        os.pwrite(fd, mine, 0)
+        os.ftruncate(fd, len(mine))
+        try:
+            yield died
+        finally:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)  # no call runs; the mtime says when it was last used
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def reaper_turn(record_dir: Path) -> Iterator[bool]:
+    """Whether this worker is the one that reaps now (held for the block)."""
+    record_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(record_dir / REAPER_LOCK, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
