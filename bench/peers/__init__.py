@@ -115,6 +115,26 @@ def measure(peer: str, starts: int, calls: int, idle: int) -> dict[str, Any]:
     return result
 
 
+def measure_rl(peer: str, n: int, m: int, concurrency: int) -> dict[str, Any]:
+    """bench/rl.py's workload on ``peer``: the driver's ``rl`` figures."""
+    python = ensure_venv(peer)
+    image = ensure_image(peer)
+    command = [str(python), str(HERE / "driver.py"), "rl", peer, image]
+    done = subprocess.run(
+        [*command, str(n), str(m), str(concurrency)],
+        capture_output=True,
+        text=True,
+        cwd=tempfile.gettempdir(),  # not the repo: the peer must not import our files
+        timeout=3600,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{peer} driver failed:\n{done.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    result["image"] = image
+    result["version"] = PEERS[peer][0]
+    return result
+
+
 def cleanup() -> None:
     """Remove containers a killed driver left behind (named ``ks-bench-peer-*``)."""
     names = subprocess.run(

@@ -11,13 +11,17 @@ Kernel Gateway (HTTP + websocket on a published TCP port):
   called as the agent calls it, ``executor(code)``.
 
     python driver.py PEER IMAGE STARTS CALLS IDLE
+    python driver.py rl PEER IMAGE N M CONCURRENCY      # bench/rl.py's workload
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import glob
 import json
 import logging
+import os
 import socket
 import sys
 import time
@@ -35,6 +39,45 @@ ANALYSIS = (
     "df.describe()"
 )
 
+#: bench/rl.py's cells, sent in turn to every sandbox: (kind, code).  Its callers get
+#: ``(text, ename)`` back from each and ``rl_check`` judges it.
+RL_SETUP = "import numpy as np"
+RL_CELLS = (
+    ("arithmetic", "sum(i * i for i in range(100))"),
+    ("numpy", "int(np.arange(100).dot(np.arange(100)))"),
+    ("table", "for i in range(8):\n    print(f'{i:3d} {i * i:5d} {i ** 0.5:7.3f}')"),
+    ("failing", "1 / 0"),
+)
+_TABLE = "\n".join(f"{i:3d} {i * i:5d} {i**0.5:7.3f}" for i in range(8))
+
+
+def rl_check(kind: str, got: tuple[str, str | None]) -> str | None:
+    """What is wrong with one answer of an RL cell (None: right)."""
+    text, ename = got
+    if kind == "failing":
+        return None if ename == "ZeroDivisionError" else f"{kind}: no ZeroDivisionError: {got}"
+    if ename is not None:
+        return f"{kind}: raised {ename}"
+    want = _TABLE if kind == "table" else "328350"
+    return None if text.strip("\n") == want else f"{kind}: {text[:80]!r}"
+
+
+def cgroup_cpu(container_id: str) -> float:
+    """CPU seconds a container has used so far, from its cgroup (v1 or v2)."""
+    for pattern, scale in (
+        (f"/sys/fs/cgroup/cpuacct/**/*{container_id}*/cpuacct.usage", 1e-9),
+        (f"/sys/fs/cgroup/cpu,cpuacct/**/*{container_id}*/cpuacct.usage", 1e-9),
+        (f"/sys/fs/cgroup/**/*{container_id}*/cpu.stat", 1e-6),
+    ):
+        for path in glob.glob(pattern, recursive=True):
+            with open(path) as f:
+                text = f.read()
+            if path.endswith("cpu.stat"):
+                fields = dict(line.split() for line in text.splitlines())
+                return int(fields["usage_usec"]) * scale
+            return int(text) * scale
+    raise FileNotFoundError(f"no cgroup CPU figure for container {container_id}")
+
 
 class AutoGenPeer:
     """One AutoGen sandbox: a kernel gateway container and an executor on it."""
@@ -50,9 +93,12 @@ class AutoGenPeer:
             DockerJupyterServer,
         )
 
-        # DockerJupyterServer's constructor is blocking (docker SDK); that is its API.
-        self.server = DockerJupyterServer(
-            custom_image_name=self.image, container_name=NAME_PREFIX + uuid.uuid4().hex[:12]
+        # DockerJupyterServer's constructor is blocking (docker SDK); that is its API.  It
+        # runs in a thread, so that several can start at once (bench/rl.py).
+        self.server = await asyncio.to_thread(
+            DockerJupyterServer,
+            custom_image_name=self.image,
+            container_name=NAME_PREFIX + uuid.uuid4().hex[:12],
         )
         self.out_dir = tempfile.mkdtemp(prefix="ks-bench-autogen-")
         from pathlib import Path
@@ -72,13 +118,23 @@ class AutoGenPeer:
     def container_id(self) -> str:
         return str(self.server._container_id)
 
-    async def run(self, code: str) -> tuple[str, bool]:
+    async def run_any(self, code: str) -> Any:
         from autogen_core import CancellationToken
         from autogen_core.code_executor import CodeBlock
 
-        result = await self.executor.execute_code_blocks(
+        return await self.executor.execute_code_blocks(
             [CodeBlock(code=code, language="python")], CancellationToken()
         )
+
+    async def rl_call(self, code: str) -> tuple[str, str | None]:
+        """(text, ename) as bench/rl.py wants it; AutoGen gives the traceback as text."""
+        result = await self.run_any(code)
+        if result.exit_code == 0:
+            return result.output.strip("\n"), None
+        return "", "ZeroDivisionError" if "ZeroDivisionError" in result.output else "error"
+
+    async def run(self, code: str) -> tuple[str, bool]:
+        result = await self.run_any(code)
         if result.exit_code != 0:
             raise RuntimeError(result.output)
         pngs = [p for p in result.output_files if str(p).endswith(".png")]
@@ -122,8 +178,25 @@ class SmolagentsPeer:
         # display_data (a matplotlib PNG) is dropped, so it can never report one.
         return text.strip(), False
 
+    async def rl_call(self, code: str) -> tuple[str, str | None]:
+        """(text, ename); the executor is blocking, so each call runs in a thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(_THREADS, self._rl_call, code)
+
+    def _rl_call(self, code: str) -> tuple[str, str | None]:
+        try:
+            out = self.executor(code)
+        except Exception as exc:  # smolagents raises the cell's error as AgentError
+            return "", "ZeroDivisionError" if "ZeroDivisionError" in str(exc) else "error"
+        text = (out.logs or "") + ("" if out.output is None else str(out.output))
+        return text.strip("\n"), None
+
     async def stop(self) -> None:
         self.executor.cleanup()
+
+
+#: Threads for the blocking smolagents calls: one per sandbox driven at once.
+_THREADS = concurrent.futures.ThreadPoolExecutor(max_workers=64)
 
 
 PEERS = {"autogen": AutoGenPeer, "smolagents": SmolagentsPeer}
@@ -217,8 +290,95 @@ async def main(peer_name: str, image: str, starts: int, calls: int, idle: int) -
     return r
 
 
+async def rl(peer_name: str, image: str, n: int, m: int, concurrency: int) -> dict[str, Any]:
+    """bench/rl.py's workload on n sandboxes of a peer: the figures it reports."""
+    make = PEERS[peer_name]
+    # smolagents' executor gives its gateway a short wait: 4 starting at once on two busy
+    # cores failed three times in a row, so it starts one at a time (as the table says).
+    concurrency = 1 if peer_name == "smolagents" else concurrency
+    slots = asyncio.Semaphore(concurrency)
+
+    start_failures: list[str] = []
+
+    async def start() -> Any:
+        # A peer whose start fails on a loaded machine (smolagents: the gateway drops
+        # its first connection) is started again, as its user would; the failures count.
+        async with slots:
+            for attempt in range(3):
+                peer = make(image)
+                try:
+                    if peer_name == "smolagents":  # its constructor blocks until it runs
+                        loop = asyncio.get_running_loop()
+                        await loop.run_in_executor(_THREADS, _start_sync, peer)
+                    else:
+                        await peer.start()
+                    return peer
+                except Exception as exc:
+                    start_failures.append(f"{type(exc).__name__}: {str(exc)[:200]}")
+                    if attempt == 2:
+                        raise
+            raise AssertionError("unreachable")
+
+    t0 = time.perf_counter()
+    made = await asyncio.gather(*(start() for _ in range(n)), return_exceptions=True)
+    started = time.perf_counter() - t0
+    running = [p for p in made if not isinstance(p, BaseException)]
+    try:
+        failed = [p for p in made if isinstance(p, BaseException)]
+        if failed:
+            raise failed[0]
+        ids = [p.container_id for p in running]
+        for p in running:
+            await p.rl_call(RL_SETUP)
+        latencies: list[float] = []
+        wrong: list[str] = []
+
+        async def drive(p: Any) -> None:
+            for i in range(m):
+                kind, code = RL_CELLS[i % len(RL_CELLS)]
+                t = time.perf_counter()
+                got = await p.rl_call(code)
+                latencies.append(time.perf_counter() - t)
+                problem = rl_check(kind, got)
+                if problem and len(wrong) < 20:
+                    wrong.append(problem)
+
+        kernel0 = sum(map(cgroup_cpu, ids))
+        own0 = os.times()
+        t0 = time.perf_counter()
+        await asyncio.gather(*(drive(p) for p in running))
+        wall = time.perf_counter() - t0
+        own = os.times()
+        kernel = sum(map(cgroup_cpu, ids)) - kernel0
+    finally:
+        await asyncio.gather(*(p.stop() for p in running), return_exceptions=True)
+    return {
+        "executions": len(latencies),
+        "seconds": wall,
+        "per_second": len(latencies) / wall,
+        "kernel_cpu_s": kernel,
+        # the driver's CPU, its threads included (as time.process_time() counts ours)
+        "host_cpu_s": own.user + own.system - own0.user - own0.system,
+        "latency": latencies,
+        "wrong": wrong,
+        "started_per_second": n / started,
+        "start_seconds": started,
+        "start_failures": start_failures,
+        "start_concurrency": concurrency,
+    }
+
+
+def _start_sync(peer: Any) -> None:
+    asyncio.run(peer.start())
+
+
 if __name__ == "__main__":
     logging.disable(logging.CRITICAL)
+    if sys.argv[1] == "rl":
+        peer_name, image = sys.argv[2], sys.argv[3]
+        n, m, concurrency = (int(x) for x in sys.argv[4:7])
+        print(json.dumps(asyncio.run(rl(peer_name, image, n, m, concurrency))))
+        sys.exit(0)
     peer_name, image = sys.argv[1], sys.argv[2]
     starts, calls, idle = (int(x) for x in sys.argv[3:6])
     print(json.dumps(asyncio.run(main(peer_name, image, starts, calls, idle))))
