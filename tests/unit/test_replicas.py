@@ -1,0 +1,108 @@
+"""The state file server workers share per sandbox (:mod:`kernel_sandbox.server.replicas`)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kernel_sandbox.errors import CapacityError, SandboxNotFoundError
+from kernel_sandbox.server import replicas
+from kernel_sandbox.server.settings import ServerSettings
+
+
+def _state(tmp_path: Path) -> Path:
+    path = replicas.state_path(tmp_path, "abcd", "0123456789ab")
+    assert path is not None
+    path.parent.mkdir()
+    replicas.mark_live(path)
+    return path
+
+
+@pytest.mark.parametrize("sid", ["../x", "a/b", "", ".hidden", "x" * 65, 7, None])
+def test_ids_that_could_be_paths_have_no_state_file(tmp_path: Path, sid: object) -> None:
+    assert replicas.state_path(tmp_path, "abcd", sid) is None
+    assert replicas.state_path(tmp_path, "../etc", "abc") is None
+
+
+async def test_calls_take_turns_and_the_mtime_follows_use(tmp_path: Path) -> None:
+    path = _state(tmp_path)
+    os.utime(path, (1, 1))
+    order: list[str] = []
+
+    async def call(name: str) -> None:
+        async with replicas.call_lock(path, 10) as died:
+            assert not died
+            order.append(f"{name} in")
+            assert path.read_text() == str(os.getpid())
+            await asyncio.sleep(0.05)
+            order.append(f"{name} out")
+
+    await asyncio.gather(call("a"), call("b"))
+    assert order in (["a in", "a out", "b in", "b out"], ["b in", "b out", "a in", "a out"])
+    assert path.read_text() == ""  # nobody in a call
+    idle = replicas.idle_for(path)
+    assert idle is not None and idle < 60
+
+
+async def test_busy_lock_is_refused_without_waiting_and_after_the_wait(tmp_path: Path) -> None:
+    path = _state(tmp_path)
+    async with replicas.call_lock(path, 10):
+        with pytest.raises(CapacityError):
+            async with replicas.call_lock(path, 10, block=False):
+                pass
+        with pytest.raises(CapacityError, match="another worker"):
+            async with replicas.call_lock(path, 0.05):
+                pass
+
+
+async def test_a_dead_holder_is_told_and_a_removed_sandbox_is_gone(tmp_path: Path) -> None:
+    path = _state(tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+    path.write_text(dead)  # a worker killed inside a call leaves its pid
+    async with replicas.call_lock(path, 1) as died:
+        assert died
+    async with replicas.call_lock(path, 1) as died:
+        assert not died
+
+    async def delete_while_waited_for() -> None:
+        async with replicas.call_lock(path, 5):
+            await asyncio.sleep(0.05)
+            replicas.drop(path)
+
+    holder = asyncio.ensure_future(delete_while_waited_for())
+    await asyncio.sleep(0.01)
+    with pytest.raises(SandboxNotFoundError):
+        async with replicas.call_lock(path, 5):
+            pass
+    await holder
+    assert not replicas.is_live(path) and replicas.idle_for(path) is None
+    assert replicas.live_states(tmp_path) == []
+
+
+def test_one_reaper_at_a_time(tmp_path: Path) -> None:
+    with replicas.reaper_turn(tmp_path) as first:
+        assert first
+        taken = subprocess.run(
+            [sys.executable, "-c", "import sys; from pathlib import Path; "
+             "from kernel_sandbox.server.replicas import reaper_turn\n"
+             "with reaper_turn(Path(sys.argv[1])) as mine: print(mine)", str(tmp_path)],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        assert taken == "False"
+    with replicas.reaper_turn(tmp_path) as again:
+        assert again
+
+
+@pytest.mark.parametrize(
+    "unsupported", [{"pool_size": 1}, {"pause_after": 5.0}, {"on_restart": "restore"}]
+)
+def test_several_workers_refuse_what_they_do_not_share_yet(unsupported: dict[str, object]) -> None:
+    ServerSettings(workers=1, **unsupported)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not supported with several workers"):
+        ServerSettings(workers=2, **unsupported)  # type: ignore[arg-type]
