@@ -48,10 +48,13 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] * 1000
 
 
-def start_server(port: int, name: str, root: Path = ROOT) -> subprocess.Popen[bytes]:
+def start_server(
+    port: int, name: str, root: Path = ROOT, extra: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
     args = [sys.executable, "-m", "kernel_sandbox.cli.main", "serve", "--port", str(port),
             "--api-key", KEY, "--name", name, "--image", IMAGE, "--max-sandboxes", "80",
-            "--max-sandboxes-per-key", "80", "--record-dir", "/tmp/ks-bench-notebooks"]  # fmt: skip
+            "--max-sandboxes-per-key", "80", "--record-dir", "/tmp/ks-bench-notebooks",
+            *extra]  # fmt: skip
     proc = subprocess.Popen(args, cwd=root, env={**os.environ, "PYTHONPATH": str(root)})
     for _ in range(300):
         try:
