@@ -96,7 +96,8 @@ async def elsewhere(url: str, probes: int) -> dict[str, float]:
 
 async def one_server(workers: int, args: argparse.Namespace) -> dict[str, object]:
     port, name = free_port(), f"bench-workers-{os.getpid()}-{workers}"
-    proc = start_server(port, name, extra=("--workers", str(workers)))
+    extra = ("--workers", str(workers), "--max-calls-per-key", str(2 * args.clients))
+    proc = start_server(port, name, extra=extra)
     url = f"http://127.0.0.1:{port}"
     try:
         figures: dict[str, object] = {"workers": workers, "load_1min": os.getloadavg()[0]}
