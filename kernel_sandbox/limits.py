@@ -91,7 +91,6 @@ __all__ = [
     "IN_SANDBOX",
     "K8S_EXEC_CONNECT_SECONDS",
     "K8S_EXEC_STATUS_BYTES",
-    "K8S_MAX_EXECS",
     "K8S_STATUS_READ_BYTES",
     "KEEP_ALIVE_TIMEOUT",
     "KERNEL_ARGS_MAX",
@@ -138,6 +137,7 @@ __all__ = [
     "NOTEBOOK_MAX_OUTPUT_BYTES",
     "NOTEBOOK_POINTER_CHARS",
     "POOL_PING_SECONDS",
+    "PROCESS_THREADS",
     "RECEIVE_QUEUE",
     "REPLAY_PROBE_BYTES",
     "REPLY_AFTER_IDLE",
@@ -515,10 +515,16 @@ def json_shape_error(
 
 
 # -- host threads (threads.py) ----------------------------------------------------
-#: Worker threads of the shared executor for blocking calls, and of each server key's
-#: own (asyncio's default executor's number): a key's long shell commands, file
-#: transfers and E2B commands' readers hold at most this many host threads.
+#: Worker threads of the shared executor for short blocking calls (engine and API calls,
+#: file reads), and of each server key's own (asyncio's default executor's number).
+#: Processes beside the kernel do not use them: see PROCESS_THREADS.
 THREAD_WORKERS = min(32, (os.cpu_count() or 1) + 4)
+#: Processes beside the kernel (execs: shell commands, file helpers, E2B commands and
+#: watchers) one owner (a server key; or the process itself, for no key) runs at once,
+#: each holding a host thread of its own while it runs; the next is refused.  Above what
+#: one key's sandboxes ask for in common use (a key's 16 sandboxes x 16), below what
+#: would strain a host (a blocked thread costs tens of KiB).
+PROCESS_THREADS = 256
 
 
 # -- the kernel's messages (kernel/) -----------------------------------------------
@@ -630,10 +636,6 @@ EGRESS_PENDING_REFUSALS = 50
 #: Bytes of a Kubernetes exec's status channel (one small JSON document; more is not a
 #: status).
 K8S_EXEC_STATUS_BYTES = 64 * 1024
-#: Kubernetes execs at once (each holds a thread while its process runs).  Their own pool: a few
-#: long shell commands must not take the default executor's handful of threads from
-#: every other API call of the process (pod polls, creates).
-K8S_MAX_EXECS = 64
 #: Bytes of the supervisor's status file read from a pod (with a time limit): the sandbox can
 #: replace it with a link to /dev/zero or a FIFO.
 K8S_STATUS_READ_BYTES = 64 * 1024

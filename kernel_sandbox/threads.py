@@ -16,11 +16,18 @@ caller's key id for each request, and every task the request starts inherits it)
 on that owner's own executor of :data:`MAX_WORKERS` threads: a key can fill its own,
 never another's.  Owners are the server's keys, a bounded set; work of no owner (a
 program's own sandboxes, the server's background work) keeps the shared executor.
+
+A call that lasts as long as a process in a sandbox does (an exec: a shell command, a
+streamed E2B command, a directory watch) may hold its thread for hours, so it takes no
+executor thread at all: :func:`in_process_thread` gives it a thread of its own, at most
+:data:`~kernel_sandbox.limits.PROCESS_THREADS` per owner at once, and refuses the next
+(:class:`~kernel_sandbox.errors.CapacityError`) rather than queue it behind the others.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import contextvars
@@ -28,11 +35,13 @@ import functools
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
+from .errors import CapacityError
+from .limits import PROCESS_THREADS
 from .limits import THREAD_WORKERS as MAX_WORKERS
 
-__all__ = ["after_fork", "executor", "in_thread", "owned_by"]
+__all__ = ["after_fork", "executor", "in_process_thread", "in_thread", "owned_by"]
 
 T = TypeVar("T")
 
@@ -41,6 +50,8 @@ _lock = threading.Lock()
 _executor: concurrent.futures.ThreadPoolExecutor | None = None
 #: Each owner's executor (see the module docstring), made on its first call.
 _owned: dict[str, concurrent.futures.ThreadPoolExecutor] = {}
+#: Threads of :func:`in_process_thread` each owner holds now.
+_processes: collections.Counter[str | None] = collections.Counter()
 _owner: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "kernel_sandbox_thread_owner", default=None
 )
@@ -84,6 +95,51 @@ async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     return await asyncio.get_running_loop().run_in_executor(pool, call)
 
 
+async def in_process_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``fn`` on a thread of its own, for a call that lasts as long as a process in a
+    sandbox (see the module docstring); the caller's context variables kept.
+
+    Cancelling the caller does not stop the thread (as with ``in_thread``): the caller
+    closes what the thread waits on.  The thread counts against its owner until it ends.
+    """
+    owner = _owner.get()
+    with _lock:
+        if _processes[owner] >= PROCESS_THREADS:
+            raise CapacityError(
+                f"{PROCESS_THREADS} processes beside the kernel already run for this "
+                "caller (shell commands, streamed commands, watches); wait for one to end"
+            )
+        _processes[owner] += 1
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.cancelled():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(cast(T, result))
+
+    def run() -> None:
+        result: T | None = None
+        error: BaseException | None = None
+        try:
+            result = call()
+        except BaseException as exc:  # handed to the caller, as run_in_executor does
+            error = exc
+        finally:
+            with _lock:
+                _processes[owner] -= 1
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+            loop.call_soon_threadsafe(settle, result, error)
+
+    name = "kernel-sandbox-process" + (f"-{owner[:16]}" if owner else "")
+    threading.Thread(target=run, name=name, daemon=True).start()
+    return await done
+
+
 def after_fork(forget: Callable[[], None]) -> None:
     """Call ``forget`` in the child of every ``fork()``: drop state bound to the parent.
 
@@ -98,6 +154,7 @@ def _forget_executor() -> None:
     _lock = threading.Lock()  # it may have been held by a thread that is gone
     _executor = None  # its threads are the parent's; the child makes its own
     _owned.clear()
+    _processes.clear()  # their threads did not come along either
 
 
 after_fork(_forget_executor)

@@ -23,8 +23,10 @@ import pytest
 from kernel_sandbox.limits import (
     E2B_LIST_LIMIT,
     E2B_MAX_DEPTH,
+    E2B_MAX_PROCESSES,
     E2B_MAX_TIMEOUT,
     E2B_MAX_UPLOAD_FILES,
+    E2B_MAX_WATCHERS,
     E2B_WATCHER_EVENTS,
 )
 from tests.integration.serving import KEY_A, KEY_B, ROOT, Server
@@ -36,7 +38,11 @@ pytestmark = pytest.mark.integration
 def server(tmp_path_factory: pytest.TempPathFactory, docker_engine) -> Iterator[Server]:  # type: ignore[no-untyped-def]
     # E2B's code interpreter has matplotlib and pandas: so has our datascience image
     template = ["--e2b-template", "code-interpreter-v1=kernel-sandbox:datascience"]
-    srv = Server(f"t-e2b-{os.getpid()}", tmp_path_factory.mktemp("nb"), template).start()
+    # every running E2B command and watcher is a stream its SDK holds open: caps above one
+    # sandbox's E2B_MAX_PROCESSES + E2B_MAX_WATCHERS, so that those are the caps reached
+    streams = str(E2B_MAX_PROCESSES + E2B_MAX_WATCHERS + 4)
+    caps = ["--max-streams-per-key", streams, "--max-calls-per-key", streams]
+    srv = Server(f"t-e2b-{os.getpid()}", tmp_path_factory.mktemp("nb"), template + caps).start()
     yield srv
     srv.stop()
 
@@ -256,6 +262,7 @@ def test_commands_foreground_background_stdin_and_kill(server: Server, e2b_pytho
 CAPS = r"""
 import json, time
 from e2b import Sandbox
+MAX_PROCESSES, MAX_WATCHERS = PROCESSES_CAP, WATCHERS_CAP
 def refused(call):
     try:
         call()
@@ -281,20 +288,42 @@ watching.stop()
 files = [{"path": f"up/{i}", "data": "x"} for i in range(101)]
 out["upload"] = refused(lambda: sb.files.write_files(files))
 out["uploaded"] = len(sb.files.write_files(files[:100]))
+# as many background commands as the cap allows: each one a process and a host thread
+pids = [sb.commands.run("sleep 600", background=True).pid for _ in range(MAX_PROCESSES)]
+out["commands"] = refused(lambda: sb.commands.run("sleep 600", background=True))
+out["kill"] = sb.commands.kill(pids[0])
+for _ in range(50):  # the killed command's end reaches the server
+    again = refused(lambda: sb.commands.run("echo again"))
+    if again == "allowed":
+        break
+    time.sleep(0.1)
+out["after_kill"] = again
+watchers = [sb.files.watch_dir("w") for _ in range(MAX_WATCHERS)]
+out["watchers"] = refused(lambda: sb.files.watch_dir("w"))
+watchers[0].stop()
+out["watcher_after_stop"] = refused(lambda: sb.files.watch_dir("w"))
 sb.kill()
 print(json.dumps(out))
 """
 
 
-def test_one_sandboxs_lifetime_listings_watch_events_and_uploads_are_capped(
+def test_one_sandboxs_lifetime_listings_watch_events_uploads_commands_and_watchers_are_capped(
     server: Server, e2b_python: Path
 ) -> None:
-    out = run_client(e2b_python, server, CAPS)
+    program = CAPS.replace("PROCESSES_CAP", str(E2B_MAX_PROCESSES))
+    out = run_client(e2b_python, server, program.replace("WATCHERS_CAP", str(E2B_MAX_WATCHERS)))
     assert abs(out["lives"] - E2B_MAX_TIMEOUT) < 60  # 10**7 s asked: clamped
     assert f"more than {E2B_LIST_LIMIT} entries" in out["list"], out["list"]
     assert out["depth"] == E2B_MAX_DEPTH
     assert out["events"] == E2B_WATCHER_EVENTS  # 1500 files created: the oldest dropped
     assert out["upload"] != "allowed" and out["uploaded"] == E2B_MAX_UPLOAD_FILES
+    # every command up to the cap runs at once (each holds a host thread of its own, not
+    # one of the key's few executor threads), the next is refused saying so, and a kill
+    # still works with the cap full; watchers likewise
+    assert "E2B_MAX_PROCESSES" in out["commands"], out["commands"]
+    assert out["kill"] is True and out["after_kill"] == "allowed", out
+    assert "E2B_MAX_WATCHERS" in out["watchers"], out["watchers"]
+    assert out["watcher_after_stop"] == "allowed", out
 
 
 LIFECYCLE = r"""

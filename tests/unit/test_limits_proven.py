@@ -22,7 +22,7 @@ HOSTILE_IMAGES = "tests/integration/test_hostile_server_images.py"
 HOSTILE_PATHS = "tests/integration/test_hostile_host_paths.py"
 E2B_CAPS = (
     "tests/integration/test_e2b.py::"
-    "test_one_sandboxs_lifetime_listings_watch_events_and_uploads_are_capped"
+    "test_one_sandboxs_lifetime_listings_watch_events_uploads_commands_and_watchers_are_capped"
 )
 
 PROOFS: dict[str, list[str]] = {
@@ -34,6 +34,8 @@ PROOFS: dict[str, list[str]] = {
     ],
     "E2B_LIST_LIMIT": [E2B_CAPS],
     "E2B_MAX_DEPTH": [E2B_CAPS],
+    "E2B_MAX_PROCESSES": [E2B_CAPS],
+    "E2B_MAX_WATCHERS": [E2B_CAPS],
     "E2B_MAX_TIMEOUT": [E2B_CAPS],
     "E2B_MAX_UPLOAD_FILES": [E2B_CAPS],
     "E2B_WATCHER_EVENTS": [E2B_CAPS],
@@ -84,6 +86,9 @@ PROOFS: dict[str, list[str]] = {
     ],
     "STREAM_EVENT_CONTENT": [
         "tests/unit/test_tools.py::test_an_events_detail_and_content_are_bounded"
+    ],
+    "PROCESS_THREADS": [
+        "tests/unit/test_threads.py::test_process_threads_take_no_executor_thread_and_are_capped_per_owner"
     ],
     "THREAD_WORKERS": [
         "tests/unit/test_threads.py::test_an_owners_calls_run_on_its_own_threads",
@@ -269,14 +274,6 @@ UNPROVEN: dict[str, str] = {
     "E2B_MAX_FRAME": (
         "the frame comes from our own helper; forging one means replacing its stdout, not written"
     ),
-    "E2B_MAX_PROCESSES": (
-        "unreachable on small hosts: each holds a reader thread of its key's THREAD_WORKERS"
-        " (cores + 4), which bind first (notes/caps26.md)"
-    ),
-    "E2B_MAX_WATCHERS": (
-        "unreachable on small hosts: each holds a reader thread of its key's THREAD_WORKERS"
-        " (cores + 4), which bind first (notes/caps26.md)"
-    ),
     "E2B_SUBSCRIBER_QUEUE": "a slow reader of a command's stream; no test reads one slowly",
     "FILE_OP_DEADLINE": (
         "stalling the host's file helper needs a race with its start (SIGSTOP); not deterministic"
@@ -302,7 +299,6 @@ UNPROVEN: dict[str, str] = {
         "a connect timeout to the operator's API server: nothing a tenant floods"
     ),
     "K8S_EXEC_STATUS_BYTES": "the Kubernetes tier: no cluster here (rules); not written",
-    "K8S_MAX_EXECS": "the Kubernetes tier: no cluster here (rules); not written",
     "K8S_STATUS_READ_BYTES": "the Kubernetes tier: no cluster here (rules); not written",
     "KEEP_ALIVE_TIMEOUT": (
         "uvicorn's own idle timeout; HEADER_TIMEOUT's flood covers the connections it bounds"

@@ -17,7 +17,7 @@ import os
 import tarfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -36,7 +36,7 @@ from ...errors import (
     SandboxStartError,
 )
 from ...limits import ENGINE_LOG_TAIL_BYTES
-from ...threads import after_fork, in_thread
+from ...threads import after_fork, in_process_thread, in_thread
 from ..base import REMOVED_REASON, HostState, SandboxRecord
 from .runtimes import Runtime, engine_runtimes, gvisor_host_pids, validate
 
@@ -45,6 +45,7 @@ __all__ = [
     "DockerEngine",
     "ImageUser",
     "docker_client",
+    "run_in_process_thread",
     "run_in_thread",
 ]
 
@@ -129,8 +130,18 @@ async def run_in_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
     is ``ContainerRemovedError`` / ``ContainerStoppedError``, never a raw SDK traceback.
     Other SDK errors pass through for the caller to put in its own words.
     """
+    return await _translated(in_thread(fn, *args, **kwargs))
+
+
+async def run_in_process_thread(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    """:func:`run_in_thread` for a call that lasts as long as a process in the sandbox
+    (an exec): on a thread of its own (``threads.in_process_thread``)."""
+    return await _translated(in_process_thread(fn, *args, **kwargs))
+
+
+async def _translated(call: Awaitable[Any]) -> Any:
     try:
-        return await in_thread(fn, *args, **kwargs)
+        return await call
     except docker.errors.NotFound as exc:
         if "no such container" in str(exc).lower():
             raise ContainerRemovedError(f"the sandbox cannot be used: {REMOVED_REASON}") from exc

@@ -33,7 +33,7 @@ from ...errors import FileOperationError
 from ...limits import HeadTail
 from ..base import ExecResult, HostState
 from .attach import STDERR, TruncatedStreamError, attach_body, read_frames
-from .engine import run_in_thread
+from .engine import run_in_process_thread
 
 __all__ = ["exec_process"]
 
@@ -128,8 +128,8 @@ async def exec_process(
 
     try:
         if container_state is None:
-            return await run_in_thread(_exec)  # type: ignore[no-any-return]
-        return await _watched(container_state, run_in_thread(_exec), streams)
+            return await run_in_process_thread(_exec)  # type: ignore[no-any-return]
+        return await _watched(container_state, run_in_process_thread(_exec), streams)
     except asyncio.CancelledError:
         bridge.abandon()
         for sock in streams:  # the thread blocked on the engine wakes up and ends

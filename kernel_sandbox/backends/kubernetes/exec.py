@@ -17,7 +17,6 @@ as root.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import json
 import socket
@@ -29,8 +28,8 @@ from kubernetes.stream import stream
 from websocket import ABNF, WebSocketException
 
 from ...errors import EngineUnavailableError, FileOperationError
-from ...limits import K8S_EXEC_CONNECT_SECONDS, K8S_EXEC_STATUS_BYTES, K8S_MAX_EXECS, HeadTail
-from ...threads import after_fork
+from ...limits import K8S_EXEC_CONNECT_SECONDS, K8S_EXEC_STATUS_BYTES, HeadTail
+from ...threads import in_process_thread
 from ..base import ExecResult
 from .api import API_HELP, ApiException, Kube, removed_error
 
@@ -39,19 +38,6 @@ __all__ = ["K8S_EXEC_STATUS_BYTES", "pod_exec"]
 STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
 #: Bytes of stdin per websocket frame.
 _STDIN_CHUNK = 256 * 1024
-_EXECS = concurrent.futures.ThreadPoolExecutor(
-    K8S_MAX_EXECS, thread_name_prefix="kernel-sandbox-exec"
-)
-
-
-def _forget_execs() -> None:
-    global _EXECS  # its threads are the parent's after fork(): the child's own pool
-    _EXECS = concurrent.futures.ThreadPoolExecutor(
-        K8S_MAX_EXECS, thread_name_prefix="kernel-sandbox-exec"
-    )
-
-
-after_fork(_forget_execs)
 
 
 def _exit_code(status: bytes) -> int:
@@ -183,9 +169,8 @@ async def pod_exec(
     """
     job = _Exec()
     limit = max_output_bytes or sys.maxsize
-    loop = asyncio.get_running_loop()
-    worker = loop.run_in_executor(
-        _EXECS, job.run, kube, pod, namespace, container, argv, stdin, limit
+    worker = asyncio.ensure_future(
+        in_process_thread(job.run, kube, pod, namespace, container, argv, stdin, limit)
     )
     try:
         return await asyncio.wait_for(asyncio.shield(worker), deadline)
