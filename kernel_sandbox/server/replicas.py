@@ -17,11 +17,11 @@ the file is gone (deleted or reaped by another worker).  An exclusive ``flock`` 
 held around every recorded call, from before the kernel runs it until its cell is on
 disk, so the notebook's cells follow the calls' order whichever worker ran them (the
 notebook's own writer rule, :mod:`kernel_sandbox.notebook.shared`, keeps every cell of
-every writer).  The holder writes its pid into it: a worker that takes the lock and finds
-the pid of a process that is gone knows a worker died mid-call, and interrupts the call
-nobody waits for any more.  Each release rewrites the file, so its mtime is when the
-sandbox was last used, the clock the reaper reads (a worker's own ``last_used`` only knows
-its own calls).
+every writer).  The holder writes its pid into it and empties it before it lets go:
+a worker that takes the lock and finds a pid left knows a worker died mid-call, and
+interrupts the call nobody waits for any more.  Each release rewrites the file, so its
+mtime is when the sandbox was last used, the clock the reaper reads (a worker's own
+``last_used`` only knows its own calls).
 """
 
 from __future__ import annotations
@@ -106,16 +106,6 @@ def live_states(record_dir: Path) -> list[tuple[str, str, Path]]:
     return found
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
-
-
 def guest_claim(run_dir: str, sandbox_id: str) -> int | None:
     """Claim a sandbox this worker serves as a guest (beside the worker that made it), so
     ``kernel-sandbox gc`` keeps it should that worker die; pass the result to
@@ -164,7 +154,9 @@ async def call_lock(path: Path, wait: float, *, block: bool = True) -> AsyncIter
         except FileNotFoundError:  # deleted while we waited
             raise SandboxNotFoundError(f"sandbox {path.stem!r} is gone") from None
         holder = os.pread(fd, 32, 0).strip()
-        died = holder.isdigit() and int(holder) != os.getpid() and not _alive(int(holder))
+        # a live holder empties the file before it lets go: a pid left means it died
+        # (checking the pid would race: a killed worker is a zombie until it is reaped)
+        died = holder.isdigit() and int(holder) != os.getpid()
         mine = str(os.getpid()).encode()
         os.pwrite(fd, mine, 0)
         os.ftruncate(fd, len(mine))
