@@ -117,7 +117,9 @@ async def in_process_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> 
     def settle(result: T | None, error: BaseException | None) -> None:
         if done.cancelled():
             return
-        if error is not None:
+        if isinstance(error, concurrent.futures.CancelledError):
+            done.cancel()  # as run_in_executor does: a call given up (its waiter went)
+        elif error is not None:
             done.set_exception(error)
         else:
             done.set_result(cast(T, result))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 
 import pytest
@@ -60,5 +61,11 @@ def test_process_threads_take_no_executor_thread_and_are_capped_per_owner() -> N
                 raise AssertionError("key A's ended threads were still counted")
             with pytest.raises(ZeroDivisionError):  # an error reaches the caller
                 await in_process_thread(lambda: 1 / 0)
+
+        def given_up() -> None:  # what a thread's wait for a consumer that left raises
+            raise concurrent.futures.CancelledError
+
+        with pytest.raises(asyncio.CancelledError):  # a cancellation, never a traceback
+            await in_process_thread(given_up)
 
     asyncio.run(main())
