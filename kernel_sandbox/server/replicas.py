@@ -44,6 +44,7 @@ __all__ = [
     "call_lock",
     "drop",
     "guest_claim",
+    "holder_died",
     "idle_for",
     "is_live",
     "live_states",
@@ -153,10 +154,7 @@ async def call_lock(path: Path, wait: float, *, block: bool = True) -> AsyncIter
                 raise FileNotFoundError(path)
         except FileNotFoundError:  # deleted while we waited
             raise SandboxNotFoundError(f"sandbox {path.stem!r} is gone") from None
-        holder = os.pread(fd, 32, 0).strip()
-        # a live holder empties the file before it lets go: a pid left means it died
-        # (checking the pid would race: a killed worker is a zombie until it is reaped)
-        died = holder.isdigit() and int(holder) != os.getpid()
+        died = _left_by_dead_holder(fd)
         mine = str(os.getpid()).encode()
         os.pwrite(fd, mine, 0)
         os.ftruncate(fd, len(mine))
@@ -165,6 +163,33 @@ async def call_lock(path: Path, wait: float, *, block: bool = True) -> AsyncIter
         finally:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)  # no call runs; the mtime says when it was last used
+    finally:
+        os.close(fd)
+
+
+def _left_by_dead_holder(fd: int) -> bool:
+    """Whether the (locked) state file holds the pid of a holder that died mid-call: a
+    live holder empties the file before it lets go (checking the pid would race: a
+    killed worker is a zombie until it is reaped)."""
+    holder = os.pread(fd, 32, 0).strip()
+    return holder.isdigit() and int(holder) != os.getpid()
+
+
+def holder_died(path: Path) -> bool:
+    """Whether the sandbox's last call lost its worker mid-call (its cell may still be
+    running, so a kernel adopted now would answer only when it ends: interrupt it).
+    False while a call holds the lock, or when the sandbox is gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return False
+    try:
+        return _left_by_dead_holder(fd)
     finally:
         os.close(fd)
 

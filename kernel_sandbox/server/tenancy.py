@@ -302,10 +302,13 @@ class Tenancy:
                     item = await find_restorable(self.settings, owner, sandbox_id)
                     if item is None:
                         raise SandboxNotFoundError(f"no sandbox {sandbox_id!r} for this API key")
+                    # a call whose worker died may still run: the kernel would answer
+                    # the attach only when it ends (the call lock's holder notes it)
+                    stuck = replicas.holder_died(state)
                     try:  # the owner if its maker died, else a guest beside it
-                        lease = await self.adopt(item, interrupt=False, note=None)
+                        lease = await self.adopt(item, interrupt=stuck, note=None)
                     except KernelError:
-                        lease = await self.adopt(item, interrupt=False, note=None, own=False)
+                        lease = await self.adopt(item, interrupt=stuck, note=None, own=False)
                         lease.claim = replicas.guest_claim(item.run_dir, item.container_sandbox_id)
                     lease.state = state
                     log.info(

@@ -65,8 +65,11 @@ async def test_a_dead_holder_is_told_and_a_removed_sandbox_is_gone(tmp_path: Pat
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
     path.write_text(dead)  # a worker killed inside a call leaves its pid
+    assert replicas.holder_died(path)  # a worker adopting it now interrupts first
+    assert replicas.holder_died(path)  # looking changes nothing
     async with replicas.call_lock(path, 1) as died:
         assert died
+        assert not replicas.holder_died(path)  # a live holder: its call runs
     async with replicas.call_lock(path, 1) as died:
         assert not died
 
@@ -82,6 +85,7 @@ async def test_a_dead_holder_is_told_and_a_removed_sandbox_is_gone(tmp_path: Pat
             pass
     await holder
     assert not replicas.is_live(path) and replicas.idle_for(path) is None
+    assert not replicas.holder_died(path)
     assert replicas.live_states(tmp_path) == []
 
 
