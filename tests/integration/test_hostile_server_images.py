@@ -5,8 +5,10 @@ Issue 22 item 1, as an attacker holding key A would try it.  Each hostile image 
 of its Python, so whatever the server runs of the image runs the attack:
 
 - ``spy-probe`` / ``spy-venv``: report the limits it runs under (uid, capabilities,
-  no-new-privileges, a writable root, memory and pids limits, network interfaces) and
-  fail, in the probe and in the venv build.
+  no-new-privileges, a writable root, memory, pids and CPU limits, /tmp's size,
+  network interfaces) and fail, in the probe and in the venv build.
+- ``big-passwd``: an /etc/passwd of ``IMAGE_ACCOUNT_FILE_BYTES`` + 1 bytes (it was cut
+  at the cap and the image derived; now refused).
 - ``flood``: print 100 MiB (the server's RSS went 101 -> 505 MB, a 102 MiB engine log).
 - ``libc-huge`` / ``libc-dotdot`` / ``exe-inject``: answer the probe with a C library
   version of 2.1000000 (515 MB and a 500), a path of its choosing, a Dockerfile line.
@@ -44,10 +46,13 @@ import pytest
 
 from kernel_sandbox.backends.docker.images.confined import PROBE_LABEL
 from kernel_sandbox.limits import (
+    IMAGE_ACCOUNT_FILE_BYTES,
     IMAGE_PROBE_SECONDS,
     IMAGE_QUEUE_PER_KEY,
+    IMAGE_STEP_CPUS,
     IMAGE_STEP_MEMORY_BYTES,
     IMAGE_STEP_PIDS,
+    IMAGE_STEP_TMP_BYTES,
 )
 from tests.integration.serving import KEY_A, KEY_B, ROOT, free_port
 
@@ -66,6 +71,10 @@ SLOW = 8
 #: must run under the sandbox's limit, not ``IMAGE_STEP_MEMORY_BYTES``.
 SANDBOX_MEMORY_MIB = 200
 assert SANDBOX_MEMORY_MIB * 1024**2 < IMAGE_STEP_MEMORY_BYTES
+#: CPUs they ask for: above the steps' cap (the server's default max_cpu), so the
+#: steps must run under ``IMAGE_STEP_CPUS``, not the sandbox's share.
+SANDBOX_CPUS = 2.0
+assert SANDBOX_CPUS > IMAGE_STEP_CPUS
 BASE = "python:3.11-slim"
 IMAGE_LABEL = {"kernel-sandbox.test-image": "1"}
 
@@ -95,7 +104,10 @@ def spy():
               "net": sorted(os.listdir("/sys/class/net")),
               "nproc": resource.getrlimit(resource.RLIMIT_NPROC)[0],
               "memtotal": read("/proc/meminfo").split()[1],
-              "kernel": read("/proc/version")}
+              "tmp": os.statvfs("/tmp").f_blocks * os.statvfs("/tmp").f_frsize,
+              "cpu": [read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us"),
+                      read("/sys/fs/cgroup/cpu/cpu.cfs_period_us")],
+              "kernel": read("/proc/version")[:40]}  # the host keeps 300 chars of it
     sys.stderr.write("SPY" + json.dumps(report, separators=(",", ":")) + "YPS\n")
     sys.stderr.flush()
     os._exit(3)
@@ -130,11 +142,13 @@ if mode in ("libc-huge", "libc-dotdot", "exe-inject") and probe:
 """
 
 
-def _build(client: docker.DockerClient, tag: str, dockerfile: str, files: dict[str, str]) -> None:
+def _build(
+    client: docker.DockerClient, tag: str, dockerfile: str, files: dict[str, str | bytes]
+) -> None:
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
         for name, text in {"Dockerfile": dockerfile, **files}.items():
-            data = text.encode()
+            data = text.encode() if isinstance(text, str) else text
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
@@ -295,7 +309,9 @@ async def test_the_images_code_runs_only_under_sandbox_limits(
 ) -> None:
     image = hostile_image(docker_engine, f"spy-{step}")
     async with measured(hostile) as figures:  # the sandbox's memory: below the steps' cap
-        answer = await create(hostile, image, memory_limit=f"{SANDBOX_MEMORY_MIB}m")
+        answer = await create(
+            hostile, image, memory_limit=f"{SANDBOX_MEMORY_MIB}m", cpu_limit=SANDBOX_CPUS
+        )
     figures.check(f"spy in the {step}")
     detail = answer.json()["detail"]
     assert answer.status_code == 400 and "SPY" in detail, detail
@@ -308,7 +324,10 @@ async def test_the_images_code_runs_only_under_sandbox_limits(
     # under the sandboxes' runtime: gVisor's own kernel (not the host's) when they get it
     gvisor = os.environ.get("KERNEL_SANDBOX_RUNTIME") == "runsc"
     assert report["nnp"] == ("?" if gvisor else "1")  # gVisor's status has no such line
-    assert (report["kernel"] != Path("/proc/version").read_text().strip()) == gvisor, report
+    host_kernel = Path("/proc/version").read_text().strip()[:40]
+    assert (report["kernel"] != host_kernel) == gvisor, report
+    # /tmp is an in-memory filesystem of at most IMAGE_STEP_TMP_BYTES (gVisor sizes it too)
+    assert 0 < report["tmp"] <= IMAGE_STEP_TMP_BYTES, report
     memory = SANDBOX_MEMORY_MIB * 1024**2  # the sandbox's own, not IMAGE_STEP_MEMORY_BYTES
     if gvisor:  # its limits as gVisor keeps them: memory it reports, processes counted inside
         assert int(report["memtotal"]) * 1024 <= memory
@@ -316,6 +335,10 @@ async def test_the_images_code_runs_only_under_sandbox_limits(
     else:
         assert int(report["mem"]) <= memory
         assert int(report["pids"]) <= IMAGE_STEP_PIDS
+        # the CPU quota: the steps' cap, not the sandbox's 2 CPUs (gVisor shows no
+        # cgroup inside; the runc pass proves it)
+        quota, period = (int(n) for n in report["cpu"])
+        assert 0 < quota <= IMAGE_STEP_CPUS * period, report
 
 
 async def test_a_probe_that_prints_100_mib_costs_the_server_nothing(
@@ -335,6 +358,39 @@ async def test_a_probe_that_prints_100_mib_costs_the_server_nothing(
     assert "printed more than" in answer.json()["detail"]
     source = docker_engine.images.get(image).id
     assert not docker_engine.images.list(filters={"label": f"kernel-sandbox.derived-from={source}"})
+
+
+async def test_an_account_file_past_its_cap_is_refused_not_cut(
+    hostile: HostileServer, docker_engine: docker.DockerClient
+) -> None:
+    # a valid /etc/passwd (many users, short lines: the engine's own parser reads them)
+    # one byte past the cap: cut at the cap, the sandbox user's line would follow half
+    # a line; read whole, the host would hold whatever size the image says
+    rows = [b"root:x:0:0:root:/root:/bin/sh", b"nobody:x:65534:65534::/nonexistent:/bin/false"]
+    rows += [b"u%d:x:%d:%d::/nonexistent:/bin/false" % (n, n, n) for n in range(20000, 45000)]
+    passwd = b"\n".join(rows) + b"\n"
+    assert len(passwd) > IMAGE_ACCOUNT_FILE_BYTES
+    passwd = passwd[:IMAGE_ACCOUNT_FILE_BYTES]
+    passwd = passwd[: passwd.rindex(b"\n") + 1]
+    passwd += b"#" * (IMAGE_ACCOUNT_FILE_BYTES - len(passwd)) + b"\n"
+    assert len(passwd) == IMAGE_ACCOUNT_FILE_BYTES + 1
+    tag = "kernel-sandbox-test-hostile:big-passwd"
+    _build(docker_engine, tag, f"FROM {BASE}\nCOPY passwd /etc/passwd\n", {"passwd": passwd})
+    source = docker_engine.images.get(tag).id
+    try:
+        async with measured(hostile) as figures:
+            answer = await create(hostile, tag)
+        figures.check("a 1 MiB + 1 B /etc/passwd")
+        assert answer.status_code == 400, answer.text
+        assert "/etc/passwd" in answer.json()["detail"], answer.text
+        assert "larger than kernel-sandbox reads" in answer.json()["detail"], answer.text
+        label = f"kernel-sandbox.derived-from={source}"
+        assert not docker_engine.images.list(filters={"label": label})
+    finally:  # a derived image made from it (the cap failed) goes with the test
+        label = f"kernel-sandbox.derived-from={source}"
+        for derived in docker_engine.images.list(filters={"label": label}):
+            with contextlib.suppress(docker.errors.APIError):
+                docker_engine.images.remove(derived.id, force=True)
 
 
 @pytest.mark.parametrize("mode", ["libc-huge", "libc-dotdot", "exe-inject"])

@@ -177,6 +177,13 @@ PROOFS: dict[str, list[str]] = {
         f"{HOSTILE_IMAGES}::test_a_probe_that_prints_100_mib_costs_the_server_nothing"
     ],
     "IMAGE_STEP_PIDS": [f"{HOSTILE_IMAGES}::test_the_images_code_runs_only_under_sandbox_limits"],
+    "IMAGE_STEP_CPUS": [f"{HOSTILE_IMAGES}::test_the_images_code_runs_only_under_sandbox_limits"],
+    "IMAGE_STEP_TMP_BYTES": [
+        f"{HOSTILE_IMAGES}::test_the_images_code_runs_only_under_sandbox_limits"
+    ],
+    "IMAGE_ACCOUNT_FILE_BYTES": [
+        f"{HOSTILE_IMAGES}::test_an_account_file_past_its_cap_is_refused_not_cut"
+    ],
     "KERNEL_ARGS_MAX": [
         "tests/unit/test_jupyter_client_request.py::test_a_flood_of_arguments_is_cut_at_the_bound"
     ],
@@ -284,7 +291,6 @@ UNPROVEN: dict[str, str] = {
     "FILE_STREAM_QUEUE": (
         "host memory of a streamed read whose consumer stalls; no test measures it"
     ),
-    "IMAGE_ACCOUNT_FILE_BYTES": "needs an image with a > 1 MiB /etc/passwd; not written",
     "IMAGE_DERIVE_SECONDS": "a venv build past 300 s: too slow for the suite",
     "IMAGE_PROBE_SECONDS": (
         "a probe past 30 s: the hostile images' slow probe sleeps 8 s; a 30 s one is not written"
@@ -292,8 +298,6 @@ UNPROVEN: dict[str, str] = {
     "IMAGE_RESOLVE_WORKERS": (
         "a thread pool's size; IMAGE_QUEUE_PER_KEY's test floods the queue in front of it"
     ),
-    "IMAGE_STEP_CPUS": "the spy image reports memory and pids, not its CPU quota",
-    "IMAGE_STEP_TMP_BYTES": "the spy image reports memory and pids, not its /tmp size",
     "IMAGE_VENV_BYTES": "needs a derived venv past 512 MiB: too slow for the suite",
     "K8S_EXEC_CONNECT_SECONDS": (
         "a connect timeout to the operator's API server: nothing a tenant floods"

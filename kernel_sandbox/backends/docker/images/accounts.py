@@ -53,16 +53,22 @@ def read_image_file(client: docker.DockerClient, image: str, path: str) -> bytes
             stream, _stat = api.get_archive(container, path)
         except docker.errors.NotFound:
             return None
+        too_large = ImageError(
+            f"{path} of image {image!r} is larger than kernel-sandbox reads"
+            f" ({IMAGE_ACCOUNT_FILE_BYTES} bytes)"
+        )
         buffer = io.BytesIO()
         for chunk in stream:
             buffer.write(chunk)
             if buffer.tell() > IMAGE_ACCOUNT_FILE_BYTES + 64 * 1024:
-                raise ImageError(f"{path} of image {image!r} is larger than kernel-sandbox reads")
+                raise too_large
         buffer.seek(0)
         with tarfile.open(fileobj=buffer) as tar:
             member = next((m for m in tar.getmembers() if m.isfile()), None)
+            if member is not None and member.size > IMAGE_ACCOUNT_FILE_BYTES:
+                raise too_large  # refused whole: a cut file would end mid-line
             blob = tar.extractfile(member) if member is not None else None
-            return blob.read(IMAGE_ACCOUNT_FILE_BYTES) if blob is not None else None
+            return blob.read() if blob is not None else None
     except tarfile.TarError:
         return None
     finally:
