@@ -64,7 +64,7 @@ from .limits import (
     MAX_SNAPSHOT_FILES,
     MAX_SNAPSHOT_REPORT_BYTES,
 )
-from .results import CommandResult, Execution
+from .results import CommandResult, Execution, format_size
 from .running import RunningKernel
 from .shell import run_command
 from .snapshots.model import Snapshot
@@ -419,6 +419,11 @@ class AsyncSandbox:
             if result.exit_code != 0:
                 detail = result.stderr.decode(errors="replace").strip()[-500:]
                 raise KernelError(f"the image's kernelspecs could not be listed: {detail}")
+            if result.truncated_bytes:  # a listing cut in its middle is not JSON anyway
+                raise KernelError(
+                    "the image lists more kernelspecs than kernel-sandbox reads (a listing of"
+                    f" {format_size(MAX_KERNELSPECS_BYTES)} at most); remove some from the image"
+                )
             self._kernelspecs = parse_kernelspecs(result.stdout.decode(errors="replace"))
         return self._kernelspecs
 

@@ -14,6 +14,8 @@ of its Python, so whatever the server runs of the image runs the attack:
   version of 2.1000000 (515 MB and a 500), a path of its choosing, a Dockerfile line.
 - ``slow``: a probe that takes ``SLOW`` seconds; key A asks for it many times at once
   (another key's create went 1.1 s -> 78.8 s).
+- ``kernelspecs``: kernel-sandbox:python with 1000 kernelspecs, an 84 KB listing past
+  ``MAX_KERNELSPECS_BYTES`` (refused as unreadable JSON; now with a sentence saying so).
 - an image with ``ONBUILD ADD http://127.0.0.1:<port>/`` (the engine fetched it).
 
 Around each attack the server's RSS (``/proc/<pid>/status``), its log and another
@@ -53,6 +55,7 @@ from kernel_sandbox.limits import (
     IMAGE_STEP_MEMORY_BYTES,
     IMAGE_STEP_PIDS,
     IMAGE_STEP_TMP_BYTES,
+    MAX_KERNELSPECS_BYTES,
 )
 from tests.integration.serving import KEY_A, KEY_B, ROOT, free_port
 
@@ -391,6 +394,36 @@ async def test_an_account_file_past_its_cap_is_refused_not_cut(
         for derived in docker_engine.images.list(filters={"label": label}):
             with contextlib.suppress(docker.errors.APIError):
                 docker_engine.images.remove(derived.id, force=True)
+
+
+async def test_a_flood_of_kernelspecs_is_refused_at_the_listings_cap(
+    hostile: HostileServer, docker_engine: docker.DockerClient
+) -> None:
+    # 1000 valid kernelspecs: a listing of about 84 KB, past MAX_KERNELSPECS_BYTES
+    specs = 1000
+    spec = {"argv": ["python3", "-c", "1"], "display_name": "k", "language": "python"}
+    files: dict[str, str | bytes] = {
+        f"kernels/k{n:04d}/kernel.json": json.dumps(spec) for n in range(specs)
+    }
+    entry = '"k0000": {"language": "python", "display_name": "k", "interrupt_mode": "signal"}, '
+    assert specs * len(entry) > MAX_KERNELSPECS_BYTES
+    tag = "kernel-sandbox-test-hostile:kernelspecs"
+    dockerfile = "FROM kernel-sandbox:python\nCOPY kernels /usr/local/share/jupyter/kernels\n"
+    _build(docker_engine, tag, dockerfile, files)
+    created = await create(hostile, tag)
+    assert created.status_code == 200, created.text
+    sandbox = created.json()["id"]
+    async with httpx.AsyncClient(headers={"X-API-Key": KEY_A}, timeout=60) as c:
+        try:
+            async with measured(hostile) as figures:
+                answer = await c.get(f"{hostile.url}/v1/sandboxes/{sandbox}/kernels")
+            figures.check(f"{specs} kernelspecs")
+            print(f"the listing of {specs} kernelspecs: {answer.status_code} {answer.text[:300]}")
+            assert answer.status_code == 502, answer.text  # the sandbox's kernel error
+            assert "more kernelspecs than kernel-sandbox reads" in answer.text, answer.text
+            assert len(answer.content) < 4096
+        finally:
+            await c.delete(f"{hostile.url}/v1/sandboxes/{sandbox}")
 
 
 @pytest.mark.parametrize("mode", ["libc-huge", "libc-dotdot", "exe-inject"])

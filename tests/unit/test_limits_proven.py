@@ -184,6 +184,9 @@ PROOFS: dict[str, list[str]] = {
     "IMAGE_ACCOUNT_FILE_BYTES": [
         f"{HOSTILE_IMAGES}::test_an_account_file_past_its_cap_is_refused_not_cut"
     ],
+    "MAX_KERNELSPECS_BYTES": [
+        f"{HOSTILE_IMAGES}::test_a_flood_of_kernelspecs_is_refused_at_the_listings_cap"
+    ],
     "KERNEL_ARGS_MAX": [
         "tests/unit/test_jupyter_client_request.py::test_a_flood_of_arguments_is_cut_at_the_bound"
     ],
@@ -310,7 +313,6 @@ UNPROVEN: dict[str, str] = {
     "LIVE_POLL_SECONDS": (
         "a long poll's wait, not a flood: the page's request is answered at its end"
     ),
-    "MAX_KERNELSPECS_BYTES": "needs an image with thousands of kernelspecs; not written",
     "NOTEBOOK_POINTER_CHARS": "a host file this machine's recorders write, not a sandbox's",
     "REPLAY_PROBE_BYTES": (
         "the answer already came through run_shell's max_output_bytes; this refuses a non-answer"
