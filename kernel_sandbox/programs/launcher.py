@@ -40,6 +40,9 @@ prebound = dict(item.rsplit("=", 1) for item in _fds.split(",") if item)
 #: ZMQ's default (1000) let iopub hold ~1 GB of 1 MiB stream messages inside the sandbox
 #: while the host was slow, enough to get the kernel killed as out of memory.
 SEND_QUEUE = 16
+#: Sockets several threads use, by id, with the lock they take for it (None: the IOPub
+#: lock, ``_lock`` below).
+_guarded: dict[int, Any] = {}
 
 
 def _bind(
@@ -54,6 +57,8 @@ def _bind(
         # slows the kernel's output (writers wait for each 1 MiB flush, below) and loses
         # nothing.  A peer that stops reading is cut by the host's guard, which frees it.
         self.setsockopt(zmq.XPUB_NODROP, 1)
+    if self.type in (zmq.PUB, zmq.XPUB):
+        _guarded[id(self)] = None
     if curve:
         self.curve_secretkey = curve
         self.curve_publickey = zmq.curve_public(curve)
@@ -119,7 +124,242 @@ _lean_package(
 # Without debugpy ipykernel starts ~100 ms sooner (no debugger: nobody attaches one to a
 # sandbox); user code can still import debugpy afterwards.
 sys.modules["debugpy"] = None  # type: ignore[assignment]
+# -- IOPub: sent by the thread that has the message ------------------------------------
+# Stock ipykernel hands every IOPub message to its IOPub thread (a zmq wake-up and a
+# thread switch each), and every flush from the main thread waits for a round trip
+# through that thread even when the stream holds nothing: 12 wake-ups of it for a
+# print(1+1), about half the kernel's CPU per call (bench/profile_roundtrip.py).  Here a
+# thread sends on the IOPub socket itself, under one lock, whenever nothing it handed the
+# IOPub thread is still waiting there, so messages leave in the order they were sent; a
+# flush then runs in the caller's thread.  The IOPub thread stays for what it is for: the
+# 0.2 s timer flushes of a long cell, output piped from forked children, the welcome of
+# a new subscriber, and a send while an earlier hand-off waits (that one is handed over
+# too).  KERNEL_SANDBOX_IOPUB=thread (in the sandbox's env_vars) keeps ipykernel's own
+# path, hand-offs and all.
+import signal  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from types import FrameType  # noqa: E402
+
+from ipykernel.iostream import IOPubThread, OutStream  # noqa: E402
 from ipykernel.kernelapp import IPKernelApp  # noqa: E402 (after the debugpy stub)
+from zmq.eventloop.zmqstream import ZMQStream  # noqa: E402
+
+_DIRECT = os.environ.pop("KERNEL_SANDBOX_IOPUB", "direct") != "thread" and hasattr(
+    IOPubThread, "_really_send"
+)
+#: Held by whoever uses the IOPub socket (any thread) or rotates a stream's buffer to send it.
+_lock = threading.RLock()
+#: Sends and flushes handed to the IOPub thread that it has not finished.
+_handed = [0]
+#: In the main thread, SIGINT is held while a message is half sent (see _whole).
+_holding = [False]
+
+
+def _after_fork() -> None:
+    global _lock
+    _lock = threading.RLock()  # a lock held by another thread at fork is never released
+    _handed[0] = 0
+    _holding[0] = False
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+class _whole:
+    """Holds a SIGINT (an interrupt) in the main thread until a send or flush is done.
+
+    The IOPub thread never saw KeyboardInterrupt; the main thread does, and one raised
+    between two frames of a message would leave it half sent, or a stream's text rotated
+    out and never sent.  The interrupt is raised as soon as the message is out.
+    """
+
+    def __enter__(self) -> _whole:
+        self.caught: list[FrameType | None] = []
+        self.swapped = not _holding[0] and threading.current_thread() is threading.main_thread()
+        if self.swapped:
+            # None: a handler not set from Python; put back as the default one
+            self.previous: Any = signal.signal(signal.SIGINT, self._hold)
+            _holding[0] = True
+        return self
+
+    def _hold(self, signum: int, frame: FrameType | None) -> None:
+        self.caught.append(frame)
+
+    def __exit__(self, *exc: object) -> None:
+        if not self.swapped:
+            return
+        if self.previous is None:
+            self.previous = signal.default_int_handler
+        signal.signal(signal.SIGINT, self.previous)
+        _holding[0] = False
+        if not self.caught:
+            return
+        if callable(self.previous):
+            self.previous(signal.SIGINT, self.caught[0])
+        elif self.previous == signal.SIG_DFL:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def _direct(iopub: IOPubThread) -> bool:
+    """May this thread use the IOPub socket itself (the caller holds ``_lock``)?"""
+    here = threading.current_thread()
+    return here is iopub.thread or not _handed[0]
+
+
+def _send_multipart(
+    self: IOPubThread,
+    *args: Any,
+    _really_send: Callable[..., Any] = IOPubThread._really_send,
+    **kwargs: Any,
+) -> Any:
+    if _DIRECT and self.thread.is_alive() and self._is_master_process():  # type: ignore[no-untyped-call]
+        with _lock:
+            if _direct(self):
+                with _whole():
+                    _really_send(self, *args, **kwargs)
+                    if threading.current_thread() is not self.thread:
+                        _subscriptions(self)
+                return None
+    # Handed to the IOPub thread.  With iopub's send queue bounded and waiting
+    # (SEND_QUEUE above), that thread waits for a slow host; what other threads hand it
+    # would pile up in its list of pending events without bound, so a sender waits while
+    # that list is long and keeps the host's pace too; after a stall of _PENDING_WAIT
+    # seconds (nobody reads: the host's guard cuts such a connection) it goes on, as a
+    # stream's flush does after its own 10 s timeout.
+    events = getattr(self, "_events", None)
+    if events is not None and threading.current_thread() is not self.thread:
+        deadline = time.monotonic() + _PENDING_WAIT
+        while self.thread.is_alive() and len(events) > _PENDING and time.monotonic() < deadline:
+            time.sleep(0.001)
+    with _lock:
+        _handed[0] += 1
+
+    def send() -> None:
+        try:
+            with _lock:
+                _really_send(self, *args, **kwargs)
+        finally:
+            with _lock:
+                _handed[0] -= 1
+
+    self.schedule(send)  # type: ignore[no-untyped-call]
+    return None
+
+
+def _subscriptions(iopub: IOPubThread) -> None:
+    """Answer subscriptions a send of this thread took in (the IOPub thread's poller is
+    woken by the socket's descriptor, which such a send may have consumed)."""
+    socket, handle = iopub.socket, getattr(iopub, "_handle_subscription", None)
+    with contextlib.suppress(zmq.Again):
+        while handle and socket is not None and socket.get(zmq.EVENTS) & zmq.POLLIN:
+            handle(socket.recv_multipart(zmq.NOBLOCK))
+
+
+def _locked_events(
+    self: ZMQStream,
+    *args: Any,
+    _handle: Callable[..., Any] = ZMQStream._handle_events,
+) -> Any:
+    """A thread's poller uses a socket other threads send on only under its lock."""
+    key = id(self.socket)
+    if key not in _guarded:
+        return _handle(self, *args)
+    with _guarded[key] or _lock:
+        return _handle(self, *args)
+
+
+def _flush_here(self: OutStream, _flush: Callable[[OutStream], Any] = OutStream.flush) -> Any:
+    pub = self.pub_thread
+    here = threading.current_thread()
+    if _DIRECT and pub is not None and pub.thread.is_alive() and here is not pub.thread:
+        if not self._is_master_process():
+            return _flush(self)
+        with _lock:
+            if _direct(pub):
+                with _whole():
+                    self._flush()
+                return None
+        with _lock:
+            _handed[0] += 1
+        try:
+            return _flush(self)  # hands _flush to the IOPub thread and waits for it
+        finally:
+            with _lock:
+                _handed[0] -= 1
+    return _flush(self)
+
+
+def _locked_flush(self: OutStream, _flush: Callable[[OutStream], Any] = OutStream._flush) -> Any:
+    """Takes a stream's text and sends it as one step: no other send gets between."""
+    with _lock:
+        return _flush(self)
+
+
+# ipykernel 7 receives shell requests in a shell-channel thread and the main thread hands
+# its replies back through it (an inproc pair, then that thread's send queue): the reply
+# of a cell left after the idle status now sent directly, and a client that (rightly)
+# doubts an idle that comes before its reply waited.  Here the main thread sends its
+# replies on the shell socket itself, under that socket's lock (the shell-channel thread
+# reads it only under the same lock), so a reply leaves before the idle, as with stock
+# ipykernel, one hand-off sooner.  A request that came in while the main thread sent is
+# handed to the shell-channel thread's poller at once (the send may have taken the
+# socket's wake-up).  Replies of subshells go as before.
+class _DirectReplies:
+    """The main shell's way back to the client: the shell socket, not the inproc pair."""
+
+    def __init__(self, pair: zmq.Socket[Any], stream: ZMQStream) -> None:
+        self._pair, self._stream = pair, stream
+        self._lock = threading.RLock()
+        _guarded[id(stream.socket)] = self._lock
+
+    def send_multipart(self, msg: Any, *args: Any, **kwargs: Any) -> None:
+        stream = self._stream
+        socket = stream.socket
+        if socket is None:
+            return
+        with self._lock, _whole():
+            socket.send_multipart(msg, *args, **kwargs)
+            events: Any = socket.get(zmq.EVENTS)
+        waiting = events & zmq.POLLIN
+        if waiting:
+            stream.io_loop.add_callback(stream._handle_events, socket, 0)
+
+    def send(self, data: Any, *args: Any, **kwargs: Any) -> None:
+        self.send_multipart([data], *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pair, name)
+
+
+try:
+    from ipykernel import subshell_manager as _subshells
+except ImportError:  # ipykernel 6: replies are sent by the main thread already
+    _subshells = None  # type: ignore[assignment]
+_manager: Any = getattr(_subshells, "SubshellManager", None)
+_get_replies: Any = getattr(_manager, "get_subshell_to_shell_channel_socket", None)
+
+
+def _direct_replies(self: Any, subshell_id: str | None) -> Any:
+    stream = getattr(self, "_shell_stream", None)  # the shell socket's stream (7.x)
+    if subshell_id is not None or not _DIRECT or stream is None:
+        return _get_replies(self, subshell_id)
+    replies = vars(self).get("_ks_replies")
+    if replies is None:
+        replies = self._ks_replies = _DirectReplies(_get_replies(self, None), stream)
+    return replies
+
+
+if _get_replies is not None:
+    _manager.get_subshell_to_shell_channel_socket = _direct_replies
+
+_PENDING = SEND_QUEUE
+_PENDING_WAIT = 10.0
+IOPubThread.send_multipart = _send_multipart  # type: ignore[method-assign]
+ZMQStream._handle_events = _locked_events  # type: ignore[method-assign]
+OutStream.flush = _flush_here  # type: ignore[method-assign]
+OutStream._flush = _locked_flush  # type: ignore[method-assign]
+
 
 app = IPKernelApp.instance()
 # Input history in an in-memory sqlite database, as nbclient asks of its kernels: a
@@ -140,7 +380,6 @@ app.log.setLevel("WARNING")
 # messages of hundreds of MB, held whole in the kernel and then on the host.  Here a
 # stream flushes every 1 MiB and waits for the send, so messages stay small and a
 # writer cannot outrun the sender (the host caps what it keeps: max_output_bytes).
-from ipykernel.iostream import OutStream  # noqa: E402 (after the app is initialised)
 
 
 def _bounded_write(
@@ -164,38 +403,6 @@ def _bounded_write(
 
 OutStream.write = _bounded_write  # type: ignore[method-assign]
 del sys.modules["debugpy"]
-
-# With iopub's send queue bounded and waiting (SEND_QUEUE above), the IOPub thread waits
-# for a slow host; messages other threads hand it (display(), statuses, anything sent on
-# the kernel's iopub socket) would pile up in its list of pending events instead, without
-# bound.  A sender waits while that list is long, so it keeps the host's pace too; after
-# a stall of ``_PENDING_WAIT`` seconds (nobody reads: the host's guard cuts such a
-# connection) it goes on, as a stream's flush does after its own 10 s timeout.
-import threading  # noqa: E402
-import time  # noqa: E402
-
-from ipykernel.iostream import IOPubThread  # noqa: E402
-
-_PENDING = SEND_QUEUE
-_PENDING_WAIT = 10.0
-
-
-def _paced_send(
-    self: IOPubThread,
-    *args: Any,
-    _send: Callable[..., Any] = IOPubThread.send_multipart,
-    **kwargs: Any,
-) -> Any:
-    events = getattr(self, "_events", None)
-    elsewhere = threading.current_thread() is not self.thread
-    if events is not None and elsewhere and self.thread.is_alive():
-        deadline = time.monotonic() + _PENDING_WAIT
-        while len(events) > _PENDING and time.monotonic() < deadline:
-            time.sleep(0.001)
-    return _send(self, *args, **kwargs)
-
-
-IOPubThread.send_multipart = _paced_send  # type: ignore[method-assign]
 
 
 # A cell that closes sys.stdout/sys.stderr or sets them to None (or anything without a
