@@ -12,7 +12,8 @@ Lifecycle, as the ``KernelManager`` drives it::
 
     start   -> launch_kernel: host.launch(); wait until the kernel answers; post_launch
     interrupt -> send_signal(SIGINT): the kernel process only, as the sandbox user
-    restart -> shutdown_request(restart) ... cleanup(restart=True), then launch_kernel:
+    restart -> shutdown_request(restart) ... cleanup(restart=True): the manager's links
+               to the ipc sockets made again at once, then launch_kernel:
                host.restart_kernel() in place (files kept), else host.restart_whole()
     shutdown -> shutdown_request ... kill/cleanup(restart=False): host.cleanup()
 
@@ -52,13 +53,6 @@ __all__ = ["SandboxProvisioner"]
 #: Exit code reported to jupyter_client for a kernel that ended (the host gives reasons,
 #: not codes; any integer means "not running").
 ENDED = 1
-#: Seconds a restarted kernel is given, once it answers, before the manager hears it is
-#: back: the manager's clients' sockets (a server's websocket channels) stay open over a
-#: restart and reconnect by themselves every ``ZMQ_RECONNECT_IVL`` (libzmq's 0.1 s,
-#: which jupyter_client keeps).  An iopub socket not back yet loses what the kernel
-#: publishes, so "restart, then run a cell at once" lost that cell's output.  A stock
-#: kernel spends this long initialising after it binds; ours answers almost at once.
-RECONNECT_SETTLE = 0.3
 
 
 class SandboxProvisioner(KernelProvisionerBase):
@@ -91,6 +85,7 @@ class SandboxProvisioner(KernelProvisionerBase):
         self._ended: str | None = None  # why the kernel is not running, once known
         self._restarting = False
         self._view: str | None = None  # the manager's links to ipc sockets
+        self._linked: dict[str, Any] | None = None  # the connection info they lead to
 
     # -- what jupyter_client asks -------------------------------------------------------
 
@@ -147,8 +142,6 @@ class SandboxProvisioner(KernelProvisionerBase):
         self._restarting = False
         self._ended = None
         await self._wait_ready(host, dict(info))
-        if restarted:
-            await asyncio.sleep(RECONNECT_SETTLE)
         if archive:
             await self._copy_in(host, archive)
         # jupyter_client's own connection info carries the key as bytes, and compares
@@ -211,21 +204,36 @@ class SandboxProvisioner(KernelProvisionerBase):
         ``KernelManager`` removes the ipc socket files of its connection info at every
         shutdown *and restart* (``cleanup_ipc_files``); the real ones are bound once per
         container, so removing them would make an in-place restart impossible.  The
-        manager gets links in a private host directory instead (made afresh at every
-        launch); they lead into the run directory, which the sandbox cannot write once
-        sealed.
+        manager gets links in a private host directory instead; they lead into the run
+        directory, which the sandbox cannot write once sealed.
         """
         if info.get("transport") != "ipc":
             return info
         if self._view is None:
             self._view = tempfile.mkdtemp(prefix="ks-jupyter-")
-        prefix = os.path.join(self._view, "k")
+        self._linked = info
+        self._link()
+        return {**info, "ip": os.path.join(self._view, "k")}
+
+    def _link(self) -> None:
+        """Make the manager's links to the kernel's ipc sockets (again).
+
+        At a restart the manager removes them (``cleanup_ipc_files``) just before it
+        calls ``cleanup(restart=True)``, while its clients' sockets (a server's websocket
+        channels) stay open and reconnect by themselves every ``ZMQ_RECONNECT_IVL``.
+        The listening sockets outlive the kernel (the supervisor holds them), so a client
+        that finds the links connects at once and the next kernel takes that connection
+        up as it starts; one that finds no link retries only after the kernel is back,
+        and its iopub misses what the kernel publishes first (the first cell's output).
+        """
+        if self._view is None or self._linked is None:
+            return
+        info, prefix = self._linked, os.path.join(self._view, "k")
         for name in PORT_NAMES:
             link = f"{prefix}-{info[name]}"
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(link)
             os.symlink(f"{info['ip']}-{info[name]}", link)
-        return {**info, "ip": prefix}
 
     async def _wait_ready(self, host: KernelHost, info: dict[str, Any]) -> None:
         """Connect once, as ``AsyncSandbox`` does, so the kernel is up and the host has
@@ -293,9 +301,11 @@ class SandboxProvisioner(KernelProvisionerBase):
         await self.send_signal(signal.SIGTERM)
 
     async def cleanup(self, restart: bool = False) -> None:
-        """For a restart keep the sandbox (its files); else remove everything."""
+        """For a restart keep the sandbox (its files) and the manager's links to its
+        sockets (:meth:`_link`); else remove everything."""
         if restart:
             self._restarting = True
+            self._link()
             return
         await self._drop_host()
 
@@ -321,7 +331,7 @@ class SandboxProvisioner(KernelProvisionerBase):
     async def _drop_host(self) -> None:
         host, self._host = self._host, None
         self._restarting = False
-        view, self._view = self._view, None
+        view, self._view, self._linked = self._view, None, None
         if view is not None:
             shutil.rmtree(view, ignore_errors=True)
         if host is not None:
