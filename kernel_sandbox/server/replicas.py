@@ -184,11 +184,10 @@ def holder_died(path: Path) -> bool:
     except OSError:
         return False
     try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return False
-    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:  # a call holds it: its holder lives
+            return False
         return _left_by_dead_holder(fd)
     finally:
         os.close(fd)
