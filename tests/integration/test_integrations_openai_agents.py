@@ -3,11 +3,14 @@ client against the local OpenAI-compatible server, real sandbox, real notebook).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import nbformat
 import pytest
 from agents import (
@@ -144,25 +147,45 @@ async def test_the_workspace_persists_and_hydrates_into_a_new_sandbox(
 
 @pytest.fixture(scope="module")
 def mcp_server(tmp_path_factory: pytest.TempPathFactory, docker_engine: object) -> Any:
-    srv = Server(f"t-agents-mcp-{os.getpid()}", tmp_path_factory.mktemp("nb")).start()
+    """A server that removes sandboxes idle for 8 s."""
+    srv = Server(
+        f"t-agents-mcp-{os.getpid()}", tmp_path_factory.mktemp("nb"), ["--idle-timeout", "8"]
+    ).start()
     yield srv
     srv.stop()
 
 
-async def test_agents_sdk_mcp_client_keeps_state_across_calls(mcp_server: Server) -> None:
-    """The Agents SDK's MCPServerStreamableHttp: session-less calls share one sandbox."""
-    script = [
-        tool_calls(call("run_python", {"code": "x = 21"})),
-        tool_calls(call("run_python", {"code": "x * 2"})),
-        text("42"),
-    ]
+async def _sandbox_ids(server: Server) -> list[str]:
+    async with httpx2.AsyncClient(headers={"X-API-Key": KEY_A}) as api:
+        return [s["id"] for s in (await api.get(f"{server.url}/v1/sandboxes")).json()]
+
+
+async def test_agents_sdk_mcp_client_keeps_state_in_one_sandbox_released_when_idle(
+    mcp_server: Server,
+) -> None:
+    """The Agents SDK's MCPServerStreamableHttp speaks protocol 2026-07-28 (no sessions):
+    five dependent calls through its runner share one sandbox, which the server removes
+    once idle; the next call starts afresh."""
+    codes = ["x = 1", "x += 1", "x += 1", "x += 1", "x * 10"]
+    script = [tool_calls(call("run_python", {"code": code})) for code in codes]
+    script += [text("40"), tool_calls(call("run_python", {"code": "x"})), text("gone")]
     async with MCPServerStreamableHttp(
         params={"url": f"{mcp_server.url}/mcp", "headers": {"X-API-Key": KEY_A}},
         cache_tools_list=True,
     ) as mcp:
+        assert mcp.session is not None and mcp.session.protocol_version == "2026-07-28"
         with ScriptedOpenAIServer(script) as model:
             agent = Agent(name="analyst", model=_model(model), mcp_servers=[mcp])
-            result = await Runner.run(agent, "What is x * 2?")
-            requests = model.chat_requests
-    assert result.final_output == "42"
-    assert "42" in _tool_texts(requests[-1])[1]
+            result = await Runner.run(agent, "What is x * 10?")
+            assert result.final_output == "40"
+            assert _tool_texts(model.chat_requests[-1])[-1] == "40"
+            (sandbox,) = await _sandbox_ids(mcp_server)  # five calls, one sandbox
+
+            deadline = time.monotonic() + 60  # idle: the server's reaper removes it
+            while await _sandbox_ids(mcp_server) and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+            assert await _sandbox_ids(mcp_server) == []
+            again = await Runner.run(agent, "And x now?")
+            assert again.final_output == "gone"
+            assert "NameError" in _tool_texts(model.chat_requests[-1])[-1]
+        assert sandbox not in await _sandbox_ids(mcp_server)
