@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import re
 import shutil
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -88,12 +90,25 @@ async def create_checkpoint(api: docker.APIClient, container_id: str) -> None:
     await run_in_thread(call)
 
 
+#: Starts from a checkpoint go one at a time in a process: the engine hands each
+#: checkpoint to containerd's content store, where two uploads of the same bytes at once
+#: (the restores of a fork) fail with "already exists"; one from another process is
+#: met by a retry.
+_starting = threading.Lock()
+_START_ATTEMPTS = 3
+
+
 async def start_from_checkpoint(api: docker.APIClient, container_id: str) -> None:
     """Start a created or stopped container from the checkpoint in its directory."""
 
     def call() -> None:
         url = api._url("/containers/{0}/start", container_id)
-        response = api._post(url, params={"checkpoint": CHECKPOINT_NAME})
+        for attempt in range(_START_ATTEMPTS):
+            with _starting:
+                response = api._post(url, params={"checkpoint": CHECKPOINT_NAME})
+            if response.ok or "already exists" not in response.text:
+                break
+            time.sleep(0.2 * (attempt + 1))
         _raise(response, "restore the sandbox from its checkpoint")
 
     await run_in_thread(call)
