@@ -139,6 +139,9 @@ __all__ = [
     "NOTEBOOK_POINTER_CHARS",
     "POOL_PING_SECONDS",
     "PROCESS_THREADS",
+    "PTY_MAX_PROCESSES",
+    "PTY_UNREAD_BYTES",
+    "PTY_UPDATE_BYTES",
     "RECEIVE_QUEUE",
     "REPLAY_PROBE_BYTES",
     "REPLY_AFTER_IDLE",
@@ -448,6 +451,18 @@ class HeadTail:
         notice = cap_notice(self.dropped, self.dropped_lines, self.limit).encode()
         return bytes(self._head) + newline + notice + tail
 
+
+# -- interactive processes (kernel_sandbox.processes) ---------------------------------
+#: Bytes of an interactive process's output the host holds until its caller reads them;
+#: past this the process waits, as a writer to a full terminal does.
+PTY_UNREAD_BYTES = 1 << 20
+#: Interactive processes one Agents SDK sandbox session keeps at once (each holds one
+#: process beside the kernel and one host stream reading it); starting one more ends
+#: the one its caller used least recently (the SDK's own rule for choosing it).
+PTY_MAX_PROCESSES = 16
+#: Bytes of output one PTY call (``exec_command``, ``write_stdin``) returns at most,
+#: whatever its wait and token budget; the rest waits in the process for the next call.
+PTY_UPDATE_BYTES = 1 << 20
 
 # -- the E2B-compatible API (kernel_sandbox.server.e2b) -------------------------------
 #: Seconds an E2B sandbox may be given to live (create, connect, set_timeout); longer

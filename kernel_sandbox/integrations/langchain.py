@@ -11,7 +11,10 @@ A tool answers with ``response_format="content_and_artifact"``: the content is t
 result's compact JSON followed by each image as a standard ``image`` content block
 (which ``langchain-openai`` sends as ``image_url`` parts), and the artifact is the full
 :class:`~kernel_sandbox.tools.ToolResult` — kept on the ``ToolMessage`` for the program,
-never sent to the model.
+never sent to the model.  A call that failed (the cell raised, the command exited
+non-zero, the arguments were wrong, it timed out) comes back as a ``ToolMessage`` with
+``status="error"``, langchain-core's mark of a failed tool call, which LangGraph and
+LangSmith read; the model still gets the result's JSON, traceback included.
 
 Both LangChain call styles work on a blocking :class:`~kernel_sandbox.Sandbox`
 (``invoke`` and ``ainvoke``); an :class:`~kernel_sandbox.AsyncSandbox` lives on its
@@ -27,6 +30,7 @@ from typing import Any, Literal
 from .._extras import require_extra
 
 with require_extra("langchain", "kernel_sandbox.integrations.langchain"):
+    from langchain_core.messages import ToolMessage
     from langchain_core.tools import BaseTool
     from pydantic import ConfigDict, Field
 
@@ -69,6 +73,12 @@ class SandboxTool(BaseTool):
         result = asyncio.run_coroutine_threadsafe(call, _portal()).result()
         return content_blocks(result), result
 
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        return _mark_failure(super().run(*args, **kwargs))
+
+    async def arun(self, *args: Any, **kwargs: Any) -> Any:
+        return _mark_failure(await super().arun(*args, **kwargs))
+
     async def _arun(self, **arguments: Any) -> tuple[list[dict[str, Any]], ToolResult]:
         call = self.toolset.execute(self.name, arguments)
         if self.on_portal:
@@ -76,6 +86,21 @@ class SandboxTool(BaseTool):
         else:
             result = await call
         return content_blocks(result), result
+
+
+def _mark_failure(output: Any) -> Any:
+    """A tool call's ``ToolMessage`` with ``status="error"`` when its result failed.
+
+    langchain-core sets that status only for a raised ``ToolException``, which would
+    drop the artifact and the structured content; the result is kept whole here.
+    """
+    if (
+        isinstance(output, ToolMessage)
+        and isinstance(output.artifact, ToolResult)
+        and not output.artifact.ok
+    ):
+        output.status = "error"
+    return output
 
 
 def sandbox_tools(

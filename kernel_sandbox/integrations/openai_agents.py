@@ -16,10 +16,15 @@ kept across calls, plots returned as images the model sees.  For an ordinary ``A
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import io
 import os
 import shlex
+import time
 import uuid
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,6 +41,14 @@ with require_extra("openai-agents", "kernel_sandbox.integrations.openai_agents")
     )
     from agents.sandbox.session import SandboxSession, SandboxSessionState
     from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
+    from agents.sandbox.session.pty_output import collect_pty_output
+    from agents.sandbox.session.pty_types import (
+        PtyExecUpdate,
+        allocate_pty_process_id,
+        clamp_pty_yield_time_ms,
+        process_id_to_prune_from_meta,
+        resolve_pty_write_yield_time_ms,
+    )
     from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
     from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
     from agents.sandbox.types import ExecResult, User
@@ -44,8 +57,10 @@ with require_extra("openai-agents", "kernel_sandbox.integrations.openai_agents")
 
 from ..config import SandboxConfig
 from ..errors import SandboxError, SandboxNotFoundError
+from ..limits import PTY_MAX_PROCESSES, PTY_UPDATE_BYTES
 from ..notebook.recorder import NotebookRecorder, new_session_path
 from ..notebook.storage import sessions_dir
+from ..processes import InteractiveProcess
 from ..sandbox import AsyncSandbox
 from ..tools import ToolResult, ToolSet
 
@@ -123,8 +138,25 @@ class KernelSandboxSessionState(SandboxSessionState):
     notebook: str = ""
 
 
+@dataclass
+class _Pty:
+    """One of a session's interactive processes, as the SDK's PTY calls see it."""
+
+    process: InteractiveProcess
+    last_used: float = field(default_factory=time.monotonic)
+    #: Output taken from the process but not yet returned (an incomplete UTF-8 tail).
+    chunks: deque[bytes] = field(default_factory=deque)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+
 class KernelSandboxSession(BaseSandboxSession):
-    """One run's sandbox, driven through :class:`~kernel_sandbox.sandbox.AsyncSandbox`."""
+    """One run's sandbox, driven through :class:`~kernel_sandbox.sandbox.AsyncSandbox`.
+
+    PTY: ``exec_command`` and ``write_stdin`` (the SDK's ``Shell`` capability) run
+    :class:`~kernel_sandbox.processes.InteractiveProcess` es beside the kernel, on a
+    terminal when asked (``tty=True``): a REPL or a prompt keeps running between calls,
+    at most :data:`~kernel_sandbox.limits.PTY_MAX_PROCESSES` at once.
+    """
 
     state: KernelSandboxSessionState
 
@@ -138,6 +170,8 @@ class KernelSandboxSession(BaseSandboxSession):
         self.state = state
         self.sandbox = sandbox
         self.recorder = recorder
+        self._pty: dict[int, _Pty] = {}
+        self._pty_lock = asyncio.Lock()
 
     async def _exec_internal(
         self, *command: str | Path, timeout: float | None = None
@@ -155,6 +189,104 @@ class KernelSandboxSession(BaseSandboxSession):
         return ExecResult(
             stdout=result.stdout.encode(), stderr=result.stderr.encode(), exit_code=result.exit_code
         )
+
+    def supports_pty(self) -> bool:
+        return True
+
+    async def pty_exec_start(
+        self,
+        *command: str | Path,
+        timeout: float | None = None,
+        shell: bool | list[str] = True,
+        user: str | User | None = None,
+        tty: bool = False,
+        yield_time_s: float | None = None,
+        max_output_tokens: int | None = None,
+    ) -> PtyExecUpdate:
+        argv = self._prepare_exec_command(*command, shell=shell, user=None)  # one user
+        process = InteractiveProcess(self.sandbox, argv, cwd=self.state.manifest.root, tty=tty)
+        try:
+            await process.start()
+        except SandboxError as exc:
+            raise ExecTransportError(command=command, cause=exc) from exc
+        async with self._pty_lock:
+            process_id = allocate_pty_process_id(set(self._pty))
+            pruned = self._pty_to_prune()
+            self._pty[process_id] = _Pty(process)
+        if pruned is not None:
+            await pruned.process.kill()
+        yield_ms = 10_000 if yield_time_s is None else int(yield_time_s * 1000)
+        return await self._pty_update(
+            process_id, clamp_pty_yield_time_ms(yield_ms), max_output_tokens
+        )
+
+    async def pty_write_stdin(
+        self,
+        *,
+        session_id: int,
+        chars: str,
+        yield_time_s: float | None = None,
+        max_output_tokens: int | None = None,
+    ) -> PtyExecUpdate:
+        async with self._pty_lock:
+            entry = self._resolve_pty_session_entry(pty_processes=self._pty, session_id=session_id)
+        if chars:
+            if not entry.process.tty:
+                raise RuntimeError("stdin is not available for this process")
+            with contextlib.suppress(SandboxError):  # ended meanwhile: the update says how
+                await entry.process.write(chars.encode())
+        entry.last_used = time.monotonic()
+        yield_ms = 250 if yield_time_s is None else int(yield_time_s * 1000)
+        wait = resolve_pty_write_yield_time_ms(yield_time_ms=yield_ms, input_empty=not chars)
+        return await self._pty_update(session_id, wait, max_output_tokens)
+
+    async def pty_terminate_all(self) -> None:
+        async with self._pty_lock:
+            entries = list(self._pty.values())
+            self._pty.clear()
+        await asyncio.gather(*(entry.process.kill() for entry in entries))
+
+    def _pty_to_prune(self) -> _Pty | None:
+        """The process to end before one more starts (the SDK's choice), if at the cap."""
+        if len(self._pty) < PTY_MAX_PROCESSES:
+            return None
+        meta = [(pid, e.last_used, e.process.ended) for pid, e in self._pty.items()]
+        chosen = process_id_to_prune_from_meta(meta)
+        return self._pty.pop(chosen, None) if chosen is not None else None
+
+    async def _pty_update(
+        self, process_id: int, yield_ms: int, max_output_tokens: int | None
+    ) -> PtyExecUpdate:
+        """What the process printed within ``yield_ms`` (or until it ended)."""
+        entry = self._pty[process_id]
+        process = entry.process
+        taken = 0  # at most PTY_UPDATE_BYTES per update: the rest waits in the process
+
+        async def poll(deadline: float) -> None:
+            nonlocal taken
+            if taken < PTY_UPDATE_BYTES and (piece := await process.take(PTY_UPDATE_BYTES - taken)):
+                taken += len(piece)
+                entry.chunks.append(piece)
+
+        def finished() -> bool:
+            return process.ended and not process.unread
+
+        output, tokens, _ = await collect_pty_output(
+            output_chunks=entry.chunks,
+            output_lock=entry.lock,
+            output_notify=asyncio.Event(),
+            is_done=lambda: taken >= PTY_UPDATE_BYTES or finished(),
+            yield_time_ms=yield_ms,
+            max_output_tokens=max_output_tokens,
+            poll_output=poll,
+            wait_for_output=process.wait_output,
+        )
+        if not finished() or entry.chunks:
+            return PtyExecUpdate(process_id, output, None, tokens)
+        async with self._pty_lock:
+            self._pty.pop(process_id, None)
+        await process.kill()  # ended: waits until it is recorded
+        return PtyExecUpdate(None, output, process.exit_code, tokens)
 
     async def read(self, path: Path, *, user: str | User | None = None) -> io.IOBase:
         target = self.normalize_path(path)

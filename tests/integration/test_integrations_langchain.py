@@ -79,7 +79,11 @@ async def test_create_agent_keeps_state_sees_plots_errors_and_files(
     error = sent[3][0]
     assert error["status"] == "error" and "ZeroDivisionError" in error["output"]
     assert sent[5][0]["output"] == "hi"
-    artifacts = [m.artifact for m in state["messages"] if isinstance(m, ToolMessage)]
+    replies = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+    # langchain-core's mark of a failed call, for LangGraph and LangSmith; the rest succeed
+    assert [m.status for m in replies] == ["success"] * 3 + ["error"] + ["success"] * 2
+    assert "ZeroDivisionError" in replies[3].text
+    artifacts = [m.artifact for m in replies]
     assert all(isinstance(a, ToolResult) for a in artifacts)  # the program keeps everything
     assert artifacts[2].images()[0].startswith(b"\x89PNG")
 
@@ -109,6 +113,27 @@ def test_a_blocking_sandbox_serves_the_synchronous_runner(docker_engine: object)
     assert state["messages"][-1].content == "42"
     assert [t["function"]["name"] for t in requests[0].tools] == ["python_executor"]
     assert _sent(requests[-1])[1][0]["output"] == "42"
+
+
+async def test_a_failed_call_is_an_error_tool_message_that_keeps_its_result(
+    make_sandbox: Any,
+) -> None:
+    """What a graph's ToolNode gets for a failing command and for bad arguments."""
+    tools = {t.name: t for t in sandbox_tools(await make_sandbox())}
+    shell = tools["shell_executor"]
+    failed = await shell.ainvoke(
+        {"type": "tool_call", "id": "c1", "name": shell.name, "args": {"command": "exit 3"}}
+    )
+    assert isinstance(failed, ToolMessage) and failed.status == "error"
+    assert failed.artifact.metadata["exit_code"] == 3
+    bad = await tools["python_executor"].ainvoke(
+        {"type": "tool_call", "id": "c2", "name": "python_executor", "args": {"code": 5}}
+    )
+    assert bad.status == "error" and bad.artifact.status == "error"
+    fine = await shell.ainvoke(
+        {"type": "tool_call", "id": "c3", "name": shell.name, "args": {"command": "true"}}
+    )
+    assert fine.status == "success" and fine.artifact.ok
 
 
 async def test_an_async_sandbox_refuses_the_synchronous_call_with_a_reason(

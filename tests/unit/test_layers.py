@@ -151,6 +151,7 @@ LAYERS: list[tuple[str, set[str]]] = [
             "sync",
             "files",
             "shell",
+            "processes",
             "judgement",
             "snapshots",
             "protocols",

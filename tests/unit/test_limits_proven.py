@@ -25,6 +25,11 @@ E2B_CAPS = (
     "test_one_sandboxs_lifetime_listings_watch_events_uploads_commands_and_watchers_are_capped"
 )
 
+AGENTS_PTY = (
+    "tests/integration/test_integrations_openai_agents.py::"
+    "test_pty_processes_end_with_their_status_and_are_bounded"
+)
+
 PROOFS: dict[str, list[str]] = {
     "ATTACH_CELL_OUTPUT_BYTES": [
         "tests/unit/test_attach_recording.py::test_a_cell_that_prints_megabytes_is_recorded_within_the_cap"
@@ -71,6 +76,9 @@ PROOFS: dict[str, list[str]] = {
     "POOL_PING_SECONDS": [
         "tests/unit/test_pool.py::test_a_member_that_does_not_answer_is_discarded_at_the_ping_limit"
     ],
+    "PTY_MAX_PROCESSES": [AGENTS_PTY],
+    "PTY_UNREAD_BYTES": [AGENTS_PTY],
+    "PTY_UPDATE_BYTES": [AGENTS_PTY],
     "SESSION_TTL": ["tests/unit/test_server_edge.py::test_a_session_ends_after_its_time_to_live"],
     "SMOLAGENTS_IMAGE_PIXELS": [
         "tests/unit/test_smolagents_images.py::test_an_image_past_the_pixel_cap_is_not_decoded"
