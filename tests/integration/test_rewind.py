@@ -11,7 +11,7 @@ import pytest
 from kernel_sandbox import AsyncSandbox, LocalSnapshotStore, arebuild, arewind
 from kernel_sandbox.notebook import META_KEY, NotebookRecorder, read_notebook
 from kernel_sandbox.notebook.rewind import bound_names
-from tests.integration.conftest import PYTHON_IMAGE, TEST_LABEL
+from tests.integration.conftest import TEST_LABEL
 
 pytestmark = pytest.mark.integration
 
