@@ -170,6 +170,14 @@ class SandboxConfig(BaseModel):
         default_factory=lambda: os.environ.get(RUNTIME_ENV) or None,
         description="The engine's OCI runtime ('runsc': gVisor); None: the engine's default.",
     )
+    exact_snapshots: bool = Field(
+        default=False,
+        description=(
+            "Make the sandbox ready for exact snapshots (its whole memory, by gVisor's "
+            "checkpoint): needs runtime='runsc', transport='ipc', network='none' and an "
+            "engine that allows checkpoints; its writable places live in its memory."
+        ),
+    )
     derive_image: bool = Field(
         default=True,
         description="Derive a kernel-ready image from a plain Python image when needed.",
@@ -227,6 +235,17 @@ class SandboxConfig(BaseModel):
                 except ValueError as exc:
                     raise ValueError(f"network={exc}") from None
         return list(value)
+
+    @model_validator(mode="after")
+    def _check_exact(self) -> SandboxConfig:
+        """An exact-ready sandbox's kernel is reached over ipc and reaches nothing."""
+        if self.exact_snapshots and (self.transport != "ipc" or self.network != "none"):
+            raise ValueError(
+                "exact_snapshots=True needs transport='ipc' and network='none' (a "
+                "checkpoint cannot carry the host's sockets: the tcp ports' CURVE or the "
+                "egress proxy's); use a portable snapshot for this sandbox"
+            )
+        return self
 
     @property
     def egress(self) -> bool:

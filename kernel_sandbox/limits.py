@@ -25,8 +25,9 @@ they run; :data:`IN_SANDBOX` mirrors each one (a unit test checks the values mat
   follows);
 - ``programs/snapshot.py``: ``REASON_CHARS`` (characters of a reason a variable was
   not saved; the host cuts at :data:`SNAPSHOT_REPORT_TEXT_CHARS` again);
-- ``backends/docker/egress/relay_program.py``: ``_MAX_CONNECTIONS`` (connections the
-  in-sandbox egress relay carries at once; ``EgressLimits.max_connections`` by default).
+- ``programs/forwarder.py``: ``_MAX_CONNECTIONS`` (connections the in-sandbox egress
+  relay, or an exact-ready kernel's bridge, carries at once per listener;
+  ``EgressLimits.max_connections`` by default).
 """
 
 from __future__ import annotations
@@ -694,5 +695,5 @@ IN_SANDBOX = (
     InSandboxCap("programs/e2b_process.py", "MAX_LINE", 1 << 20),
     InSandboxCap("programs/e2b_files.py", "MAX_WATCHED_DIRS", 1000),
     InSandboxCap("programs/snapshot.py", "REASON_CHARS", SNAPSHOT_REPORT_TEXT_CHARS),
-    InSandboxCap("backends/docker/egress/relay_program.py", "_MAX_CONNECTIONS", 32),
+    InSandboxCap("programs/forwarder.py", "_MAX_CONNECTIONS", 32),
 )

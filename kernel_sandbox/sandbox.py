@@ -19,6 +19,7 @@ import logging
 import posixpath
 import secrets
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .backends.base import KernelHost
@@ -67,6 +68,7 @@ from .limits import (
 from .results import CommandResult, Execution, format_size
 from .running import RunningKernel
 from .shell import run_command
+from .snapshots.exact import load_connection, restore_into, save_checkpoint
 from .snapshots.model import Snapshot
 from .snapshots.portable import Restored, load_snapshot, take_snapshot
 from .snapshots.store import SnapshotStore, default_store
@@ -128,10 +130,16 @@ class AsyncSandbox:
 
     @classmethod
     async def _start(
-        cls, config: SandboxConfig, host: str | HostFactory | None, sandbox_id: str
+        cls,
+        config: SandboxConfig,
+        host: str | HostFactory | None,
+        sandbox_id: str,
+        prepare: Callable[[KernelHost], None] | None = None,
     ) -> AsyncSandbox:
         sandbox = cls(config, make_host(host, sandbox_id, config), sandbox_id)
         try:
+            if prepare is not None:
+                prepare(sandbox.host)
             await sandbox._kernel.connect(await sandbox.host.launch())
             if config.kernel != IPYTHON_KERNEL:
                 await sandbox.kernelspecs()  # its language is in its kernelspec
@@ -595,9 +603,14 @@ class AsyncSandbox:
         in :attr:`Snapshot.not_saved` with the reason, modules are re-imported by name.
         The host stores the blob as opaque bytes, at most ``max_bytes`` and
         :data:`~kernel_sandbox.limits.MAX_SNAPSHOT_FILES` entries, with its digest.
-        ``exact=True`` asks for the whole memory (a runtime checkpoint), which no host
-        offers yet: it raises :class:`~kernel_sandbox.errors.SnapshotError`.  The
-        sandbox runs on, unchanged (its history and execution count too).
+        Exact (a sandbox made with ``exact_snapshots=True``, under gVisor): the whole
+        sandbox by the runtime's checkpoint — every process and thread where it was,
+        open files, variables whatever their type, the in-memory files; the kernel is
+        unreachable for the checkpoint's moment.  ``exact=None`` takes an exact one
+        where the sandbox is ready for it, else a portable one; ``exact=True`` raises
+        :class:`~kernel_sandbox.errors.SnapshotError` where it cannot be had, saying
+        why; ``exact=False`` is always portable.  The sandbox runs on, unchanged (its
+        history and execution count too).
         """
         self.check_open()
         async with self._lock:
@@ -613,12 +626,15 @@ class AsyncSandbox:
         max_bytes: int,
         paused: str | None,
     ) -> Snapshot:
+        if exact is None:
+            exact = self.config.exact_snapshots
         if exact:
-            raise SnapshotError(
-                f"the {self.host.name or type(self.host).__name__} host cannot take exact "
-                "snapshots (a runtime checkpoint of the whole memory); use exact=None for "
-                "a portable one"
-            )
+            why = await self.host.exact_refusal()
+            if why is not None:
+                raise SnapshotError(
+                    f"sandbox {self.id} cannot take an exact snapshot: {why}; use "
+                    "exact=None or exact=False for a portable one"
+                )
         if self._kernel.session is None:
             raise SnapshotError(f"sandbox {self.id} has no running kernel to snapshot")
         store = store or default_store()
@@ -632,6 +648,8 @@ class AsyncSandbox:
             "paused": paused,
             "parent": self.restored.snapshot_id if self.restored else None,
         }
+        if exact:
+            return await self._checkpoint(store, base, max_bytes, keep_running=paused is None)
         return await take_snapshot(
             self.host,
             self._run_hidden,
@@ -641,6 +659,31 @@ class AsyncSandbox:
             max_bytes=max_bytes,
             max_entries=MAX_SNAPSHOT_FILES,
         )
+
+    async def _checkpoint(
+        self, store: SnapshotStore, base: dict[str, Any], max_bytes: int, *, keep_running: bool
+    ) -> Snapshot:
+        """An exact snapshot; the sandbox is started again from its checkpoint unless
+        it is being paused (and then too if storing the checkpoint failed)."""
+        started = time.monotonic()
+        info = self._kernel.info
+        self._kernel.close()
+        try:
+            files, connection = await self.host.checkpoint()
+        except BaseException:
+            assert info is not None  # the host runs on: connect to it again
+            await self._kernel.connect(info)
+            raise
+        try:
+            snap = await save_checkpoint(
+                store, base, files, connection, max_bytes=max_bytes, started=started
+            )
+        except BaseException:
+            await self._kernel.connect(await self.host.resume_checkpoint())
+            raise
+        if keep_running:
+            await self._kernel.connect(await self.host.resume_checkpoint())
+        return snap
 
     async def _run_hidden(self, code: str, timeout: float) -> str:
         """Run the machinery's code in the kernel (no history, no events); its stdout."""
@@ -692,6 +735,16 @@ class AsyncSandbox:
     ) -> AsyncSandbox:
         saved = {k: v for k, v in snap.config.items() if k in SandboxConfig.model_fields}
         config = SandboxConfig(**saved).with_overrides(**overrides)
+        if snap.exact:  # the container starts from the checkpoint: nothing to load
+            connection = await load_connection(store, snap)
+            sandbox = await cls._start(
+                config,
+                host,
+                sandbox_id,
+                prepare=lambda h: h.restore_checkpoint(connection, restore_into(store, snap)),
+            )
+            sandbox.restored = Restored(snapshot_id=snap.id)
+            return sandbox
         sandbox = await cls._start(config, host, sandbox_id)
         try:
             async with sandbox._lock:

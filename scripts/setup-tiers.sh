@@ -67,6 +67,8 @@ runsc_registered() {  # with every runtimeArg sandboxes need
     done
 }
 # Merge the runsc runtime into the engine config file $1; keep the rest of it.
+# register_runsc CONFIG [experimental]: with "experimental", the engine's checkpoint API
+# too (exact snapshots; only a dockerd started here gets it: it is not reloadable).
 register_runsc() {
     local runsc
     runsc="$(command -v runsc || echo /usr/bin/runsc)"   # Debian's path, once installed
@@ -74,14 +76,16 @@ register_runsc() {
         say "would register ${runsc} as the runtime runsc in $1"
         return
     fi
-    "${PYTHON}" - "$1" "${runsc}" "${RUNSC_ARGS[@]}" <<'EOF'
+    "${PYTHON}" - "$1" "${2:-}" "${runsc}" "${RUNSC_ARGS[@]}" <<'EOF'
 import json, os, sys
-path, runsc, args = sys.argv[1], sys.argv[2], sys.argv[3:]
+path, experimental, runsc, args = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4:]
 config = {}
 if os.path.exists(path) and os.path.getsize(path):
     with open(path) as f:
         config = json.load(f)
 config.setdefault("runtimes", {})["runsc"] = {"path": runsc, "runtimeArgs": args}
+if experimental:
+    config["experimental"] = True
 os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
 with open(path + ".tmp", "w") as f:
     json.dump(config, f, indent=2)
@@ -126,7 +130,7 @@ fi
 # --- as root: set up what is missing ------------------------------------------------------
 if wants engine; then
     if ! pgrep -x dockerd >/dev/null; then
-        register_runsc "${DOCKERD_CONFIG}"   # for the dockerd started now
+        register_runsc "${DOCKERD_CONFIG}" experimental   # for the dockerd started now
     fi
     say "the Docker engine, debootstrap, runsc, shellcheck and chromium (scripts/engine.sh)"
     ENGINE_DRY_RUN="${SETUP_DRY_RUN}" DOCKERD_LOG="${DOCKERD_LOG}" ENGINE_DEADLINE="${ENGINE_DEADLINE}" \

@@ -49,6 +49,10 @@ Interface history (hosts outside this package are written against it):
   cannot) and :attr:`KernelHost.kernel_python`: another kernel in the same sandbox, on
   a host of its own that shares this one's files and processes; the kernel launched
   is ``config.kernel``'s kernelspec, any the image holds.
+* 2.8 — added :meth:`KernelHost.exact_refusal`, :meth:`KernelHost.checkpoint`,
+  :meth:`KernelHost.resume_checkpoint` and :meth:`KernelHost.restore_checkpoint`
+  (additive; the defaults say the host cannot): exact snapshots, the whole sandbox by
+  its runtime's checkpoint.
 """
 
 from __future__ import annotations
@@ -60,10 +64,11 @@ import signal
 import socket
 from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from ..config import KERNEL_PYTHON, LABEL_PREFIX
-from ..errors import KernelError
+from ..errors import KernelError, SnapshotError
 from ..kernel.connection import ConnectionInfo
 
 if TYPE_CHECKING:
@@ -297,6 +302,31 @@ class KernelHost(abc.ABC):
     async def detach(self) -> None:  # noqa: B027 (nothing to release by default)
         """Let go of a sandbox without removing anything (e.g. an :meth:`attach` whose
         connect failed): what was claimed or opened here is released; it runs on."""
+
+    async def exact_refusal(self) -> str | None:
+        """Why an exact snapshot of this sandbox cannot be taken; None if it can."""
+        return (
+            f"the {self.name or type(self).__name__} host cannot take exact snapshots "
+            "(a runtime checkpoint of the whole memory)"
+        )
+
+    async def checkpoint(self) -> tuple[list[tuple[str, Path]], ConnectionInfo]:
+        """Checkpoint the sandbox, which stops: the checkpoint's files on this host
+        (name, path) and the kernel's connection as the sandbox sees it."""
+        raise SnapshotError(await self.exact_refusal() or "exact snapshots are not offered")
+
+    async def resume_checkpoint(self) -> ConnectionInfo:
+        """Start the checkpointed sandbox again where it stopped."""
+        raise SnapshotError(await self.exact_refusal() or "exact snapshots are not offered")
+
+    def restore_checkpoint(
+        self, info: ConnectionInfo, fill: Callable[[Path], Awaitable[None]]
+    ) -> None:
+        """Have :meth:`launch` start from a checkpoint that ``fill`` writes into the
+        directory it is given, with the kernel's saved connection ``info``."""
+        raise SnapshotError(
+            f"the {self.name or type(self).__name__} host cannot restore exact snapshots"
+        )
 
     async def post_launch(self) -> None:  # noqa: B027 (optional hook)
         """The client's attempt to connect to the kernel that starts now is over.

@@ -56,6 +56,12 @@ async def _local(sandbox_id: str, own: bool) -> AsyncSandbox:
 @click.argument("sandbox_id")
 @click.option("--name", default=None, help="A name for the snapshot.")
 @click.option("--tmp", is_flag=True, help="Save /tmp too.")
+@click.option(
+    "--exact/--portable",
+    default=None,
+    help="The whole memory (gVisor's checkpoint) or files and variables; default: exact "
+    "where the sandbox is ready for it.",
+)
 @_url
 @_key
 @_json
@@ -63,6 +69,7 @@ def snapshot(
     sandbox_id: str,
     name: str | None,
     tmp: bool,
+    exact: bool | None,
     url: str | None,
     api_key: str | None,
     as_json: bool,
@@ -73,12 +80,12 @@ def snapshot(
         if url:
             remote = await aconnect(url, sandbox_id, api_key=api_key)
             try:
-                return await remote.snapshot(name, tmp=tmp)
+                return await remote.snapshot(name, exact, tmp=tmp)
             finally:
                 await remote.detach()
         sandbox = await _local(sandbox_id, own=False)
         try:
-            return await sandbox.snapshot(name, tmp=tmp)
+            return await sandbox.snapshot(name, exact, tmp=tmp)
         finally:
             await sandbox.close()  # a guest: only disconnects
 

@@ -3,7 +3,8 @@
 They live in ``kernel_sandbox/programs/`` (package data, not a Python package: nothing
 there may be imported on the host): ``supervisor.sh`` (the container's main process),
 ``binder.py`` and ``launcher.py`` (the kernel's sockets and the kernel itself),
-``relay.py`` (any other kernelspec, behind a relay),
+``relay.py`` (any other kernelspec, behind a relay), ``forwarder.py`` (the egress
+relay, and an exact-ready kernel's bridge),
 ``shell_runner.sh`` (one shell command with its timeout), ``probe.py`` (what Python
 an image has) and ``e2b_process.py``/``e2b_files.py`` (E2B's commands and file calls).
 ruff checks the Python ones and shellcheck the shell ones (``make lint``).
@@ -21,6 +22,7 @@ NAMES = (
     "binder.py",
     "e2b_files.py",
     "e2b_process.py",
+    "forwarder.py",
     "launcher.py",
     "probe.py",
     "relay.py",

@@ -78,7 +78,7 @@ def recorded_image(nb: NotebookNode) -> str | None:
     return image if isinstance(image, str) and image else None
 
 
-def _recorded_working_dir(nb: NotebookNode) -> str | None:
+def recorded_working_dir(nb: NotebookNode) -> str | None:
     meta = nb.metadata.get(META_KEY, {})
     settings = meta.get("sandbox", {}) if isinstance(meta, Mapping) else {}
     wd = settings.get("working_dir") if isinstance(settings, Mapping) else None
@@ -311,7 +311,7 @@ async def areplay(
         from ..sandbox import AsyncSandbox
 
         options: dict[str, Any] = {"image": chosen}
-        if wd := _recorded_working_dir(original):
+        if wd := recorded_working_dir(original):
             options["working_dir"] = wd
         options.update(sandbox_options or {})
         sandbox = await AsyncSandbox.create(**options)

@@ -7,6 +7,11 @@ write access to the run directory: the host seals it for the container's life.  
 sockets must be connectable by whichever host user drives the sandbox, so they are
 bound with an open umask (the run directory's parent on the host is private to that
 user).  Runs with the image's kernel Python; argv[1:] is the supervisor's command.
+
+In a sandbox made ready for exact snapshots (``KERNEL_SANDBOX_BRIDGED``), the sockets
+are bound in the abstract namespace under the same names instead, inside the sandbox
+only (a gVisor checkpoint cannot carry a socket the host backs); the host reaches them
+through ``bridge.py``, which it starts beside the kernel and stops before a checkpoint.
 """
 
 import json
@@ -15,12 +20,13 @@ import socket
 import sys
 
 info = json.loads(os.environ["KERNEL_SANDBOX_CONNECTION"])
+bridged = os.environ.get("KERNEL_SANDBOX_BRIDGED") == "1"  # the launcher reads it too
 os.umask(0)
 bound = []
 for name in ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port"):
     path = f"{info['ip']}-{info[name]}"
     s = socket.socket(socket.AF_UNIX)
-    s.bind(path)
+    s.bind("\0" + path if bridged else path)
     s.listen(128)
     s.set_inheritable(True)
     bound.append(f"ipc://{path}={s.detach()}")

@@ -355,6 +355,33 @@ if _get_replies is not None:
 
 _PENDING = SEND_QUEUE
 _PENDING_WAIT = 10.0
+
+# In a sandbox ready for exact snapshots, the pipe that carries forked processes' output
+# to the IOPub thread is an abstract unix socket instead of ipykernel's TCP port on
+# 127.0.0.1: gVisor's checkpoint cannot carry a listening TCP endpoint.
+_PIPE = f"ipc://@kernel-sandbox-iopub-pipe-{os.getpid()}"
+
+
+def _setup_pipe_in(self: IOPubThread) -> None:
+    self._pipe_uuid = os.urandom(16)
+    pipe_in = self.socket.context.socket(zmq.PULL)
+    pipe_in.linger = 0
+    pipe_in.bind(_PIPE)
+    self._pipe_in = ZMQStream(pipe_in, self.io_loop)
+    self._pipe_in.on_recv(self._handle_pipe_msg)
+
+
+def _setup_pipe_out(self: IOPubThread) -> tuple[zmq.Context[Any], zmq.Socket[Any]]:
+    ctx = zmq.Context()  # a new one after fork, as ipykernel's own
+    pipe_out = ctx.socket(zmq.PUSH)
+    pipe_out.linger = 3000
+    pipe_out.connect(_PIPE)
+    return ctx, pipe_out
+
+
+if os.environ.get("KERNEL_SANDBOX_BRIDGED") == "1":
+    IOPubThread._setup_pipe_in = _setup_pipe_in  # type: ignore[method-assign]
+    IOPubThread._setup_pipe_out = _setup_pipe_out  # type: ignore[method-assign]
 IOPubThread.send_multipart = _send_multipart  # type: ignore[method-assign]
 ZMQStream._handle_events = _locked_events  # type: ignore[method-assign]
 OutStream.flush = _flush_here  # type: ignore[method-assign]

@@ -59,6 +59,11 @@ class CreateRequest(BaseModel):
     env_vars: dict[str, str] = Field(default_factory=dict)
     tools: list[str] | None = None
     pool: bool = Field(default=False, description="Take a warm sandbox of the server's pool.")
+    exact_snapshots: bool = Field(
+        default=False,
+        description="Ready for exact snapshots (its whole memory; a server whose runtime "
+        "is gVisor, on an engine that allows checkpoints).",
+    )
 
 
 class SandboxView(BaseModel):

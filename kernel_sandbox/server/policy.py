@@ -30,7 +30,15 @@ __all__ = ["TOOL_ALIASES", "client_config"]
 #: ms-enclave tool names that are served by one of ours (docker_notebook's executor).
 TOOL_ALIASES = {"notebook_executor": "python_executor"}
 #: Fields a client may set; everything else it sends is ignored.
-_MAPPED = ("image", "timeout", "working_dir", "env_vars", "memory_limit", "cpu_limit")
+_MAPPED = (
+    "image",
+    "timeout",
+    "working_dir",
+    "env_vars",
+    "memory_limit",
+    "cpu_limit",
+    "exact_snapshots",
+)
 _ALL_TOOLS: dict[str, dict[str, Any]] = {
     "python_executor": {},
     "shell_executor": {},

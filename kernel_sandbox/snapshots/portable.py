@@ -23,7 +23,7 @@ import hashlib
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +35,7 @@ from ..limits import (
     SNAPSHOT_RATE,
 )
 from .model import Snapshot, bounded_report, new_snapshot_id
-from .store import SnapshotStore
+from .store import SnapshotStore, read_checked
 from .tarcount import TarCounter
 
 if TYPE_CHECKING:
@@ -215,28 +215,6 @@ async def take_snapshot(
     return snap
 
 
-async def _checked(store: SnapshotStore, snap: Snapshot) -> AsyncIterator[bytes]:
-    """The blob's chunks; the last one is held back until the digest and size match."""
-    digest = hashlib.sha256()
-    size = 0
-    held: bytes | None = None
-    async for chunk in store.read(snap.id, "state"):
-        size += len(chunk)
-        digest.update(chunk)
-        if size > snap.sizes.get("bytes", 0):
-            raise SnapshotError(f"snapshot {snap.id} is larger than its record says")
-        if held is not None:
-            yield held
-        held = chunk
-    if digest.hexdigest() != snap.digest or size != snap.sizes.get("bytes"):
-        raise SnapshotError(
-            f"snapshot {snap.id} does not match its digest: the stored blob was changed "
-            "or is damaged; it was not restored"
-        )
-    if held is not None:
-        yield held
-
-
 async def load_snapshot(
     host: KernelHost,
     run_hidden: HiddenRun,
@@ -251,7 +229,7 @@ async def load_snapshot(
     try:
         writing = host.exec_stream(
             _killed_after(deadline, ["sh", "-c", 'exec cat > "$1"', "sh", fifo]),
-            stdin=_checked(store, snap),
+            stdin=read_checked(store, snap),
             stdout=_discard,
             max_output_bytes=1 << 16,
             deadline=deadline + 10,

@@ -17,6 +17,7 @@ import abc
 import asyncio
 import builtins
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -35,12 +36,13 @@ __all__ = [
     "LocalSnapshotStore",
     "SnapshotStore",
     "default_store",
+    "read_checked",
 ]
 
 #: Environment variable naming the directory of the default store.
 SNAPSHOTS_ENV = "KERNEL_SANDBOX_SNAPSHOTS"
 #: Parts a snapshot may have.
-PARTS = ("state", "notebook")
+PARTS = ("state", "notebook", "connection")
 _ID = re.compile(r"^snap-[0-9a-f]{16}$")
 _CHUNK = 1 << 20
 
@@ -193,7 +195,7 @@ class _FileWriter(BlobWriter):
 
 
 class LocalSnapshotStore(SnapshotStore):
-    """Snapshots in a local directory: ``<root>/<id>/{snapshot.json,state,notebook}``.
+    """Snapshots in a local directory: ``<root>/<id>/{snapshot.json,state,notebook,connection}``.
 
     The directory is made private (0700): snapshots hold everything a session held.
     """
@@ -259,6 +261,28 @@ class LocalSnapshotStore(SnapshotStore):
 
     def __repr__(self) -> str:
         return f"<LocalSnapshotStore {self.root}>"
+
+
+async def read_checked(store: SnapshotStore, snap: Snapshot) -> AsyncIterator[bytes]:
+    """The blob's chunks; the last one is held back until the digest and size match."""
+    digest = hashlib.sha256()
+    size = 0
+    held: bytes | None = None
+    async for chunk in store.read(snap.id, "state"):
+        size += len(chunk)
+        digest.update(chunk)
+        if size > snap.sizes.get("bytes", 0):
+            raise SnapshotError(f"snapshot {snap.id} is larger than its record says")
+        if held is not None:
+            yield held
+        held = chunk
+    if digest.hexdigest() != snap.digest or size != snap.sizes.get("bytes"):
+        raise SnapshotError(
+            f"snapshot {snap.id} does not match its digest: the stored blob was changed "
+            "or is damaged; it was not restored"
+        )
+    if held is not None:
+        yield held
 
 
 def default_store() -> SnapshotStore:

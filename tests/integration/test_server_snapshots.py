@@ -19,6 +19,7 @@ from kernel_sandbox import (
 )
 from kernel_sandbox.notebook import META_KEY
 from kernel_sandbox.server.restart import leftovers
+from tests.conftest import require
 from tests.integration.serving import KEY_A, KEY_B, Server, client
 
 pytestmark = pytest.mark.integration
@@ -106,5 +107,43 @@ async def test_a_paused_sandbox_survives_sigkill_and_forks_are_independent(
         for fork in forks:
             await fork.close()
         await sb._client.aclose()
+    finally:
+        server.stop()
+
+
+async def test_auto_pause_of_an_exact_sandbox_keeps_its_threads_and_generators(
+    docker_engine,  # type: ignore[no-untyped-def]
+    tmp_path,
+    monkeypatch,
+) -> None:
+    info = docker_engine.api.info()
+    require(bool(info.get("ExperimentalBuild")), "the engine does not allow checkpoints")
+    require(os.geteuid() == 0, "exact snapshots need root (the engine's checkpoint folder)")
+    monkeypatch.setenv("KERNEL_SANDBOX_RUNTIME", "runsc")  # the server's sandboxes: gVisor
+    extra = ["--pause-after", "1", "--snapshot-dir", str(tmp_path / "snaps")]
+    server = Server(f"t-exact-{os.getpid()}", tmp_path / "nb", extra).start()
+    config = {"image": "kernel-sandbox:python", "exact_snapshots": True}
+    code = (
+        "import threading, time\nticks = [0]\ndef tick():\n    while True:\n"
+        "        ticks[0] += 1\n        time.sleep(0.02)\n"
+        "threading.Thread(target=tick, daemon=True).start()\n"
+        "squares = (i * i for i in range(10))\nnext(squares)"
+    )
+    try:
+        async with client(server) as c:
+            created = await c.post("/v1/sandboxes", json=config)
+            assert created.status_code == 200, created.text
+            sid = created.json()["id"]
+            ran = await c.post(f"/v1/sandboxes/{sid}/python", json={"code": code})
+            assert ran.json()["status"] == "ok", ran.json()
+            await _wait_paused(c, sid)
+            assert await leftovers(server.name) == []  # its memory is freed
+            check = "before = ticks[0]; time.sleep(0.3); (next(squares), ticks[0] > before)"
+            ran = await c.post(f"/v1/sandboxes/{sid}/python", json={"code": check})
+            assert ran.json()["status"] == "ok", ran.json()
+            # a generator half used and a thread still counting: only the whole memory
+            assert ran.json()["outputs"][-1]["data"]["text/plain"] == "(1, True)"
+            snaps = (await c.get("/v1/snapshots")).json()
+            assert snaps == [] or all(s["exact"] for s in snaps)
     finally:
         server.stop()

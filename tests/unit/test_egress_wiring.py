@@ -98,7 +98,7 @@ async def test_relay_forwards_to_the_socket_and_starts_once(tmp_path: Path) -> N
 
     server = await asyncio.start_unix_server(proxy, path=str(path))
     port = _free_port()
-    argv = [*SandboxEgress.relay_command(sys.executable)[:-2], str(path), str(port)]
+    argv = [*SandboxEgress.relay_command(sys.executable)[:-1], f"tcp:127.0.0.1:{port}=unix:{path}"]
     first = await asyncio.to_thread(
         subprocess.run, argv, capture_output=True, text=True, timeout=30
     )

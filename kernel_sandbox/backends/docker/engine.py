@@ -91,6 +91,9 @@ class ContainerSpec:
     shm_size: int | None = None
     #: the engine's OCI runtime, e.g. ``"runsc"`` (None: the engine's default)
     runtime: str | None = None
+    #: in-memory file systems (path -> mount options): under gVisor they are the
+    #: sandbox's own memory, which a checkpoint carries (see ``writable.py``)
+    tmpfs: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,10 @@ class DockerEngine:
     async def start(self, spec: ContainerSpec) -> str:
         return str(await run_in_thread(self._start_sync, spec))
 
+    async def create(self, spec: ContainerSpec) -> str:
+        """Create the container without starting it (a start from a checkpoint follows)."""
+        return str(await run_in_thread(self._create_sync, spec))
+
     async def runtimes(self) -> dict[str, Runtime]:
         """The OCI runtimes the engine offers (``docker info``), asked afresh."""
         return await run_in_thread(self._runtimes_sync, True)  # type: ignore[no-any-return]
@@ -220,6 +227,15 @@ class DockerEngine:
         return self._runtimes
 
     def _start_sync(self, spec: ContainerSpec) -> str:
+        container_id = self._create_sync(spec)
+        try:
+            self.api.start(container_id)
+        except docker.errors.APIError as exc:
+            self.remove_blocking(container_id)
+            raise SandboxStartError(f"the engine could not start the container: {exc}") from exc
+        return container_id
+
+    def _create_sync(self, spec: ContainerSpec) -> str:
         api = self.api
         runtimes = self._runtimes_sync()
         if spec.runtime is not None and spec.runtime not in runtimes:
@@ -247,6 +263,7 @@ class DockerEngine:
             ulimits=ulimits,
             read_only=spec.read_only,
             shm_size=spec.shm_size,
+            tmpfs=dict(spec.tmpfs) or None,
             runtime=spec.runtime,
             log_config=ENGINE_LOG,
         )
@@ -270,13 +287,7 @@ class DockerEngine:
             ) from exc
         except docker.errors.APIError as exc:
             raise SandboxStartError(f"the engine refused to create the container: {exc}") from exc
-        container_id = str(created["Id"])
-        try:
-            api.start(container_id)
-        except docker.errors.APIError as exc:
-            self.remove_blocking(container_id)
-            raise SandboxStartError(f"the engine could not start the container: {exc}") from exc
-        return container_id
+        return str(created["Id"])
 
     def _create_own_network(self, spec: ContainerSpec) -> None:
         """A bridge for one container: no other container is on it, so none reaches it.

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import docker
 
 from ...config import KERNEL_PYTHON, LABEL_PREFIX
-from ...errors import KernelError, SandboxError
+from ...errors import ConfigError, KernelError, SandboxError, SnapshotError
 from ...kernel.connection import (
     CONTAINER_RUN_DIR,
     ConnectionInfo,
@@ -46,14 +46,15 @@ from ...limits import parse_size
 from ...network import Decision
 from ...rundirs import runtime_root
 from ..base import ExecResult, HostState, KernelHost, Leftover, SandboxRecord
+from . import checkpoints
 from .contexts import DockerContextHost
 from .egress import SandboxEgress
-from .engine import ContainerSpec, DockerEngine
+from .engine import ContainerSpec, DockerEngine, run_in_thread
 from .exec import exec_process
 from .gc import find_leftovers, remove_labelled
 from .images import Confinement, resolve_kernel_image
 from .statedir import ContainerStateDir, GuestStateDir, HostRunDir, StateDir
-from .writable import create_writable_area
+from .writable import create_writable_area, memory_writable_area
 
 if TYPE_CHECKING:
     from ...config import SandboxConfig
@@ -118,11 +119,19 @@ class DockerHost(KernelHost):
         self._own = True
         #: The host-side proxy and its directory, under network='packages' or a list.
         self.egress: SandboxEgress | None = None
+        #: The kernel's connection as the container sees it (its sockets' paths).
+        self._container_info: ConnectionInfo | None = None
+        #: Set by :meth:`restore_checkpoint`: launch starts from that checkpoint.
+        self._restore: tuple[ConnectionInfo, Callable[[Path], Awaitable[None]]] | None = None
 
     @property
     def labels(self) -> dict[str, str]:
-        """The owner labels plus the run directory, which gc removes with the container."""
-        return {**super().labels, f"{LABEL_PREFIX}.run-dir": str(self._run_dir or "")}
+        """The owner labels plus the run directory, which gc removes with the container
+        (and, for a sandbox ready for exact snapshots, that it is: an adopter needs it)."""
+        labels = {**super().labels, f"{LABEL_PREFIX}.run-dir": str(self._run_dir or "")}
+        if self.config.exact_snapshots:
+            labels[f"{LABEL_PREFIX}.exact"] = "1"
+        return labels
 
     @property
     def protected_paths(self) -> tuple[str, ...]:
@@ -142,6 +151,11 @@ class DockerHost(KernelHost):
     async def open_context(self, context_id: str, kernel: str, cwd: str) -> KernelHost:
         """Another kernel in this container, under a supervisor of its own (``ipc``)."""
         self._check_own("start a context in it")
+        if self.config.exact_snapshots:
+            raise ConfigError(
+                "a sandbox ready for exact snapshots runs one kernel: contexts are not "
+                "available in it (its checkpoint carries only the bridged main kernel)"
+            )
         return DockerContextHost(self, context_id, kernel, cwd)
 
     def keep_entry(self, name: str) -> None:
@@ -174,11 +188,16 @@ class DockerHost(KernelHost):
                 cfg.runtime, parse_size(cfg.memory_limit), cfg.pids_limit, cfg.cpu_limit
             ),
         )
+        engine_info = await self._check_exact() if cfg.exact_snapshots else {}
         volumes = dict(cfg.volumes)
         published: dict[int, int] = {}
         if cfg.transport == "ipc":
             self._run_dir = runtime_root() / self.sandbox_id
-            container_info = new_connection_info("ipc", f"{CONTAINER_RUN_DIR}/k")
+            container_info = (
+                self._restore[0]
+                if self._restore is not None
+                else new_connection_info("ipc", f"{CONTAINER_RUN_DIR}/k")
+            )
             self._state = HostRunDir(self._run_dir, ipc_socket_names(container_info))
             volumes[str(self._run_dir)] = {"bind": CONTAINER_RUN_DIR, "mode": "rw"}
             host_info = dict(container_info, ip=str(self._run_dir / "k"))
@@ -188,19 +207,26 @@ class DockerHost(KernelHost):
             host_info = dict(container_info, ip="127.0.0.1")
             if cfg.network_enabled:
                 published = {p: p for p in ports}
+        self._container_info = container_info
         _unclosed[self.sandbox_id] = self  # from here on there may be something to remove
-        volumes.update(  # after the run dir is known: the volumes get the container's labels
-            await create_writable_area(
-                self.engine,
-                cfg,
-                self.image,
-                prefix=f"kernel-sandbox-{self.sandbox_id}",
-                labels=self.labels,
-                created=self._volumes,
+        tmpfs: dict[str, str] = {}
+        if cfg.exact_snapshots:  # in the sandbox's memory, which a checkpoint carries
+            tmpfs = await memory_writable_area(self.engine, cfg, self.image)
+        else:  # after the run dir is known: the volumes get the container's labels
+            volumes.update(
+                await create_writable_area(
+                    self.engine,
+                    cfg,
+                    self.image,
+                    prefix=f"kernel-sandbox-{self.sandbox_id}",
+                    labels=self.labels,
+                    created=self._volumes,
+                )
             )
-        )
         state_dir = CONTAINER_RUN_DIR if cfg.transport == "ipc" else TCP_STATE_DIR
         command, env = launch_command(KERNEL_PYTHON, container_info, state_dir, cfg.kernel)
+        if cfg.exact_snapshots:
+            env["KERNEL_SANDBOX_BRIDGED"] = "1"
         if cfg.egress:
             self.egress = SandboxEgress(
                 cfg.network,
@@ -227,19 +253,28 @@ class DockerHost(KernelHost):
             name=f"kernel-sandbox-{self.sandbox_id}",
             published_ports=published,
             own_network=self.network,
-            read_only=cfg.disk_limit is not None,
+            read_only=cfg.disk_limit is not None or cfg.exact_snapshots,
             shm_size=cfg.disk_budget().get("shm"),
             runtime=cfg.runtime,
+            tmpfs=tmpfs,
         )
         # The engine call goes on in its thread even if we are cancelled: wait for it, so
         # that cleanup() knows the container and removes it instead of leaking it.
-        starting = asyncio.ensure_future(self.engine.start(spec))
+        restoring = self._restore is not None
+        starting = asyncio.ensure_future(
+            self.engine.create(spec) if restoring else self.engine.start(spec)
+        )
         try:
             self.resource_id = await asyncio.shield(starting)
         except asyncio.CancelledError:
             with contextlib.suppress(Exception):
                 self.resource_id = await starting
             raise
+        if self._restore is not None:
+            await self._restore[1](checkpoints.checkpoint_dir(engine_info, self.resource_id))
+            await checkpoints.start_from_checkpoint(self.engine.api, self.resource_id)
+            await checkpoints.delete_checkpoint(self.engine.api, engine_info, self.resource_id)
+            self._restore = None
         if cfg.transport == "tcp":
             self._state = ContainerStateDir(self.engine.api, self.resource_id, cfg.user)
             if not cfg.network_enabled:
@@ -289,9 +324,11 @@ class DockerHost(KernelHost):
                 "working_dir": inspected["Config"].get("WorkingDir") or self.config.working_dir,
                 "network_enabled": enabled,
                 "image": record.image,
+                "exact_snapshots": record.labels.get(f"{LABEL_PREFIX}.exact") == "1",
             }
         )
         self.image, self.resource_id, self._own = record.image, record.resource_id, own
+        self._container_info = container_info
         if transport == "ipc":
             run_dir = Path(record.labels.get(f"{LABEL_PREFIX}.run-dir") or "/nonexistent")
             host_info = dict(container_info, ip=str(run_dir / "k"))
@@ -384,8 +421,94 @@ class DockerHost(KernelHost):
         return self._info
 
     async def _start_relay(self) -> None:
+        if self.config.exact_snapshots:
+            await self._start_bridge()
         if self.egress is not None:
             await self.egress.start_relay(self, KERNEL_PYTHON, self.config.startup_timeout)
+
+    # -- exact snapshots: the whole sandbox by gVisor's checkpoint ------------------------
+
+    async def exact_refusal(self) -> str | None:
+        """Why this sandbox cannot be checkpointed; None if it can."""
+        why, _ = await self._exact_support()
+        return why
+
+    async def _exact_support(self) -> tuple[str | None, dict[str, Any]]:
+        if not self.config.exact_snapshots:
+            return (
+                "the sandbox was not made ready for exact snapshots "
+                "(SandboxConfig(exact_snapshots=True))",
+                {},
+            )
+        info: dict[str, Any] = await run_in_thread(self.engine.api.info)
+        name = self.config.runtime or str(info.get("DefaultRuntime") or "runc")
+        runtime = (await self.engine.runtimes()).get(name)
+        if runtime is None or not runtime.gvisor:
+            return f"exact snapshots need gVisor (runtime='runsc'), not {name!r}", info
+        return checkpoints.checkpoint_support(info), info
+
+    async def _check_exact(self) -> dict[str, Any]:
+        why, info = await self._exact_support()
+        if why is not None:
+            raise ConfigError(f"exact_snapshots=True cannot be had here: {why}")
+        return info
+
+    async def checkpoint(self) -> tuple[list[tuple[str, Path]], ConnectionInfo]:
+        """Checkpoint the container (it stops, its memory is in the checkpoint): the
+        checkpoint's files and the kernel's connection as the container sees it.
+
+        The kernel's bridge is stopped first: nothing in the sandbox may hold a socket
+        the host backs.  :meth:`resume_checkpoint` starts the same container again."""
+        self._check_own("checkpoint it")
+        why, info = await self._exact_support()
+        if why is not None:
+            raise SnapshotError(f"sandbox {self.sandbox_id} cannot take an exact snapshot: {why}")
+        container = self._container()
+        assert self._container_info is not None
+        await self._exec_checked(checkpoints.stop_bridge_command(), "stop the kernel's bridge")
+        try:
+            await checkpoints.create_checkpoint(self.engine.api, container)
+        except SnapshotError:
+            await self._start_bridge()  # it runs on, as before
+            raise
+        where = checkpoints.checkpoint_dir(info, container)
+        files = await run_in_thread(lambda: sorted((p.name, p) for p in where.iterdir()))
+        return files, self._container_info
+
+    async def resume_checkpoint(self) -> ConnectionInfo:
+        """Start the checkpointed container again from its checkpoint (then removed)."""
+        container = self._container()
+        info: dict[str, Any] = await run_in_thread(self.engine.api.info)
+        await checkpoints.start_from_checkpoint(self.engine.api, container)
+        await checkpoints.delete_checkpoint(self.engine.api, info, container)
+        await self._start_bridge()
+        assert self._info is not None
+        return self._info
+
+    def restore_checkpoint(
+        self, info: ConnectionInfo, fill: Callable[[Path], Awaitable[None]]
+    ) -> None:
+        """Have :meth:`launch` start from a checkpoint: ``fill`` writes its files into
+        the (new) container's checkpoint directory; ``info`` is the kernel's connection
+        saved with it (the restored kernel has its key and socket names)."""
+        self._restore = (info, fill)
+
+    async def _start_bridge(self) -> None:
+        """(Again) the kernel's bridge, on a run directory opened for its sockets; the
+        connect that follows seals it (``post_launch``)."""
+        assert self._container_info is not None and self._state is not None
+        await self._exec_checked(checkpoints.stop_bridge_command(), "stop the kernel's bridge")
+        self._state.open_for_kernel()
+        command = checkpoints.bridge_command(KERNEL_PYTHON, self._container_info)
+        await self._exec_checked(command, "start the kernel's bridge")
+
+    async def _exec_checked(self, argv: list[str], what: str) -> None:
+        result = await self.exec(argv, max_output_bytes=4096, deadline=self.config.startup_timeout)
+        if result.exit_code != 0:
+            raise KernelError(
+                f"could not {what} in sandbox {self.sandbox_id} (exit {result.exit_code}): "
+                + result.stderr.decode(errors="replace")[-500:]
+            )
 
     def egress_refusals(self) -> list[Decision]:
         return self.egress.take_refusals() if self.egress is not None else []

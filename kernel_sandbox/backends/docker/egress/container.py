@@ -21,11 +21,11 @@ import os
 import shutil
 from collections import deque
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ....errors import ConfigError, KernelError, SandboxError
+from ....kernel.programs import program
 from ....limits import EGRESS_CA_BYTES, EGRESS_PENDING_REFUSALS
 from ....network.pipconf import PipSettings, host_pip_settings
 from ....network.policy import Decision, EgressPolicy, build_policy
@@ -49,10 +49,6 @@ SOCKET_NAME = "proxy.sock"
 CA_NAME = "ca.pem"
 
 log = logging.getLogger(__name__)
-
-
-def _relay_source() -> str:
-    return resources.files(__package__).joinpath("relay_program.py").read_text()
 
 
 @dataclass
@@ -169,9 +165,8 @@ class SandboxEgress:
         return [
             python,
             "-c",
-            _relay_source(),
-            f"{CONTAINER_EGRESS_DIR}/{SOCKET_NAME}",
-            str(RELAY_PORT),
+            program("forwarder.py"),
+            f"tcp:127.0.0.1:{RELAY_PORT}=unix:{CONTAINER_EGRESS_DIR}/{SOCKET_NAME}",
         ]
 
     async def start_relay(self, host: KernelHost, python: str, deadline: float) -> None:
