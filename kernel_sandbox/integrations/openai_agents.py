@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import logging
 import os
 import shlex
 import time
@@ -62,6 +63,7 @@ from ..notebook.recorder import NotebookRecorder, new_session_path
 from ..notebook.storage import sessions_dir
 from ..processes import InteractiveProcess
 from ..sandbox import AsyncSandbox
+from ..snapshots import SnapshotStore, default_store
 from ..tools import ToolResult, ToolSet
 
 __all__ = [
@@ -73,6 +75,8 @@ __all__ = [
     "function_tools",
     "tool_output",
 ]
+
+log = logging.getLogger(__name__)
 
 #: Where the workspace tar is staged inside the sandbox while it is persisted/hydrated.
 _ARCHIVE = "/tmp/.kernel-sandbox-workspace.tar"
@@ -126,6 +130,9 @@ class KernelSandboxClientOptions(BaseSandboxClientOptions):
     type: Literal["kernel_sandbox"] = "kernel_sandbox"
     config: dict[str, Any] = {}
     host: str = "docker"
+    #: Keep the kernel's variables when a run resumes in a new sandbox (the old one
+    #: gone): each persist of the workspace also takes a portable snapshot.
+    kernel_state: bool = True
 
 
 class KernelSandboxSessionState(SandboxSessionState):
@@ -136,6 +143,9 @@ class KernelSandboxSessionState(SandboxSessionState):
     config: dict[str, Any] = {}
     host: str = "docker"
     notebook: str = ""
+    kernel_state: bool = True
+    #: The id of the last portable snapshot of the kernel, in the client's store.
+    kernel_snapshot: str = ""
 
 
 @dataclass
@@ -166,10 +176,12 @@ class KernelSandboxSession(BaseSandboxSession):
         state: KernelSandboxSessionState,
         sandbox: AsyncSandbox,
         recorder: NotebookRecorder | None = None,
+        store: SnapshotStore | None = None,
     ) -> None:
         self.state = state
         self.sandbox = sandbox
         self.recorder = recorder
+        self.store = store
         self._pty: dict[int, _Pty] = {}
         self._pty_lock = asyncio.Lock()
 
@@ -308,6 +320,7 @@ class KernelSandboxSession(BaseSandboxSession):
         return not self.sandbox.closed
 
     async def persist_workspace(self) -> io.IOBase:
+        await self._snapshot_kernel()
         root = shlex.quote(self.state.manifest.root)
         made = await self.sandbox.run_shell(f"tar -C {root} -cf {_ARCHIVE} .")
         if not made.ok:
@@ -318,6 +331,24 @@ class KernelSandboxSession(BaseSandboxSession):
             return io.BytesIO(await self.sandbox.files.read(_ARCHIVE))
         finally:
             await self.sandbox.files.remove(_ARCHIVE)
+
+    async def _snapshot_kernel(self) -> None:
+        """A portable snapshot of the kernel's variables (and files) for a resume in a
+        new sandbox; the previous one is removed.  A failure is logged, never raised:
+        the workspace is persisted all the same."""
+        if not self.state.kernel_state or self.store is None:
+            return
+        try:
+            snap = await self.sandbox.snapshot(
+                f"agents-{self.state.session_id}", exact=False, store=self.store
+            )
+        except SandboxError as exc:
+            log.warning("the kernel of sandbox %s was not snapshotted: %s", self.sandbox.id, exc)
+            return
+        previous, self.state.kernel_snapshot = self.state.kernel_snapshot, snap.id
+        if previous:
+            with contextlib.suppress(SandboxError, OSError):
+                await self.store.delete(previous)
 
     async def hydrate_workspace(self, data: io.IOBase) -> None:
         await self.sandbox.files.write(_ARCHIVE, data.read())
@@ -347,9 +378,15 @@ class KernelSandboxClient(BaseSandboxClient[KernelSandboxClientOptions | None]):
     backend_id = "kernel_sandbox"
     supports_default_options = True
 
-    def __init__(self, *, record_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        record_dir: str | os.PathLike[str] | None = None,
+        snapshot_store: SnapshotStore | None = None,
+    ) -> None:
         default = sessions_dir("agents-sessions")
         self.record_dir = Path(record_dir) if record_dir is not None else default
+        self.snapshot_store = snapshot_store or default_store()
 
     async def create(
         self,
@@ -372,6 +409,7 @@ class KernelSandboxClient(BaseSandboxClient[KernelSandboxClientOptions | None]):
             config=config,
             host=options.host,
             notebook=str(notebook),
+            kernel_state=options.kernel_state,
         )
         return self._wrap_session(self._session(state, sandbox))
 
@@ -379,7 +417,9 @@ class KernelSandboxClient(BaseSandboxClient[KernelSandboxClientOptions | None]):
         self, state: KernelSandboxSessionState, sandbox: AsyncSandbox
     ) -> KernelSandboxSession:
         recorder = NotebookRecorder.attach(sandbox, state.notebook, title="OpenAI Agents SDK run")
-        return KernelSandboxSession(state=state, sandbox=sandbox, recorder=recorder)
+        return KernelSandboxSession(
+            state=state, sandbox=sandbox, recorder=recorder, store=self.snapshot_store
+        )
 
     async def delete(self, session: SandboxSession) -> SandboxSession:
         inner = session._inner
@@ -389,19 +429,33 @@ class KernelSandboxClient(BaseSandboxClient[KernelSandboxClientOptions | None]):
         return session
 
     async def resume(self, state: SandboxSessionState) -> SandboxSession:
-        """The same sandbox while it runs (variables kept); else a new one that the SDK
-        hydrates from the state's workspace snapshot."""
+        """The same sandbox while it runs (variables kept); else a new one restored
+        from the kernel's last snapshot (variables and files back, where it has one)
+        that the SDK then hydrates from the state's workspace snapshot."""
         if not isinstance(state, KernelSandboxSessionState):
             raise TypeError("KernelSandboxClient.resume expects a KernelSandboxSessionState")
         config = SandboxConfig(**state.config)
         try:
             sandbox = await AsyncSandbox.adopt(state.sandbox_id, config, host=state.host)
         except SandboxNotFoundError:
-            sandbox = await AsyncSandbox.create(config, host=state.host)
+            sandbox = await self._restored(state, config)
             state = state.model_copy(
                 update={"sandbox_id": sandbox.id, "workspace_root_ready": False}
             )
         return self._wrap_session(self._session(state, sandbox))
+
+    async def _restored(
+        self, state: KernelSandboxSessionState, config: SandboxConfig
+    ) -> AsyncSandbox:
+        """A new sandbox: from the kernel's snapshot when there is one, else empty."""
+        if state.kernel_snapshot:
+            try:
+                return await AsyncSandbox.restore(
+                    state.kernel_snapshot, store=self.snapshot_store, host=state.host
+                )
+            except (SandboxError, OSError) as exc:
+                log.warning("snapshot %s not restored: %s", state.kernel_snapshot, exc)
+        return await AsyncSandbox.create(config, host=state.host)
 
     def deserialize_session_state(self, payload: dict[str, object]) -> SandboxSessionState:
         return self._deserialize_session_state_payload(payload, KernelSandboxSessionState)

@@ -42,6 +42,7 @@ from kernel_sandbox.limits import (
     PTY_UPDATE_BYTES,
 )
 from kernel_sandbox.notebook.replay import areplay
+from kernel_sandbox.snapshots import LocalSnapshotStore
 from tests.conftest import TEST_LABEL
 from tests.integration.serving import KEY_A, Server
 from tests.openai_server import RecordedRequest, ScriptedOpenAIServer, call, text, tool_calls
@@ -95,7 +96,9 @@ async def test_sandbox_agent_keeps_kernel_state_sees_plots_errors_and_files(
         tool_calls(call("python_executor", {"code": "open('note.txt').read()", "timeout": None})),
         text("x * 2 is 42"),
     ]
-    client = KernelSandboxClient(record_dir=tmp_path)
+    client = KernelSandboxClient(
+        record_dir=tmp_path, snapshot_store=LocalSnapshotStore(tmp_path / "snapshots")
+    )
     options = KernelSandboxClientOptions(config={"labels": TEST_LABEL})
     with ScriptedOpenAIServer(script) as model:
         agent = SandboxAgent(
@@ -137,7 +140,9 @@ async def test_sandbox_agent_keeps_kernel_state_sees_plots_errors_and_files(
 async def test_the_workspace_persists_and_hydrates_into_a_new_sandbox(
     docker_engine: object, tmp_path: Path
 ) -> None:
-    client = KernelSandboxClient(record_dir=tmp_path)
+    client = KernelSandboxClient(
+        record_dir=tmp_path, snapshot_store=LocalSnapshotStore(tmp_path / "snapshots")
+    )
     options = KernelSandboxClientOptions(config={"labels": TEST_LABEL})
     first = await client.create(options=options)
     async with first:
@@ -231,7 +236,9 @@ async def test_the_shell_capabilitys_pty_keeps_a_repl_running_between_calls(
         _stdin("exit()\n"),
         text("x * 2 is 42"),
     ]
-    client = KernelSandboxClient(record_dir=tmp_path)
+    client = KernelSandboxClient(
+        record_dir=tmp_path, snapshot_store=LocalSnapshotStore(tmp_path / "snapshots")
+    )
     options = KernelSandboxClientOptions(config={"labels": TEST_LABEL})
     with ScriptedOpenAIServer(script) as model:
         agent = SandboxAgent(
@@ -268,7 +275,9 @@ async def test_pty_processes_end_with_their_status_and_are_bounded(
     """The SDK's PTY calls on our session: exit codes, a terminal, signals, the
     non-tty stdin refusal, output held in the process past the caps, and the cap on
     processes (the least recently used one is ended for the next)."""
-    client = KernelSandboxClient(record_dir=tmp_path)
+    client = KernelSandboxClient(
+        record_dir=tmp_path, snapshot_store=LocalSnapshotStore(tmp_path / "snapshots")
+    )
     session = await client.create(options=KernelSandboxClientOptions(config={"labels": TEST_LABEL}))
     inner = session._inner
     assert isinstance(inner, KernelSandboxSession) and session.supports_pty()

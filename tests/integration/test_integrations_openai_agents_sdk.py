@@ -43,9 +43,11 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from openai.types.responses import ResponseCustomToolCall
 
 from kernel_sandbox.integrations.openai_agents import (
+    KernelPython,
     KernelSandboxClient,
     KernelSandboxClientOptions,
 )
+from kernel_sandbox.snapshots import LocalSnapshotStore
 from tests.conftest import TEST_LABEL
 
 pytestmark = pytest.mark.integration
@@ -80,7 +82,9 @@ async def test_concurrent_runs_on_one_live_sandbox_keep_to_their_working_directo
 ) -> None:
     """Two runs at once on one sandbox, each in its cwd: a shell copy, view_image (the
     image as the model gets it) and apply_patch all land in the run's own directory."""
-    client = KernelSandboxClient(record_dir=tmp_path)
+    client = KernelSandboxClient(
+        record_dir=tmp_path, snapshot_store=LocalSnapshotStore(tmp_path / "snapshots")
+    )
     session = await client.create(manifest=Manifest(), options=OPTIONS)
 
     def model(task: str) -> ScriptedModel:
@@ -135,7 +139,9 @@ async def test_an_approved_patch_resumes_in_the_resumed_runs_working_directory(
 ) -> None:
     """A patch that needs approval interrupts the run; approved (the RunState kept in
     memory or through JSON), it is applied in the cwd of the run that resumes it."""
-    client = KernelSandboxClient(record_dir=tmp_path)
+    client = KernelSandboxClient(
+        record_dir=tmp_path, snapshot_store=LocalSnapshotStore(tmp_path / "snapshots")
+    )
     session = await client.create(manifest=Manifest(), options=OPTIONS)
 
     def needs_approval(toolset: FilesystemToolSet) -> None:
@@ -175,7 +181,9 @@ async def test_a_runs_workspace_and_tool_choice_survive_a_json_resume(
     """A run of the client's own sandbox (manifest materialised: a file, a directory
     with a file) stops at an approval; its RunState goes through JSON and a new runner
     resumes it on our client: the file the first run wrote is read back in the resumed
-    run, and ``tool_choice="required"`` is reset as the SDK does after a tool call."""
+    run, and ``tool_choice="required"`` is reset as the SDK does after a tool call.  Ours
+    too: the kernel's variables come back in the new sandbox (a portable snapshot taken
+    when the workspace was persisted)."""
 
     @function_tool(name_override="approval_tool", needs_approval=True)
     def approval_tool() -> str:
@@ -190,6 +198,7 @@ async def test_a_runs_workspace_and_tool_choice_survive_a_json_resume(
     write = {"cmd": "cat README.md data/a.txt > note.txt && echo ' + persist me' >> note.txt"}
     model = ScriptedModel(
         [
+            [function_call("python_executor", {"code": "x = 21"}, call_id="kernel")],
             [function_call("exec_command", write, call_id="write")],
             [function_call("approval_tool", {}, call_id="approval")],
         ]
@@ -201,11 +210,13 @@ async def test_a_runs_workspace_and_tool_choice_survive_a_json_resume(
             model=scripted,
             instructions="Base instructions.",
             tools=[approval_tool],
-            capabilities=[Shell()],
+            capabilities=[Shell(), KernelPython()],
             model_settings=ModelSettings(tool_choice="required"),
         )
 
-    client = KernelSandboxClient(record_dir=tmp_path)
+    client = KernelSandboxClient(
+        record_dir=tmp_path, snapshot_store=LocalSnapshotStore(tmp_path / "snapshots")
+    )
 
     def run_config() -> RunConfig:
         sandbox = SandboxRunConfig(client=client, options=OPTIONS, manifest=manifest)
@@ -215,12 +226,17 @@ async def test_a_runs_workspace_and_tool_choice_survive_a_json_resume(
     assert len(first.interruptions) == 1
     state = first.to_state()
     assert state._sandbox is not None and state._sandbox["backend_id"] == "kernel_sandbox"
+    first_sandbox = state._sandbox["session_state"]["sandbox_id"]
     state_json = state.to_json()
     json.dumps(state_json)  # plain JSON all through
 
     read = {"cmd": "cat note.txt"}
     resumed_model = ScriptedModel(
-        [[function_call("exec_command", read, call_id="read")], [assistant_message("done")]]
+        [
+            [function_call("exec_command", read, call_id="read")],
+            [function_call("python_executor", {"code": "x * 2"}, call_id="kernel2")],
+            [assistant_message("done")],
+        ]
     )
     second = agent(resumed_model)
     restored = await RunState.from_json(second, state_json)
@@ -233,3 +249,8 @@ async def test_a_runs_workspace_and_tool_choice_survive_a_json_resume(
     outputs = {i.call_id: str(i.output) for i in items}
     assert outputs["approval"] == "approved"
     assert "the repo's contractkept + persist me" in outputs["read"]
+    # ours beyond the SDK's scenario: the first run's sandbox is gone (the runner
+    # removed it), and the new one was restored from the kernel's snapshot
+    assert resumed.to_state()._sandbox["session_state"]["sandbox_id"] != first_sandbox
+    (answer,) = [i.output for i in items if i.call_id == "kernel2"]
+    assert json.loads(answer[0].text)["output"] == "42"
