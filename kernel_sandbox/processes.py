@@ -31,6 +31,7 @@ import secrets
 import shlex
 import signal
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from .errors import SandboxError
@@ -42,7 +43,23 @@ from .results import CommandResult
 if TYPE_CHECKING:
     from .sandbox import AsyncSandbox
 
-__all__ = ["InteractiveProcess"]
+__all__ = ["InteractiveProcess", "take_frames"]
+
+
+def take_frames(pending: bytearray, what: str) -> Iterator[tuple[bytes, bytes]]:
+    """The whole frames at the head of ``pending`` (``programs/e2b_process.py``'s
+    output: a kind byte, a 4-byte big-endian size, the payload), taken out of it; a
+    frame past :data:`~kernel_sandbox.limits.E2B_MAX_FRAME` is a broken helper."""
+    while len(pending) >= 5:
+        size = int.from_bytes(pending[1:5], "big")
+        if size > E2B_MAX_FRAME:
+            raise SandboxError(f"the {what}'s helper broke its framing: a {size}-byte frame")
+        if len(pending) < 5 + size:
+            return
+        kind, payload = bytes(pending[:1]), bytes(pending[5 : 5 + size])
+        del pending[: 5 + size]
+        yield kind, payload
+
 
 log = logging.getLogger(__name__)
 
@@ -197,15 +214,7 @@ class InteractiveProcess:
 
     async def _feed(self, piece: bytes) -> None:
         self._pending += piece
-        while len(self._pending) >= 5:
-            size = int.from_bytes(self._pending[1:5], "big")
-            if size > E2B_MAX_FRAME:
-                raise SandboxError(f"the process's helper broke its framing: a {size}-byte frame")
-            if len(self._pending) < 5 + size:
-                return
-            kind = bytes(self._pending[:1])
-            payload = bytes(self._pending[5 : 5 + size])
-            del self._pending[: 5 + size]
+        for kind, payload in take_frames(self._pending, "process"):
             await self._frame(kind, payload)
 
     async def _frame(self, kind: bytes, payload: bytes) -> None:

@@ -35,10 +35,10 @@ from ...errors import SandboxError
 from ...kernel.programs import program
 from ...limits import (
     E2B_CONTROL_DEADLINE,
-    E2B_MAX_FRAME,
     E2B_MAX_PROCESSES,
     E2B_SUBSCRIBER_QUEUE,
 )
+from ...processes import take_frames
 from ..tenancy import Lease
 from .envd.process import process_pb as pb
 from .envd.process.process_connect import Process, ProcessASGIApplication
@@ -143,15 +143,7 @@ class Command:
     async def _feed(self, piece: bytes) -> None:
         """Frames from the program, as they come (``programs/e2b_process.py``)."""
         self._pending += piece
-        while len(self._pending) >= 5:
-            size = int.from_bytes(self._pending[1:5], "big")
-            if size > E2B_MAX_FRAME:
-                raise SandboxError(f"the command's helper broke its framing: a {size}-byte frame")
-            if len(self._pending) < 5 + size:
-                return
-            kind = bytes(self._pending[:1])
-            payload = bytes(self._pending[5 : 5 + size])
-            del self._pending[: 5 + size]
+        for kind, payload in take_frames(self._pending, "command"):
             await self._frame(kind, payload)
 
     async def _frame(self, kind: bytes, payload: bytes) -> None:
