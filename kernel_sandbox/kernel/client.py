@@ -72,6 +72,9 @@ class KernelSession:
         self._fds: list[int] = []
         #: iopub was reopened since the last call began (ZMQ subscribes asynchronously).
         self._resubscribe_needed = False
+        #: The content of the kernel's kernel_info_reply at connect (its ``language_info``,
+        #: ``implementation``...): what the kernel says, so bound it before keeping it.
+        self.kernel_info: dict[str, Any] = {}
 
     async def connect(self, timeout: float, check_alive: AliveCheck) -> None:
         """Open the channels and wait until the kernel answers on shell *and* iopub."""
@@ -103,6 +106,8 @@ class KernelSession:
                     await self._wait_or_fail(deadline, check_alive, 0)
                     continue
                 if reply is not None and reply["parent_header"].get("msg_id") == msg_id:
+                    content = reply.get("content")
+                    self.kernel_info = content if isinstance(content, dict) else {}
                     break
             try:
                 iopub_ready = await self._get_msg(self.client.iopub_channel, 0.1) is not None
