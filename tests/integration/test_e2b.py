@@ -164,6 +164,9 @@ out["data"] = frame.results[0].data
 image = sb.run_code("import numpy\nfrom PIL import Image\n"
                     "Image.fromarray(numpy.zeros((4, 4, 3), 'uint8')).show()\nprint('shown')")
 out["image"] = [bool(r.png) for r in image.results]
+chart = sb.run_code("import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
+                    "ax.bar(['a', 'b'], [1, 2]); ax.set_title('t')\nplt.show()")
+out["chart"] = [[r.chart.type.value, r.chart.title, bool(r.png)] for r in chart.results]
 try:
     sb.run_code("1", language="java")
 except Exception as exc:
@@ -175,7 +178,8 @@ print(json.dumps(out))
 
 def test_e2b_conventions_in_every_language(server: Server, e2b_python: Path) -> None:
     """What E2B's own suites check beyond Jupyter: per-call envs in each language,
-    restored after the call; DataFrames with their columns; PIL's show() displays;
+    restored after the call; DataFrames with their columns; charts read from matplotlib
+    figures; PIL's show() displays;
     the javascript default context; a language without a kernel is a clear 400."""
     out = run_client(e2b_python, server, LANGUAGES)
     assert out["contexts"] == ["javascript", "python"]
@@ -185,6 +189,7 @@ def test_e2b_conventions_in_every_language(server: Server, e2b_python: Path) -> 
         assert "".join(after).split("\n")[:2] == ["unset", "sandbox"], language
     assert out["data"] == {"a": [1, 2, 3], "b": ["x", "y", "z"]}
     assert out["image"] == [True]
+    assert out["chart"] == [["bar", "t", True]]  # e2b_charts read the figure; its PNG too
     assert out["java"][0] == "SandboxException" and "no 'java' kernel" in out["java"][1]
 
 
