@@ -313,7 +313,7 @@ UNPROVEN: dict[str, str] = {
     ),
     "IMAGE_DERIVE_SECONDS": "a venv build past 300 s: too slow for the suite",
     "IMAGE_PROBE_SECONDS": (
-        "a probe past 30 s: the hostile images' slow probe sleeps 8 s; a 30 s one is not written"
+        "a probe past 30 s: the hostile images' slow probe sleeps 5 s; a 30 s one is not written"
     ),
     "IMAGE_RESOLVE_WORKERS": (
         "a thread pool's size; IMAGE_QUEUE_PER_KEY's test floods the queue in front of it"
