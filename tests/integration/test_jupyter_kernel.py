@@ -79,6 +79,8 @@ def kernel(docker_engine, tmp_path_factory) -> Iterator[dict[str, str]]:  # type
     for spec_name, options in (
         (name, ["--image", "kernel-sandbox:python"]),
         (R_KERNEL, ["--kernel", "ir"]),  # its image: kernel-sandbox:r
+        ("ks-test-deno", ["--kernel", "deno"]),  # kernel-sandbox:javascript
+        ("ks-test-bash", ["--kernel", "bash"]),  # kernel-sandbox:polyglot
     ):
         subprocess.run(
             [sys.executable, "-m", "kernel_sandbox.cli.main", "kernelspec", "install",
@@ -258,6 +260,58 @@ def test_nbclient_runs_an_r_notebook_with_the_sandboxed_ir_kernel(kernel: dict[s
         nb.cells.append(probe)
         client.execute_cell(probe, len(nb.cells) - 1)
         assert probe.outputs[0].text.strip() == "FALSE"
+    assert _docker_ids(kernel["label"]) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "image", "language", "cells", "expected"),
+    [
+        pytest.param(
+            "ks-test-deno",
+            "kernel-sandbox:javascript",
+            "typescript",
+            ["var x = 41", "while (true) {}", "x + 1"],
+            "42",
+            id="deno",
+        ),
+        pytest.param(
+            "ks-test-bash",
+            "kernel-sandbox:polyglot",
+            "bash",
+            ["x=41", "while true; do :; done", "echo $((x + 1))"],
+            "42",
+            id="bash",
+        ),
+    ],
+)
+def test_nbclient_interrupts_the_sandboxed_javascript_and_bash_kernels(
+    kernel: dict[str, str],
+    name: str,
+    image: str,
+    language: str,
+    cells: list[str],
+    expected: str,
+) -> None:
+    """Deno wants its interrupts as messages, bash_kernel as signals: nbclient's
+    timeout interrupt (a signal, as the kernelspec says) reaches each the way it wants,
+    and the state is kept."""
+    present = builder.image_exists(docker_client(), image) is not None
+    require(present, f"{image} is not built (kernel-sandbox images build)")
+    nb = new_notebook(
+        cells=[new_code_cell(code) for code in cells],
+        metadata={"kernelspec": {"name": name, "display_name": "x", "language": language}},
+    )
+    client = NotebookClient(
+        nb, timeout=15, interrupt_on_timeout=True, kernel_name=name, allow_errors=True
+    )
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)
+        info = client.wait_for_reply(client.kc.kernel_info())  # type: ignore[union-attr]
+        assert info["content"]["language_info"]["name"] == language
+    last = nb.cells[2].outputs[-1]
+    text = last.get("text") or last.get("data", {}).get("text/plain", "")
+    assert text.strip() == expected, nb.cells[2].outputs
     assert _docker_ids(kernel["label"]) == []
 
 
