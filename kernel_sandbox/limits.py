@@ -98,6 +98,8 @@ __all__ = [
     "KERNEL_ARG_MAX_CHARS",
     "KERNEL_ENV_MAX_BYTES",
     "KILL_LIMIT",
+    "LATE_OUTPUT_LIMIT",
+    "LATE_OUTPUT_QUIET",
     "LIST_ENTRY_BYTES",
     "LIST_LIMIT",
     "LIVE_CALL_OUTPUT_BYTES",
@@ -555,6 +557,13 @@ DRAIN_LIMIT = 10.0
 #: ``idle`` without a reply in this time was forged by the code (it can publish on
 #: iopub with the request's id), and the call goes on.
 REPLY_AFTER_IDLE = 1.0
+#: A kernel that publishes outputs beside its shell loop (Deno's iopub drainer) may
+#: send a cell's result or last output after the cell's ``idle`` status: its calls end
+#: only once iopub has been quiet this many seconds past the idle ...
+LATE_OUTPUT_QUIET = 0.05
+#: ... or this many seconds past the idle, whatever it still sends (a timer that
+#: prints for ever must not hold the call).
+LATE_OUTPUT_LIMIT = 1.0
 #: Messages (per channel) each host socket queues before the kernel's side has to hold (or drop)
 #: them: whatever the host does not read costs at most this many messages, each at
 #: most ``max_output_bytes + MESSAGE_OVERHEAD`` bytes (``ZMQ_MAXMSGSIZE``).

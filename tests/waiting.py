@@ -14,7 +14,7 @@ import asyncio
 import inspect
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar, cast
+from typing import Any, TypeVar, overload
 
 __all__ = ["await_for", "wait_for"]
 
@@ -38,18 +38,32 @@ def wait_for(
         time.sleep(interval)
 
 
+@overload
 async def await_for(
-    predicate: Callable[[], T | Awaitable[T]],
+    predicate: Callable[[], Awaitable[T]],
+    timeout: float = ...,
+    interval: float = ...,
+    what: str = ...,
+) -> T: ...
+@overload
+async def await_for(
+    predicate: Callable[[], T],
+    timeout: float = ...,
+    interval: float = ...,
+    what: str = ...,
+) -> T: ...
+async def await_for(
+    predicate: Callable[[], Any],
     timeout: float = 30.0,
     interval: float = 0.05,
     what: str = "the condition",
-) -> T:
+) -> Any:
     """:func:`wait_for` in a coroutine: sleeps with ``asyncio``, awaits an awaitable answer."""
     deadline = time.monotonic() + timeout
     while True:
         late = time.monotonic() >= deadline
         answer = predicate()
-        value = cast(T, await answer if inspect.isawaitable(answer) else answer)
+        value = await answer if inspect.isawaitable(answer) else answer
         if value:
             return value
         if late:

@@ -35,6 +35,10 @@ _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 
 #: How often a starting kernel's container is asked about (an engine call) while waiting.
 STARTUP_ALIVE_INTERVAL = 0.2
+#: Kernels (their kernel_info ``implementation``) that publish outputs beside their
+#: shell loop, so a cell's result may come after its idle status: Deno's iopub drainer
+#: is a task of its own, racing the shell handler's idle.
+LATE_PUBLISHERS = frozenset({"Deno kernel"})
 
 
 #: The client's private channel slots (``None`` until a channel is made).
@@ -72,6 +76,8 @@ class KernelSession:
         self._fds: list[int] = []
         #: iopub was reopened since the last call began (ZMQ subscribes asynchronously).
         self._resubscribe_needed = False
+        #: The kernel may publish a cell's outputs after its idle (see LATE_PUBLISHERS).
+        self.late_outputs = False
 
     async def connect(self, timeout: float, check_alive: AliveCheck) -> None:
         """Open the channels and wait until the kernel answers on shell *and* iopub."""
@@ -103,6 +109,8 @@ class KernelSession:
                     await self._wait_or_fail(deadline, check_alive, 0)
                     continue
                 if reply is not None and reply["parent_header"].get("msg_id") == msg_id:
+                    implementation = reply["content"].get("implementation")
+                    self.late_outputs = implementation in LATE_PUBLISHERS
                     break
             try:
                 iopub_ready = await self._get_msg(self.client.iopub_channel, 0.1) is not None

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx2
+
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).parents[2]
 KEY_A, KEY_B = "test-key-a", "test-key-b"
@@ -60,19 +62,18 @@ class Server:
                 self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stderr=log)
         else:
             self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 120  # a loaded machine imports the server slowly
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                said = self.log.read_bytes() if self.log else self.proc.stderr.read()  # type: ignore[union-attr]
-                raise RuntimeError(f"server exited: {said.decode()[-2000:]}")
-            try:
-                r = httpx2.get(f"{self.url}/health", headers={"X-API-Key": KEY_A}, timeout=2)
-                if r.status_code == 200:
-                    return self
-            except httpx2.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError("the server did not answer within 120 s")
+        wait_for(self._healthy, 120, 0.2, "the server to answer")  # a loaded machine is slow
+        return self
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            said = self.log.read_bytes() if self.log else self.proc.stderr.read()  # type: ignore[union-attr]
+            raise RuntimeError(f"server exited: {said.decode()[-2000:]}")
+        with contextlib.suppress(httpx2.HTTPError):
+            r = httpx2.get(f"{self.url}/health", headers={"X-API-Key": KEY_A}, timeout=2)
+            return r.status_code == 200
+        return False
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import uuid
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from kernel_sandbox.cli.main import cli
 from kernel_sandbox.notebook import META_KEY
 from tests.conftest import TEST_LABEL
 from tests.openai_server import ScriptedOpenAIServer, call, error, text, tool_calls
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -229,15 +229,6 @@ def _container_ids(docker_engine, run_label: str) -> list:
     )
 
 
-def _wait_for(condition, deadline: float, what: str) -> None:
-    end = time.monotonic() + deadline
-    while time.monotonic() < end:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def test_an_agent_killed_mid_session_leaves_a_valid_notebook(docker_engine, tmp_path):
     run_label = uuid.uuid4().hex[:12]
     notebook = tmp_path / "killed.ipynb"
@@ -261,7 +252,7 @@ def test_an_agent_killed_mid_session_leaves_a_valid_notebook(docker_engine, tmp_
     ) as server:
         proc = subprocess.Popen([sys.executable, "-c", script, server.base_url], cwd=ROOT)
         try:
-            _wait_for(lambda: len(server.chat_requests) >= 3, 120, "the third model request")
+            wait_for(lambda: len(server.chat_requests) >= 3, 120, 0.1, "the third model request")
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait(30)
         finally:

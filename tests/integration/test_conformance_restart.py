@@ -38,6 +38,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 from tornado.websocket import websocket_connect
 
 from tests.integration.suites import ROOT, containers_left, install_ours
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -77,13 +78,14 @@ def jupyter_server(where: Path, extra_env: dict[str, str]) -> Iterator[Server]:
         proc = subprocess.Popen(argv, env=env, stdout=log, stderr=log, start_new_session=True)
     server = Server(f"http://127.0.0.1:{port}", token, proc)
     try:
-        deadline = time.monotonic() + 60
-        while True:
+
+        def listening() -> bool:
             assert proc.poll() is None, (where / "server.log").read_text()[-2000:]
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
-                break
-            assert time.monotonic() < deadline, "jupyter server did not listen in 60 s"
-            time.sleep(0.2)
+                return True
+            return False
+
+        wait_for(listening, 60, 0.2, "jupyter server to listen")
         yield server
     finally:
         with contextlib.suppress(ProcessLookupError):

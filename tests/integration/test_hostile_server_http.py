@@ -25,6 +25,7 @@ import pytest
 
 from kernel_sandbox.limits import MAX_REQUEST_BYTES
 from tests.integration.serving import KEY_A, KEY_B, Server
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -327,23 +328,21 @@ def test_stalled_event_streams_cost_their_own_calls_not_server_memory(
                 streams = [_stalled_stream(server, sandbox) for _ in range(12)]
                 statuses = sorted(int(status[9:12]) for _, status in streams)
                 assert statuses == [200] * 4 + [429] * 8, statuses
-                deadline = time.monotonic() + 180
-                while time.monotonic() < deadline:  # until the four calls ran, unread
-                    rows = a.get("/ui/list.json").json()["sandboxes"]
-                    if rows[0]["cells"] >= 4 and rows[0]["state"] == "idle":
-                        break
-                    time.sleep(0.5)
-                assert rows[0]["cells"] >= 4, rows
+
+                def ran() -> bool:  # until the four calls ran, unread
+                    row = a.get("/ui/list.json").json()["sandboxes"][0]
+                    return bool(row["cells"] >= 4 and row["state"] == "idle")
+
+                wait_for(ran, 180, 0.5, "the four streamed calls to run")
             watch.check()
             for s, _ in streams:
                 s.close()
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:  # the streams' places are free again
+
+            def free() -> bool:  # the streams' places are free again
                 again, status = _stalled_stream(server, sandbox)
                 again.close()
-                if status.endswith(b"200"):
-                    break
-                time.sleep(0.2)
-            assert status.endswith(b"200"), status
+                return status.endswith(b"200")
+
+            wait_for(free, 30, 0.2, "a stream's place to be free again")
         finally:
             a.delete(f"/v1/sandboxes/{sandbox}")

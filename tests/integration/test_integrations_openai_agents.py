@@ -3,11 +3,9 @@ client against the local OpenAI-compatible server, real sandbox, real notebook).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +44,7 @@ from kernel_sandbox.snapshots import LocalSnapshotStore
 from tests.conftest import TEST_LABEL
 from tests.integration.serving import KEY_A, Server
 from tests.openai_server import RecordedRequest, ScriptedOpenAIServer, call, text, tool_calls
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.integration
 set_tracing_disabled(True)  # nothing leaves this machine
@@ -194,10 +193,10 @@ async def test_agents_sdk_mcp_client_keeps_state_in_one_sandbox_released_when_id
             assert _tool_texts(model.chat_requests[-1])[-1] == "40"
             (sandbox,) = await _sandbox_ids(mcp_server)  # five calls, one sandbox
 
-            deadline = time.monotonic() + 60  # idle: the server's reaper removes it
-            while await _sandbox_ids(mcp_server) and time.monotonic() < deadline:
-                await asyncio.sleep(0.5)
-            assert await _sandbox_ids(mcp_server) == []
+            async def reaped() -> bool:  # idle: the server's reaper removes it
+                return await _sandbox_ids(mcp_server) == []
+
+            await await_for(reaped, 60, 0.5, "the idle sandbox to be reaped")
             again = await Runner.run(agent, "And x now?")
             assert again.final_output == "gone"
             assert "NameError" in _tool_texts(model.chat_requests[-1])[-1]
@@ -303,9 +302,7 @@ async def test_pty_processes_end_with_their_status_and_are_bounded(
         flood = await session.pty_exec_start("yes", yield_time_s=0.3)
         assert flood.process_id is not None and len(flood.output) <= PTY_UPDATE_BYTES
         process = inner._pty[flood.process_id].process
-        deadline = time.monotonic() + 30
-        while process.unread < PTY_UNREAD_BYTES and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
+        await await_for(lambda: process.unread >= PTY_UNREAD_BYTES, 30, 0.1, "the unread cap")
         assert PTY_UNREAD_BYTES <= process.unread <= PTY_UNREAD_BYTES + E2B_MAX_FRAME
         read = await session.pty_write_stdin(session_id=flood.process_id, chars="", yield_time_s=5)
         assert len(read.output) == PTY_UPDATE_BYTES and read.exit_code is None  # one call's cap

@@ -23,6 +23,8 @@ from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
+from tests.waiting import wait_for
+
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,8 +133,13 @@ def test_kernel_manager_lifecycle(kernel: dict[str, str]) -> None:
         assert int(out) != 0  # not root
 
         # interrupt a long cell through the Jupyter protocol (interrupt_mode: signal)
-        msg_id = kc.execute("import time; time.sleep(300)")
-        time.sleep(1.0)
+        msg_id = kc.execute("import time; print('started', flush=True); time.sleep(300)")
+
+        def started() -> bool:
+            msg = kc.get_iopub_msg(timeout=60)
+            return msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream"
+
+        wait_for(started, 60, 0, "the long cell to start")
         km.interrupt_kernel()
         reply = kc.get_shell_msg(timeout=60)
         assert reply["parent_header"]["msg_id"] == msg_id

@@ -176,6 +176,22 @@ async def test_deno_display_sends_html_and_png(kernel_sandbox: AsyncSandbox) -> 
     assert "<i>tagged</i>" in data[2]["text/html"]
 
 
+@pytest.mark.parametrize("kernel_sandbox", [pytest.param(JS, id="javascript")], indirect=True)
+async def test_deno_outputs_after_the_idle_are_the_cells_within_bounds(
+    kernel_sandbox: AsyncSandbox,
+) -> None:
+    # Deno publishes from a task of its own, so a cell's result can follow its idle
+    # status: output 20 ms after the idle is still the cell's (LATE_OUTPUT_QUIET) ...
+    late = await kernel_sandbox.run_code('setTimeout(() => console.log("late"), 20); 7')
+    assert late.status == "ok" and late.stdout == "late\n" and late.text.startswith("7")
+    # ... and a timer printing for ever holds its call at most LATE_OUTPUT_LIMIT (1 s).
+    started = asyncio.get_running_loop().time()
+    ticking = await kernel_sandbox.run_code('setInterval(() => console.log("tick"), 20); 1')
+    took = asyncio.get_running_loop().time() - started
+    assert ticking.status == "ok" and ticking.stdout.count("tick") >= 10
+    assert took < 5, took
+
+
 async def test_python_and_r_contexts_share_files_not_state(make_sandbox: Any) -> None:
     _require_image(R_IMAGE)
     sandbox: AsyncSandbox = await make_sandbox(image=R_IMAGE, timeout=60)

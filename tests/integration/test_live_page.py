@@ -26,6 +26,7 @@ import pytest
 from kernel_sandbox.client.remote import RemoteSandbox
 from tests.conftest import require
 from tests.integration.serving import KEY_A, KEY_B, Server
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -62,17 +63,6 @@ def browser() -> Iterator[object]:
         driver.quit()
 
 
-def _wait(predicate, timeout: float = 30.0, step: float = 0.02):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("the page did not show it in time")
-        time.sleep(step)
-
-
 def _page_text(driver) -> str:  # type: ignore[no-untyped-def]
     return str(driver.execute_script("return document.getElementById('cells').innerText"))
 
@@ -88,18 +78,18 @@ async def test_live_page_follows_the_api(server: Server, browser, tmp_path: Path
         await asyncio.to_thread(driver.get, f"{server.url}/ui?api_key={KEY_A}")
         assert "api_key" not in driver.current_url  # moved into the cookie
         row = await asyncio.to_thread(
-            _wait, lambda: driver.find_elements(By.XPATH, f"//a[text()='{sb.id}']")
+            wait_for, lambda: driver.find_elements(By.XPATH, f"//a[text()='{sb.id}']")
         )
         table = driver.find_element(By.ID, "live").text
         assert DATASCIENCE in table and "idle" in table
         await asyncio.to_thread(row[0].click)
-        await asyncio.to_thread(_wait, lambda: "first cell 41" in _page_text(driver))
+        await asyncio.to_thread(wait_for, lambda: "first cell 41" in _page_text(driver))
 
         # a cell run through the API shows on the open page
         started = time.monotonic()
         await sb.run_python("print('hello from the API', x + 1)")
         ran = time.monotonic() - started
-        await asyncio.to_thread(_wait, lambda: "hello from the API 42" in _page_text(driver))
+        await asyncio.to_thread(wait_for, lambda: "hello from the API 42" in _page_text(driver))
         shown = time.monotonic() - started - ran
         print(f"\ncell shown {shown * 1000:.0f} ms after its API call returned")
 
@@ -110,12 +100,12 @@ async def test_live_page_follows_the_api(server: Server, browser, tmp_path: Path
                 "\n    time.sleep(1.5)"
             )
         )
-        await asyncio.to_thread(_wait, lambda: "tick 0" in _page_text(driver))
+        await asyncio.to_thread(wait_for, lambda: "tick 0" in _page_text(driver))
         assert not ticking.done()
         assert driver.find_elements(By.CSS_SELECTOR, "#cells .cell.running")
         await ticking
         await asyncio.to_thread(
-            _wait, lambda: not driver.find_elements(By.CSS_SELECTOR, "#cells .cell.running")
+            wait_for, lambda: not driver.find_elements(By.CSS_SELECTOR, "#cells .cell.running")
         )
 
         # a plot is displayed (a decoded image, not just a tag)
@@ -124,7 +114,7 @@ async def test_live_page_follows_the_api(server: Server, browser, tmp_path: Path
             "plt.plot([1, 3, 2, 4]); plt.title('live plot'); plt.show()"
         )
         width = await asyncio.to_thread(
-            _wait,
+            wait_for,
             lambda: driver.execute_script(
                 "const i = document.querySelector('#cells img.plot');"
                 "return i && i.complete ? i.naturalWidth : 0"
@@ -134,7 +124,7 @@ async def test_live_page_follows_the_api(server: Server, browser, tmp_path: Path
         await sb.run_shell("echo from the shell > note.txt && cat note.txt")
         await sb.files.write("data.csv", "a,b\n1,2\n")
         try:
-            await asyncio.to_thread(_wait, lambda: "data.csv" in _page_text(driver), 10)
+            await asyncio.to_thread(wait_for, lambda: "data.csv" in _page_text(driver), 10)
         except AssertionError:
             print(_page_text(driver)[-1500:])
             raise
@@ -145,7 +135,7 @@ async def test_live_page_follows_the_api(server: Server, browser, tmp_path: Path
         # interrupt from the page stops a running cell; the kernel keeps x
         long = asyncio.ensure_future(sb.run_python("import time\ntime.sleep(120)"))
         await asyncio.to_thread(
-            _wait, lambda: "busy" in driver.find_element(By.ID, "state").text, 30
+            wait_for, lambda: "busy" in driver.find_element(By.ID, "state").text, 30
         )
         await asyncio.to_thread(driver.find_element(By.ID, "interrupt").click)
         execution = await asyncio.wait_for(long, 60)
@@ -163,7 +153,7 @@ async def test_live_page_follows_the_api(server: Server, browser, tmp_path: Path
         # a session page opened directly with ?api_key= keeps the key too
         await asyncio.to_thread(driver.get, f"{server.url}/ui/s/{sb.id}?api_key={KEY_A}")
         assert "api_key" not in driver.current_url
-        await asyncio.to_thread(_wait, lambda: "hello from the API 42" in _page_text(driver))
+        await asyncio.to_thread(wait_for, lambda: "hello from the API 42" in _page_text(driver))
         # another key sees nothing of it
         other = {"X-API-Key": KEY_B}
         assert httpx2.get(f"{server.url}/ui/s/{sb.id}/cells", headers=other).status_code == 404

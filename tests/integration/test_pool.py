@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from typing import Any
 
 import docker.errors
@@ -13,6 +11,7 @@ import pytest
 from kernel_sandbox.pool import POOL_LABEL, SandboxPool
 from tests.conftest import TEST_LABEL
 from tests.integration.conftest import PYTHON_IMAGE
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.integration
 
@@ -43,14 +42,6 @@ def gone(client: Any, container_id: str) -> bool:
     return False
 
 
-async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.05)
-
-
 async def test_a_borrower_never_sees_the_previous_borrowers_state(docker_engine: Any) -> None:
     async with make_pool(size=1) as pool:
         async with pool.acquire() as first:
@@ -68,7 +59,9 @@ async def test_a_borrower_never_sees_the_previous_borrowers_state(docker_engine:
             assert not await second.files.exists("secret.txt")
             assert (await second.run_python(COUNT_SLEEPERS)).text.strip() == "0"
         assert first.closed
-        await wait_for(lambda: gone(docker_engine, first.container_id), "the used container")
+        await await_for(
+            lambda: gone(docker_engine, first.container_id), 120, what="the used container"
+        )
 
 
 async def test_a_dead_idle_member_is_never_handed_out(docker_engine: Any) -> None:
@@ -81,7 +74,9 @@ async def test_a_dead_idle_member_is_never_handed_out(docker_engine: Any) -> Non
             assert sandbox.container_id not in killed
             assert (await sandbox.run_python("1 + 1")).text == "2"
         assert pool.stats().replaced_dead == 2
-        await wait_for(lambda: all(gone(docker_engine, c) for c in killed), "the dead containers")
+        await await_for(
+            lambda: all(gone(docker_engine, c) for c in killed), 120, what="the dead containers"
+        )
 
 
 async def test_the_health_check_replaces_a_dead_idle_member(docker_engine: Any) -> None:
@@ -94,7 +89,7 @@ async def test_the_health_check_replaces_a_dead_idle_member(docker_engine: Any) 
             running = containers(docker_engine, pool, running_only=True)
             return s.replaced_dead == 1 and s.idle == 2 and len(running) == 2
 
-        await wait_for(replaced, "the dead member to be replaced")
+        await await_for(replaced, 120, what="the dead member to be replaced")
         assert gone(docker_engine, victim) or victim not in {
             c.id for c in containers(docker_engine, pool, running_only=True)
         }
@@ -124,8 +119,10 @@ async def test_cancelling_the_pool_owner_leaves_no_container(docker_engine: Any)
 
         task = asyncio.create_task(owner())
         if phase == "while starting":
-            await wait_for(
-                lambda pool=pool: bool(containers(docker_engine, pool)), "a first container"
+            await await_for(
+                lambda pool=pool: bool(containers(docker_engine, pool)),
+                120,
+                what="a first container",
             )
         else:
             await asyncio.wait_for(busy.wait(), 120)
@@ -170,5 +167,5 @@ async def test_idle_extras_are_reaped_back_to_size(docker_engine: Any) -> None:
             s = pool.stats()
             return s.reaped >= 1 and s.idle == 1 and s.creating == 0 and s.closing == 0
 
-        await wait_for(back_to_size, "the pool to shrink back to its size")
+        await await_for(back_to_size, 120, what="the pool to shrink back to its size")
         assert len(containers(docker_engine, pool)) == 1

@@ -61,8 +61,13 @@ async def test_remote_sandbox_works_like_a_local_one(server: Server, tmp_path) -
         # interrupt a long cell: KeyboardInterrupt in it, variables kept
         import asyncio
 
-        running = asyncio.ensure_future(sb.run_python("time.sleep(60)"))
-        await asyncio.sleep(1.5)
+        started = asyncio.Event()
+        running = asyncio.ensure_future(
+            sb.run_python(
+                "print('started', flush=True); time.sleep(60)", on_output=lambda _: started.set()
+            )
+        )
+        await asyncio.wait_for(started.wait(), 60)  # the cell runs: now interrupt it
         await sb.interrupt()
         stopped = await asyncio.wait_for(running, 30)
         assert stopped.status == "error" and stopped.error.ename == "KeyboardInterrupt"  # type: ignore[union-attr]

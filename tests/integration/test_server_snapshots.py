@@ -4,9 +4,7 @@ notebooks, and keys kept apart — through /v1 and the remote client."""
 
 from __future__ import annotations
 
-import asyncio
 import os
-import time
 
 import nbformat
 import pytest
@@ -21,17 +19,16 @@ from kernel_sandbox.notebook import META_KEY
 from kernel_sandbox.server.restart import leftovers
 from tests.conftest import require
 from tests.integration.serving import KEY_A, KEY_B, Server, client
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.integration
 
 
-async def _wait_paused(c, sid: str, deadline: float = 60) -> None:  # type: ignore[no-untyped-def]
-    ends = time.monotonic() + deadline
-    while time.monotonic() < ends:
-        if (await c.get(f"/v1/sandboxes/{sid}")).json()["status"] == "paused":
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"sandbox {sid} was not paused within {deadline} s")
+async def _paused(c, sid: str) -> None:  # type: ignore[no-untyped-def]
+    async def paused() -> bool:
+        return bool((await c.get(f"/v1/sandboxes/{sid}")).json()["status"] == "paused")
+
+    await await_for(paused, 60, 0.2, f"sandbox {sid} to be paused")
 
 
 async def test_auto_pause_frees_the_container_and_the_next_call_brings_it_back(
@@ -45,7 +42,7 @@ async def test_auto_pause_frees_the_container_and_the_next_call_brings_it_back(
             sid = (await c.post("/v1/sandboxes", json={})).json()["id"]
             ran = await c.post(f"/v1/sandboxes/{sid}/python", json={"code": "x = 41"})
             assert ran.json()["status"] == "ok"
-            await _wait_paused(c, sid)
+            await _paused(c, sid)
             assert await leftovers(server.name) == []  # the container is gone
             rows = (await c.get("/ui/list.json")).json()["sandboxes"]
             assert [r["state"] for r in rows if r["id"] == sid] == ["paused"]  # the live page
@@ -56,7 +53,7 @@ async def test_auto_pause_frees_the_container_and_the_next_call_brings_it_back(
             assert ran.json()["status"] == "ok", ran.json()
             assert ran.json()["outputs"][-1]["data"]["text/plain"] == "42"
             assert (await c.get(f"/v1/sandboxes/{sid}")).json()["status"] == "running"
-            await _wait_paused(c, sid)  # and again: one notebook for the whole session
+            await _paused(c, sid)  # and again: one notebook for the whole session
         notebook = nbformat.read(
             tmp_path / "nb" / next(p.name for p in (tmp_path / "nb").iterdir()) / f"{sid}.ipynb",
             as_version=4,
@@ -136,7 +133,7 @@ async def test_auto_pause_of_an_exact_sandbox_keeps_its_threads_and_generators(
             sid = created.json()["id"]
             ran = await c.post(f"/v1/sandboxes/{sid}/python", json={"code": code})
             assert ran.json()["status"] == "ok", ran.json()
-            await _wait_paused(c, sid)
+            await _paused(c, sid)
             assert await leftovers(server.name) == []  # its memory is freed
             check = "before = ticks[0]; time.sleep(0.3); (next(squares), ticks[0] > before)"
             ran = await c.post(f"/v1/sandboxes/{sid}/python", json={"code": check})

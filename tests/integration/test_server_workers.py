@@ -23,6 +23,7 @@ from kernel_sandbox.backends.docker import DockerHost
 from kernel_sandbox.server.auth import key_id
 from kernel_sandbox.server.workers import WORKER_HEADER
 from tests.integration.serving import KEY_A, KEY_B, Server
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.usefixtures("docker_engine")
 
@@ -169,10 +170,12 @@ async def test_worker_killed_mid_call(server: Server) -> None:
     assert text(await run(server, sid, "v = 42; print(v)")) == "42"
     state = server.record_dir / key_id(KEY_A) / f"{sid}.lock"
     slow = asyncio.ensure_future(run(server, sid, "import time; time.sleep(30); print('late')"))
-    deadline = time.monotonic() + 30
-    while not state.read_text().strip():  # the worker in the call holds the lock
-        assert time.monotonic() < deadline and not slow.done()
-        await asyncio.sleep(0.05)
+
+    def held() -> bool:  # the worker in the call holds the lock
+        assert not slow.done()
+        return bool(state.read_text().strip())
+
+    await await_for(held, 30, what="the call's worker to hold the lock")
     victim = int(state.read_text())
     os.kill(victim, signal.SIGKILL)
     try:  # the caller gets an answer or an error, never silence

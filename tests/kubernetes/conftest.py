@@ -123,19 +123,6 @@ async def make_host(namespace: str) -> AsyncIterator[Any]:
     await asyncio.gather(*(h.cleanup() for h in made), return_exceptions=True)
 
 
-async def wait_until(check: Any, timeout: float = 60.0, pause: float = 0.2) -> Any:
-    """Poll ``await check()`` until it returns something truthy; fail after ``timeout``."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = await check()
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"condition not met within {timeout:g}s")
-        await asyncio.sleep(pause)
-
-
 @pytest.fixture
 async def make_sandbox(namespace: str) -> AsyncIterator[Any]:
     """Factory: ``await make_sandbox(**overrides)`` of sandboxes on the cluster."""

@@ -27,7 +27,8 @@ from kernel_sandbox.errors import (
 from kernel_sandbox.kernel.connection import new_connection_info
 from kernel_sandbox.sandbox import AsyncSandbox
 from tests.conftest import TEST_LABEL
-from tests.kubernetes.conftest import PYTHON_IMAGE, ROOT, wait_until
+from tests.kubernetes.conftest import PYTHON_IMAGE, ROOT
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.kubernetes
 
@@ -110,7 +111,7 @@ async def test_adopted_after_owner_sigkill_keeps_kernel_and_files(kube: Any, nam
         assert (await sb.run_python("1 + 1")).text == "2"
     finally:
         await sb.close()
-    await wait_until(lambda: _gone(sandbox_id), timeout=60)  # the adopter owned it
+    await await_for(lambda: _gone(sandbox_id), timeout=60, interval=0.2)  # the adopter owned it
 
 
 async def test_a_guest_beside_a_live_owner_touches_nothing(make_sandbox) -> None:
@@ -136,7 +137,7 @@ async def test_attach_refuses_a_deleted_pod(make_host, kube, namespace) -> None:
     with pytest.raises(ContainerRemovedError, match="deleted from outside"):
         await other.attach(record)
     assert other.resource_id is None  # nothing taken over
-    await wait_until(lambda: _gone(host.sandbox_id), timeout=60)
+    await await_for(lambda: _gone(host.sandbox_id), timeout=60, interval=0.2)
     with pytest.raises(SandboxNotFoundError):
         await AsyncSandbox.adopt(host.sandbox_id, host="kubernetes")
 
@@ -165,4 +166,4 @@ async def test_attach_refuses_a_pod_that_does_not_run(kube, namespace) -> None:
             await AsyncSandbox.adopt(sandbox_id, host="kubernetes")
     finally:
         kube.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-        await wait_until(lambda: _gone(sandbox_id), timeout=60)
+        await await_for(lambda: _gone(sandbox_id), timeout=60, interval=0.2)

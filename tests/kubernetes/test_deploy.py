@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.kubernetes.conftest import ROOT, wait_until
+from tests.kubernetes.conftest import ROOT
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.kubernetes
 
@@ -71,7 +72,9 @@ async def test_the_role_suffices_for_a_whole_sandbox_life(kube, namespace, tmp_p
         sa = kube.core.read_namespaced_service_account(account, namespace)
         return sa.secrets[0].name if sa.secrets else None
 
-    secret = kube.core.read_namespaced_secret(await wait_until(token_secret), namespace)
+    secret = kube.core.read_namespaced_secret(
+        await await_for(token_secret, timeout=60, interval=0.2), namespace
+    )
     token = base64.b64decode(secret.data["token"]).decode()
     config = tmp_path / "sa.kubeconfig"
     config.write_text(

@@ -28,7 +28,8 @@ from kernel_sandbox.errors import (
 )
 from kernel_sandbox.kernel.client import KernelSession
 from tests.conftest import TEST_LABEL
-from tests.kubernetes.conftest import ROOT, wait_until
+from tests.kubernetes.conftest import ROOT
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.kubernetes
 
@@ -238,7 +239,7 @@ async def test_quota_exceeded_is_a_clear_start_error(make_host, kube, namespace)
     }
     kube.core.create_namespaced_resource_quota(namespace, quota)
     try:
-        await wait_until(lambda: _quota_enforced(kube, namespace), timeout=60)
+        await await_for(lambda: _quota_enforced(kube, namespace), timeout=60, interval=0.2)
         host = await make_host("quota", launch=False, memory_limit="1g")
         with pytest.raises(SandboxStartError, match=r"ResourceQuota.*memory_limit"):
             await host.launch()
@@ -254,7 +255,7 @@ async def test_pod_deleted_from_outside(make_host, kube, namespace) -> None:
         host._pod_read = 0.0  # no rate limit in the test: the next poll asks the API
         return await host.poll()
 
-    why = await wait_until(reason)
+    why = await await_for(reason, timeout=60, interval=0.2)
     assert "deleted from outside" in why
     with pytest.raises(ContainerRemovedError, match="deleted from outside"):
         await host.exec(["true"])
@@ -271,7 +272,7 @@ async def test_pod_deleted_from_outside(make_host, kube, namespace) -> None:
         )
         return not left
 
-    await wait_until(all_gone, timeout=90)
+    await await_for(all_gone, timeout=90, interval=0.2)
 
 
 def test_api_server_unreachable(monkeypatch, tmp_path, cluster) -> None:
@@ -349,7 +350,7 @@ async def test_gc_removes_what_a_killed_owner_left(namespace, kube) -> None:
             ).items
         )
 
-    await wait_until(gone, timeout=90)
+    await await_for(gone, timeout=90, interval=0.2)
     assert not [left for left in await KubernetesHost.gc() if sandbox_id in left.what]
 
 
@@ -367,7 +368,7 @@ async def test_an_evicted_pod_is_a_clear_error(make_host, kube, namespace) -> No
         host._pod_read = 0.0
         return await host.poll()
 
-    why = await wait_until(reason)
+    why = await await_for(reason, timeout=60, interval=0.2)
     assert "evicted" in why and "create a new sandbox" in why
     with pytest.raises(ContainerRemovedError, match="evicted"):
         await host.restart_whole()

@@ -31,8 +31,9 @@ import pytest
 import yaml
 
 from tests.conftest import require
-from tests.kubernetes.conftest import CLUSTER, ROOT, wait_until
+from tests.kubernetes.conftest import CLUSTER, ROOT
 from tests.kubernetes.test_deploy import KUBECTL
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.kubernetes
 
@@ -181,7 +182,7 @@ def _ready_server(kube: Any, namespace: str, restarts: int = 0) -> str:
         return None
 
     try:
-        return asyncio.run(wait_until(ready, timeout=180, pause=1))
+        return asyncio.run(await_for(ready, timeout=180, interval=1))
     except AssertionError:
         pods = kube.core.list_namespaced_pod(namespace, label_selector=APP).items
         logs = [
@@ -260,7 +261,7 @@ def test_the_in_cluster_server_answers_ms_enclaves_client(
 
         gone = client.step("delete")
         assert (gone["deleted"], gone["info"]) == (True, None)
-        asyncio.run(wait_until(lambda: _none_left(kube, namespace), timeout=120))
+        asyncio.run(await_for(lambda: _none_left(kube, namespace), timeout=120, interval=0.2))
     finally:
         client.close()
 
@@ -314,7 +315,7 @@ def test_a_killed_server_is_started_again_and_adopts_what_it_left(
         assert made["sid"] in used["listed"]
         gone = client.step("delete")
         assert (gone["deleted"], gone["info"]) == (True, None)
-        asyncio.run(wait_until(lambda: _none_left(kube, namespace), timeout=120))
+        asyncio.run(await_for(lambda: _none_left(kube, namespace), timeout=120, interval=0.2))
         for kind in ("secret", "networkpolicy"):
             left = subprocess.run(
                 [KUBECTL, "get", kind, "-n", namespace, "-l", "kernel-sandbox=true", "-o", "name"],

@@ -18,8 +18,9 @@ from kernel_sandbox.cli.main import cli
 from kernel_sandbox.notebook import META_KEY, areplay, read_notebook
 from kernel_sandbox.pool import POOL_LABEL, SandboxPool
 from tests.conftest import TEST_LABEL
-from tests.kubernetes.conftest import DATASCIENCE_IMAGE, PYTHON_IMAGE, ROOT, wait_until
+from tests.kubernetes.conftest import DATASCIENCE_IMAGE, PYTHON_IMAGE, ROOT
 from tests.openai_server import ScriptedOpenAIServer, call, text, tool_calls
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.kubernetes
 
@@ -160,7 +161,7 @@ async def test_the_warm_pool_keeps_ready_pods(kube, namespace) -> None:
     pool = SandboxPool(size=2, image=PYTHON_IMAGE, labels=dict(TEST_LABEL), host="kubernetes")
     async with pool:
         selector = f"{POOL_LABEL}={pool.id}"
-        await wait_until(lambda: _async(len(pods(kube, namespace, selector)) == 2))
+        await await_for(lambda: len(pods(kube, namespace, selector)) == 2, timeout=60, interval=0.2)
         async with pool.acquire() as first:
             await first.run_python("secret = 42")
             await first.files.write("secret.txt", "42")
@@ -171,11 +172,7 @@ async def test_the_warm_pool_keeps_ready_pods(kube, namespace) -> None:
             assert probe.text == "False"
             assert not await second.files.exists("secret.txt")
         assert pool.stats().created >= 2
-    await wait_until(lambda: _async(not pods(kube, namespace, selector)))
-
-
-async def _async(value: object) -> object:
-    return value
+    await await_for(lambda: not pods(kube, namespace, selector), timeout=60, interval=0.2)
 
 
 async def test_pod_deleted_from_outside_then_gc_leaves_nothing(make_sandbox, kube, namespace):
@@ -187,7 +184,7 @@ async def test_pod_deleted_from_outside_then_gc_leaves_nothing(make_sandbox, kub
     async def pod_gone() -> bool:  # deletion is asynchronous: the kubelet kills, then confirms
         return not kube.core.list_namespaced_pod(namespace, label_selector=selector).items
 
-    await wait_until(pod_gone, timeout=90)
+    await await_for(pod_gone, timeout=90, interval=0.2)
     ex = await sb.run_python("x", timeout=20)
     assert ex.status == "kernel_died" and ex.state_lost
     assert "deleted from outside" in ex.message
@@ -210,7 +207,7 @@ async def test_pod_deleted_from_outside_then_gc_leaves_nothing(make_sandbox, kub
             ).items
         )
 
-    await wait_until(nothing_left, timeout=90)
+    await await_for(nothing_left, timeout=90, interval=0.2)
 
 
 async def test_ps_lists_a_live_sandbox(make_sandbox) -> None:
