@@ -46,7 +46,8 @@ class Hostile:
     disk_filler: str
     #: The one-word refusal ``disk_filler`` prints when the disk is full.
     disk_refusal: str
-    #: Prints 1000 lines of exactly 10**6 bytes ("chunk 0000 xxx..."), then "THE END".
+    #: Prints 1000 lines of exactly 10**6 bytes ("chunk 0000 xxx..."), then "THE END",
+    #: then sets ``survivor`` to "still here".
     print_flood: str
     #: True when the flood ends "ok" with its head and tail kept (the kernel sends its
     #: output as it prints); False when the kernel holds the output itself and ends out
@@ -105,7 +106,10 @@ PYTHON = Hostile(
     ),
     disk_refusal="ENOSPC",
     print_flood=(
-        "for i in range(1000):\n    print(f'chunk {i:04d} ' + 'x' * (10**6 - 12))\nprint('THE END')"
+        "for i in range(1000):\n"
+        "    print(f'chunk {i:04d} ' + 'x' * (10**6 - 12))\n"
+        "print('THE END')\n"
+        "survivor = 'still here'"
     ),
     flood_capped=True,
 )
@@ -150,7 +154,8 @@ R = Hostile(
     disk_refusal="refused",
     print_flood=(
         "for (i in 0:999) cat(sprintf('chunk %04d ', i), strrep('x', 10^6 - 12), '\\n', sep = '')\n"
-        "cat('THE END\\n')"
+        "cat('THE END\\n')\n"
+        "survivor <- 'still here'"
     ),
     # IRkernel (through evaluate) holds a top-level expression's whole output in R's memory
     # and sends it when the expression ends: nothing reaches the host, R grows to the
@@ -194,7 +199,8 @@ JAVASCRIPT = Hostile(
     print_flood=(
         "for (let i = 0; i < 1000; i++)\n"
         "  console.log(`chunk ${String(i).padStart(4, '0')} ` + 'x'.repeat(1e6 - 12))\n"
-        "console.log('THE END')"
+        "console.log('THE END')\n"
+        "var survivor = 'still here'"
     ),
     # Deno's kernel queues console output inside the kernel faster than it sends it: the
     # host had ~600 MB (capped to its 10 MiB) when Deno reached 1 GB and was OOM-killed
