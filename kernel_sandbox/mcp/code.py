@@ -77,7 +77,8 @@ def describe_run_code(languages: list[str] | None) -> str:
 def _language_arg(languages: list[str] | None) -> Any:
     """The annotation of ``language``: an enum of ``languages`` once they are known."""
     if languages:
-        name: Any = Annotated[str, Field(max_length=64, json_schema_extra={"enum": list[Any](languages)})]
+        enum: dict[str, Any] = {"enum": list(languages)}
+        name: Any = Annotated[str, Field(max_length=64, json_schema_extra=enum)]
         told = f"One of: {', '.join(languages)}."
     else:
         name = Annotated[str, Field(max_length=64)]
@@ -129,7 +130,11 @@ class CodeTools:
 
     async def learn(self, ctx: Context) -> None:
         """Ask the caller's sandbox which languages its image has (once per server) and
-        register ``run_code`` again with them; a failure leaves it as it was."""
+        register ``run_code`` again with them; a failure leaves it as it was.  A call
+        that comes while another caller's sandbox is asked does not wait for it (over
+        HTTP that is another key's): it lists ``run_code`` without the enum."""
+        if self._learning.locked():
+            return
         async with self._learning:
             if self.languages is not None:
                 return

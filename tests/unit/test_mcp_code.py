@@ -3,6 +3,7 @@ server), through the SDK's in-process client; a failure to ask leaves it a strin
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -40,6 +41,11 @@ def _run_code(tools: Any) -> Any:
     return next(t for t in tools if t.name == "run_code")
 
 
+def _language(tools: Any) -> dict[str, Any]:
+    """The string branch of run_code's ``language`` schema."""
+    return _run_code(tools).input_schema["properties"]["language"]["anyOf"][0]  # type: ignore[no-any-return]
+
+
 async def test_the_first_tools_list_learns_the_images_languages_once() -> None:
     fake = FakeSandbox(["bash", "javascript", "python", "r"])
     source = OneSandbox(fake)
@@ -65,3 +71,28 @@ async def test_a_sandbox_that_cannot_be_asked_leaves_language_a_string() -> None
         assert "enum" not in tool.input_schema["properties"]["language"]["anyOf"][0]
         failed = await client.call_tool("run_code", {"code": "1", "language": "r"})
         assert failed.is_error and "no such image" in failed.content[0].text  # type: ignore[union-attr]
+
+
+class SlowSandbox(FakeSandbox):
+    def __init__(self) -> None:
+        super().__init__(["python", "r"])
+        self.release = asyncio.Event()
+
+    async def languages(self) -> list[str]:
+        await self.release.wait()
+        return await super().languages()
+
+
+async def test_a_listing_does_not_wait_for_another_callers_sandbox() -> None:
+    """Over HTTP the first lister's sandbox may be another key's: nobody queues behind it."""
+    slow = SlowSandbox()
+    server = build_mcp_server(OneSandbox(slow))
+    async with Client(server) as first, Client(server) as second:
+        waiting = asyncio.ensure_future(first.list_tools())
+        await asyncio.sleep(0.2)  # the first listing is asking the sandbox now
+        other = await asyncio.wait_for(second.list_tools(), 5)
+        assert (
+            "enum" not in _run_code(other.tools).input_schema["properties"]["language"]["anyOf"][0]
+        )
+        slow.release.set()
+        assert _language((await waiting).tools)["enum"] == ["python", "r"]
