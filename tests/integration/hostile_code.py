@@ -53,6 +53,14 @@ class Hostile:
     #: output as it prints); False when the kernel holds the output itself and ends out
     #: of memory first (see the languages below).
     flood_capped: bool
+    #: Sets ``kept`` to 41.
+    set_kept: str
+    #: Prints ``kept + 1`` and a newline.
+    kept_plus_one: str
+    #: Counts ``i`` up and prints it, for ever.
+    tight_print_loop: str
+    #: How a 5 s timeout of ``tight_print_loop`` may end.
+    tight_loop_ends: tuple[str, ...]
 
     def code(self, template: str, **values: Any) -> str:
         """``template`` with each ``@NAME@`` replaced (paths as JSON strings)."""
@@ -112,6 +120,10 @@ PYTHON = Hostile(
         "survivor = 'still here'"
     ),
     flood_capped=True,
+    set_kept="kept = 41",
+    kept_plus_one="print(kept + 1)",
+    tight_print_loop="i = 0\nwhile True:\n    i += 1\n    print(i)",
+    tight_loop_ends=("timeout",),
 )
 
 R = Hostile(
@@ -161,6 +173,12 @@ R = Hostile(
     # and sends it when the expression ends: nothing reaches the host, R grows to the
     # memory limit (measured: 945 MB of R, the relay steady at 38 MB) and is OOM-killed.
     flood_capped=False,
+    set_kept="kept <- 41",
+    kept_plus_one='cat(kept + 1, "\\n", sep = "")',
+    # interrupted at its timeout with its variables kept; what it printed was held by
+    # IRkernel and does not come back (measured: 0 bytes of ~37000 lines)
+    tight_print_loop='i <- 0\nrepeat { i <- i + 1; cat(i, "\\n", sep = "") }',
+    tight_loop_ends=("timeout",),
 )
 
 JAVASCRIPT = Hostile(
@@ -206,6 +224,13 @@ JAVASCRIPT = Hostile(
     # host had ~600 MB (capped to its 10 MiB) when Deno reached 1 GB and was OOM-killed
     # (the relay steady at ~60 MB).
     flood_capped=False,
+    set_kept="var kept = 41",
+    kept_plus_one="console.log(kept + 1)",
+    # Deno queues console messages faster than it sends them (~3000 a second reached the
+    # host): in 5 s it may reach the 1g memory limit before the interrupt (measured: OOM
+    # after 5.8 s, 16208 lines sent), or be interrupted first on a slower machine
+    tight_print_loop="var i = 0\nwhile (true) { i += 1; console.log(i) }",
+    tight_loop_ends=("timeout", "kernel_died"),
 )
 
 HOSTILE_LANGUAGES = [
