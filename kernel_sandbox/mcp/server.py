@@ -109,7 +109,10 @@ def build_mcp_server(source: SandboxSource, *, max_timeout: float = 600.0) -> MC
 
         return await guarded(ctx, sandbox_id, call)
 
-    @mcp.tool(description="Restart the Python kernel: variables are lost, files are kept.")
+    @mcp.tool(
+        description="Restart the sandbox's kernels (the Python kernel and every context): "
+        "variables are lost, files are kept."
+    )
     async def restart_kernel(ctx: Context, sandbox_id: SandboxId = None) -> CallToolResult:
         async def call(sb: Any) -> CallToolResult:
             await sb.restart()
