@@ -119,9 +119,10 @@ def kernel_for(language: str, specs: dict[str, KernelSpecInfo]) -> str:
     matches = [s.name for s in specs.values() if s.language.strip().lower() in spoken]
     if not matches:
         have = ", ".join(sorted({s.speaks for s in specs.values()})) or "none"
+        ours = ", e.g. kernel-sandbox:polyglot" if wanted in LANGUAGES else ""
         raise ConfigError(
             f"this sandbox's image has no {language!r} kernel (its languages: {have}); "
-            "use an image that has one, e.g. kernel-sandbox:polyglot"
+            f"use an image that has one{ours}"
         )
     return "python3" if "python3" in matches else sorted(matches)[0]
 

@@ -137,6 +137,7 @@ __all__ = [
     "NOTEBOOK_CALL_OUTPUT_BYTES",
     "NOTEBOOK_EMBEDDED_FILE_BYTES",
     "NOTEBOOK_IMAGE_BYTES",
+    "NOTEBOOK_LANGUAGE_INFO_CHARS",
     "NOTEBOOK_MAX_OUTPUT_BYTES",
     "NOTEBOOK_POINTER_CHARS",
     "POOL_PING_SECONDS",
@@ -615,6 +616,10 @@ MAX_CODE_CHARS = 256 * 1024
 #: Bytes of a written file a notebook cell embeds (for replay); larger ones are
 #: described, not embedded (the notebook would balloon).
 NOTEBOOK_EMBEDDED_FILE_BYTES = 256 * 1024
+#: Characters a notebook keeps of each string a kernel reports of itself (its
+#: ``language_info`` fields, its kernelspec's names): what the kernel says is the
+#: sandbox's, so a kernel reporting a megabyte of "version" costs the notebook this.
+NOTEBOOK_LANGUAGE_INFO_CHARS = 200
 #: Pixels of the largest image compared by its pixels; larger ones are compared by their
 #: bytes only: decoding and differencing one costs
 #: about 10 bytes of host memory per pixel (a 2x retina plot is about 1.5 M pixels).

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from typing import Any
 
 from .backends.base import KernelHost
 from .config import SandboxConfig
@@ -72,6 +73,12 @@ class RunningKernel:
         except Exception:  # the start error is what matters; the log is a bonus
             return ""
         return f"\ncontainer log (last lines):\n{text}" if text else ""
+
+    @property
+    def kernel_info(self) -> dict[str, Any]:
+        """The content of the kernel's kernel_info_reply at its last start (as the
+        kernel sent it: bound what you keep); empty while not connected."""
+        return self.session.kernel_info if self.session is not None else {}
 
     def close(self) -> None:
         """Close the session (the host's kernel is the host's to end)."""

@@ -435,6 +435,11 @@ class AsyncSandbox:
             self._kernelspecs = parse_kernelspecs(result.stdout.decode(errors="replace"))
         return self._kernelspecs
 
+    def known_kernelspecs(self) -> dict[str, KernelSpecInfo] | None:
+        """:meth:`kernelspecs` if the image was asked already (at the start of a sandbox
+        whose kernel is not IPython's, or by a call since), else None: no call made."""
+        return None if self._kernelspecs is None else dict(self._kernelspecs)
+
     def known_languages(self) -> list[str] | None:
         """:meth:`languages` if the image was asked already (tools describe themselves
         without a call into the sandbox), else None."""
@@ -445,6 +450,16 @@ class AsyncSandbox:
     async def languages(self) -> list[str]:
         """The languages the image has kernels for (``python``, ``r``, ...), sorted."""
         return sorted({spec.speaks for spec in (await self.kernelspecs()).values()})
+
+    def kernel_info(self, context: Context | str | None = None) -> dict[str, Any]:
+        """What a context's kernel (default: the sandbox's own) said of itself when it
+        last started: the content of its ``kernel_info_reply`` (``language_info``,
+        ``implementation``, ``banner``...), as the kernel sent it; notebooks record its
+        ``language_info`` (:mod:`kernel_sandbox.notebook.languages` bounds it)."""
+        if context is None:
+            return dict(self._kernel.kernel_info)
+        found = self.get_context(context if isinstance(context, str) else context.id)
+        return dict(self._kernel_of(found.id).kernel_info)
 
     def list_contexts(self) -> list[Context]:
         """The sandbox's own kernel, then every context made since, in order."""

@@ -308,11 +308,17 @@ class Sandbox:
     def languages(self) -> list[str]:
         return run_sync(self._local("languages").languages())
 
+    def known_kernelspecs(self) -> dict[str, KernelSpecInfo] | None:
+        return self._local("known_kernelspecs").known_kernelspecs()
+
     def known_languages(self) -> list[str] | None:
         return self._local("known_languages").known_languages()
 
     def list_contexts(self) -> list[Context]:
         return self._local("list_contexts").list_contexts()
+
+    def kernel_info(self, context: Context | str | None = None) -> dict[str, Any]:
+        return self._local("kernel_info").kernel_info(context)
 
     def get_context(self, context_id: str) -> Context:
         return self._local("get_context").get_context(context_id)

@@ -17,8 +17,20 @@ def kernelspec() -> None:
 
 
 @kernelspec.command("install")
-@click.option("--name", default="kernel-sandbox", show_default=True, help="Kernelspec name.")
-@click.option("--image", default=DEFAULT_IMAGE, show_default=True, help="Sandbox image.")
+@click.option(
+    "--kernel",
+    default="python3",
+    show_default=True,
+    help="The image's kernel to sandbox: python3, ir (R), deno (JavaScript/TypeScript), "
+    "bash, or any kernelspec name of a custom image.",
+)
+@click.option("--name", help="Kernelspec name [default: kernel-sandbox, kernel-sandbox-KERNEL].")
+@click.option(
+    "--image",
+    help=f"Sandbox image [default: {DEFAULT_IMAGE} for python3, else the image of that "
+    "kernel: kernel-sandbox:r, :javascript, :polyglot].",
+)
+@click.option("--language", help="The kernel's language, for a kernel not of our images.")
 @click.option("--display-name", help="Name shown in Jupyter's launcher.")
 @click.option("--memory-limit", default="1g", show_default=True)
 @click.option("--cpu-limit", default=1.0, show_default=True, type=float)
@@ -35,8 +47,10 @@ def kernelspec() -> None:
     help="The notebook's folder in the sandbox: a bounded copy, a read-only mount, or none.",
 )
 def install(
-    name: str,
-    image: str,
+    kernel: str,
+    name: str | None,
+    image: str | None,
+    language: str | None,
     display_name: str | None,
     memory_limit: str,
     cpu_limit: float,
@@ -50,9 +64,20 @@ def install(
     """Install a kernelspec: no network, limits and a non-root user unless told otherwise."""
     from ..config import SandboxConfig
     from ..jupyter import install_kernelspec
+    from ..jupyter.kernelspec import KNOWN_KERNELS
+    from .run import LANGUAGE_IMAGES
 
+    if image is None:
+        known = KNOWN_KERNELS.get(kernel)
+        image = LANGUAGE_IMAGES.get(known.speaks, (DEFAULT_IMAGE, None))[0] if known else None
+        if image is None:
+            raise click.UsageError(
+                f"--kernel {kernel} is not one of our images' kernels: give --image"
+            )
+    name = name or ("kernel-sandbox" if kernel == "python3" else f"kernel-sandbox-{kernel}")
     fields: dict[str, object] = {
         "image": image,
+        "kernel": kernel,
         "memory_limit": memory_limit,
         "cpu_limit": cpu_limit,
         "network_enabled": allow_network,
@@ -67,6 +92,7 @@ def install(
         user=user_install,
         prefix=prefix,
         cwd_mode=cwd_mode,
+        language=language,
     )
     click.echo(f"installed kernelspec {name!r} in {path}")
     click.echo(f"use it: jupyter nbconvert --execute --ExecutePreprocessor.kernel_name={name} ...")
@@ -82,8 +108,9 @@ def list_() -> None:
     for name, info in sorted(KernelSpecManager().get_all_specs().items()):
         meta = info["spec"].get("metadata", {}).get("kernel_provisioner", {})
         if meta.get("provisioner_name") == PROVISIONER_NAME:
-            image = meta.get("config", {}).get("sandbox", {}).get("image", "?")
-            click.echo(f"{name}\t{image}\t{info['resource_dir']}")
+            sandbox = meta.get("config", {}).get("sandbox", {})
+            image, kernel = sandbox.get("image", "?"), sandbox.get("kernel", "python3")
+            click.echo(f"{name}\t{kernel}\t{image}\t{info['resource_dir']}")
 
 
 @kernelspec.command("remove")

@@ -6,6 +6,13 @@ sandbox's settings there; secure defaults are those of
 a non-root user, a read-only root filesystem).  ``argv`` is never run by a
 jupyter_client that knows provisioners (7+); an older one would run it on this
 machine, so it is a program that refuses, saying why.
+
+Any kernel of the image can be the sandboxed one (``SandboxConfig.kernel``: ``ir``,
+``deno``, ``bash``...): the spec then says that kernel's ``language`` (as its own
+kernel.json in the image does, :data:`KNOWN_KERNELS`, so a notebook opened with it is
+an R or TypeScript notebook), and its ``interrupt_mode`` is ``signal`` whatever the
+kernel wants: the SIGINT goes to the sandbox's relay, which interrupts a kernel the
+way its own kernelspec asks (:mod:`kernel_sandbox.programs.relay`).
 """
 
 from __future__ import annotations
@@ -18,13 +25,29 @@ from pathlib import Path
 from typing import Any
 
 from ..config import SandboxConfig
+from ..contexts import KernelSpecInfo
 from ..errors import ConfigError
 from .notebook_dir import CWD_MODES, CwdMode
 
-__all__ = ["PROVISIONER_NAME", "install_kernelspec", "kernelspec_json", "remove_kernelspec"]
+__all__ = [
+    "KNOWN_KERNELS",
+    "PROVISIONER_NAME",
+    "install_kernelspec",
+    "kernelspec_json",
+    "remove_kernelspec",
+]
 
 #: The provisioner's entry-point name (group ``jupyter_client.kernel_provisioners``).
 PROVISIONER_NAME = "kernel-sandbox"
+#: The kernels of kernel_sandbox's images, as their kernel.json in the image names
+#: them (``language``) and a short name for Jupyter's launcher; a kernelspec for any
+#: other kernel says the ``language`` it is given (default: the kernel's name).
+KNOWN_KERNELS: dict[str, KernelSpecInfo] = {
+    "python3": KernelSpecInfo("python3", "python", "Python 3"),
+    "ir": KernelSpecInfo("ir", "R", "R"),
+    "deno": KernelSpecInfo("deno", "typescript", "Deno (TypeScript/JavaScript)"),
+    "bash": KernelSpecInfo("bash", "bash", "Bash"),
+}
 _NAME = re.compile(r"^[a-z0-9._-]{1,64}$")
 
 
@@ -33,8 +56,11 @@ def kernelspec_json(
     display_name: str | None = None,
     host: str = "",
     cwd_mode: CwdMode = "copy",
+    language: str | None = None,
 ) -> dict[str, Any]:
-    """The ``kernel.json`` of a sandboxed kernel with ``config``.
+    """The ``kernel.json`` of a sandboxed kernel with ``config`` (its ``kernel`` is the
+    image's kernelspec that runs; ``language`` says its language when it is not one of
+    :data:`KNOWN_KERNELS`).
 
     ``cwd_mode`` says what the kernel sees of its notebook's folder (see
     :mod:`~kernel_sandbox.jupyter.notebook_dir`).
@@ -46,10 +72,12 @@ def kernelspec_json(
     provisioner: dict[str, Any] = {"sandbox": settings, "cwd_mode": cwd_mode}
     if host:
         provisioner["host"] = host
+    known = KNOWN_KERNELS.get(config.kernel)
+    shown = known.display_name if known else config.kernel
     return {
         "argv": [sys.executable, "-m", "kernel_sandbox.jupyter.refuse", "{connection_file}"],
-        "display_name": display_name or f"Python 3 (sandbox {config.image})",
-        "language": "python",
+        "display_name": display_name or f"{shown} (sandbox {config.image})",
+        "language": language or (known.language if known else config.kernel),
         "interrupt_mode": "signal",
         "metadata": {
             "kernel_provisioner": {"provisioner_name": PROVISIONER_NAME, "config": provisioner},
@@ -67,6 +95,7 @@ def install_kernelspec(
     user: bool = False,
     prefix: str | None = None,
     cwd_mode: CwdMode = "copy",
+    language: str | None = None,
 ) -> Path:
     """Install the kernelspec ``name`` (like ``jupyter kernelspec install``); its path."""
     from jupyter_client.kernelspec import KernelSpecManager
@@ -75,7 +104,7 @@ def install_kernelspec(
         raise ConfigError(
             f"kernelspec name {name!r}: use 1-64 of lowercase letters, digits, '.', '_', '-'"
         )
-    spec = kernelspec_json(config, display_name, host, cwd_mode)
+    spec = kernelspec_json(config, display_name, host, cwd_mode, language)
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "kernel.json").write_text(json.dumps(spec, indent=1) + "\n")
         where = KernelSpecManager().install_kernel_spec(

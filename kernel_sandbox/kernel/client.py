@@ -78,6 +78,9 @@ class KernelSession:
         self._resubscribe_needed = False
         #: The kernel may publish a cell's outputs after its idle (see LATE_PUBLISHERS).
         self.late_outputs = False
+        #: The content of the kernel's kernel_info_reply at connect (its ``language_info``,
+        #: ``implementation``...): what the kernel says, so bound it before keeping it.
+        self.kernel_info: dict[str, Any] = {}
 
     async def connect(self, timeout: float, check_alive: AliveCheck) -> None:
         """Open the channels and wait until the kernel answers on shell *and* iopub."""
@@ -109,8 +112,9 @@ class KernelSession:
                     await self._wait_or_fail(deadline, check_alive, 0)
                     continue
                 if reply is not None and reply["parent_header"].get("msg_id") == msg_id:
-                    implementation = reply["content"].get("implementation")
-                    self.late_outputs = implementation in LATE_PUBLISHERS
+                    content = reply.get("content")
+                    self.kernel_info = content if isinstance(content, dict) else {}
+                    self.late_outputs = self.kernel_info.get("implementation") in LATE_PUBLISHERS
                     break
             try:
                 iopub_ready = await self._get_msg(self.client.iopub_channel, 0.1) is not None

@@ -6,7 +6,8 @@ there may be imported on the host): ``supervisor.sh`` (the container's main proc
 ``relay.py`` (any other kernelspec, behind a relay), ``forwarder.py`` (the egress
 relay, and an exact-ready kernel's bridge),
 ``shell_runner.sh`` (one shell command with its timeout), ``probe.py`` (what Python
-an image has) and ``e2b_process.py``/``e2b_files.py`` (E2B's commands and file calls).
+an image has) and ``e2b_process.py``/``e2b_files.py``/``e2b_display.py`` (E2B's
+commands, file calls and display conventions).
 ruff checks the Python ones and shellcheck the shell ones (``make lint``).
 """
 
@@ -20,6 +21,7 @@ __all__ = ["NAMES", "program"]
 #: Every program shipped in ``kernel_sandbox/programs/``.
 NAMES = (
     "binder.py",
+    "e2b_display.py",
     "e2b_files.py",
     "e2b_process.py",
     "forwarder.py",

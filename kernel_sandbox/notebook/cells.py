@@ -4,6 +4,9 @@ Every cell we write carries ``metadata["kernel_sandbox"]["kind"]``:
 
 ``message``  a markdown cell with a user / assistant / system message;
 ``python``   a code cell with the code the kernel ran and its real outputs;
+``code``     the same for a kernel of another language (R, JavaScript, bash...); both
+             say where they ran (``language``, ``kernel``, ``context``, see
+             :mod:`.languages`);
 ``shell``    a ``%%sh`` code cell (Jupyter re-runs it with the same ``/bin/sh`` the
              sandbox used), stdout and stderr as stream outputs, the exit status in
              metadata and, when it is not 0, as a last stderr line;
@@ -54,7 +57,7 @@ __all__ = [
 
 #: Namespaced metadata key used on cells and on the notebook.
 META_KEY = "kernel_sandbox"
-CellKind = Literal["message", "python", "shell", "file", "note"]
+CellKind = Literal["message", "python", "code", "shell", "file", "note"]
 
 _WRITE_OPS = {"write": "", "append": "-a "}
 #: ``delete`` is what sandbox.files.remove and the file_operation tool report;
@@ -159,11 +162,14 @@ def python_cell(
     *,
     seeded: bool = False,
     budget: OutputBudget | None = None,
+    where: Mapping[str, Any] | None = None,
 ) -> NotebookNode:
-    """A code cell with the real outputs and execution count of one ``run_python`` call.
+    """A code cell with the real outputs and execution count of one ``run_code`` call.
 
     ``budget`` (the notebook's) bounds what the cell keeps of the outputs (see
-    :mod:`.budget`); without one every output is kept.
+    :mod:`.budget`); without one every output is kept.  ``where`` is the cell metadata
+    saying which kernel ran it (:func:`.languages.language_metadata`); a cell of
+    another language than python is of kind ``code``.
 
     The cell is tagged ``nondeterministic`` (see :mod:`.tags`) when ``metadata`` says
     ``nondeterministic`` (the agent knows) or the code is timed or draws unseeded
@@ -174,9 +180,13 @@ def python_cell(
     outputs = [_complete(jsonable(o), execution.execution_count) for o in execution.outputs]
     if budget is not None:
         outputs = budget.take(outputs)
+    placed = dict(where or {})
+    ours = dict(placed.pop(META_KEY, {}))
+    kind: CellKind = "python" if ours.get("language", "python") == "python" else "code"
     meta = _meta(
-        "python",
+        kind,
         metadata,
+        **ours,
         status=execution.status,
         duration=round(execution.duration, 4),
         state_lost=execution.state_lost,
@@ -184,6 +194,7 @@ def python_cell(
         truncated_bytes=execution.truncated_bytes or None,
         started_at=iso_time(started_at) if started_at else None,
     )
+    meta.update(placed)
     if reason:
         meta[META_KEY]["nondeterministic"] = str(reason)
         meta["tags"] = [NONDETERMINISTIC]

@@ -30,6 +30,7 @@ import nbformat
 from nbformat import NotebookNode
 from nbformat.v4 import new_markdown_cell, new_notebook
 
+from ..contexts import DEFAULT_CONTEXT
 from ..events import (
     EgressRefused,
     Event,
@@ -54,6 +55,13 @@ from .cells import (
     shell_cell,
 )
 from .file import NotebookFile
+from .languages import (
+    PYTHON_KERNELSPEC,
+    PYTHON_LANGUAGE_INFO,
+    language_metadata,
+    notebook_kernel,
+    notebook_language,
+)
 from .tags import seeds_randomness
 
 __all__ = ["DEFAULT_SESSION_DIR", "FORMAT_VERSION", "NotebookRecorder", "new_session_path"]
@@ -63,19 +71,11 @@ DEFAULT_SESSION_DIR = Path("notebooks") / "sessions"
 #: Version of the ``kernel_sandbox`` metadata layout written into notebooks.
 FORMAT_VERSION = 1
 
-KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
-LANGUAGE_INFO = {
-    "name": "python",
-    "file_extension": ".py",
-    "mimetype": "text/x-python",
-    "pygments_lexer": "ipython3",
-    "codemirror_mode": {"name": "ipython", "version": 3},
-    "nbconvert_exporter": "python",
-}
 # Settings worth knowing when reading or replaying a session; never env vars or
 # volumes (they may hold secrets or host paths).
 _RECORDED_SETTINGS = (
     "image",
+    "kernel",
     "working_dir",
     "user",
     "network_enabled",
@@ -131,8 +131,8 @@ class NotebookRecorder:
         session.update(jsonable(dict(metadata or {})))
         self._nb: NotebookNode = new_notebook(
             metadata={
-                "kernelspec": dict(KERNELSPEC),
-                "language_info": dict(LANGUAGE_INFO),
+                "kernelspec": dict(PYTHON_KERNELSPEC),
+                "language_info": dict(PYTHON_LANGUAGE_INFO),
                 META_KEY: session,
             }
         )
@@ -169,11 +169,17 @@ class NotebookRecorder:
             inner.listeners.remove(self)
 
     def describe_sandbox(self, sandbox: SandboxLike | Sandbox) -> None:
-        """Store the sandbox's id, image and main settings in the notebook metadata, and
-        leave the pointer by which a person's console finds this notebook."""
+        """Store the sandbox's id, image and main settings in the notebook metadata, its
+        own kernel as the notebook's ``kernelspec``/``language_info`` (see
+        :mod:`.languages`), and leave the pointer by which a person's console finds
+        this notebook."""
         inner = as_async(sandbox)
         config = inner.config
-        settings = {name: getattr(config, name) for name in _RECORDED_SETTINGS}
+        settings = {name: getattr(config, name, None) for name in _RECORDED_SETTINGS}
+        kernelspec, language_info = notebook_kernel(inner)
+        with self._lock:
+            self._nb.metadata["kernelspec"] = kernelspec
+            self._nb.metadata["language_info"] = language_info
         self.set_metadata(
             image=config.image,
             kernel_image=inner.image,
@@ -188,7 +194,15 @@ class NotebookRecorder:
         """Listener entry point: record a sandbox event; other events are ignored."""
         meta = {"sandbox_id": event.sandbox_id, **getattr(event, "metadata", {})}
         if isinstance(event, PythonExecuted):
-            self.add_python(event.code, event.execution, meta, started_at=event.started_at)
+            self.add_code(
+                event.code,
+                event.execution,
+                meta,
+                language=event.language,
+                kernel=event.kernel,
+                context=event.context_id,
+                started_at=event.started_at,
+            )
         elif isinstance(event, ShellExecuted):
             self.add_shell(
                 event.command, event.result, meta, cwd=event.cwd, started_at=event.started_at
@@ -259,9 +273,38 @@ class NotebookRecorder:
         started_at: float | None = None,
     ) -> None:
         """Record one Python execution with its real outputs (see ``cells.python_cell``)."""
+        self.add_code(code, execution, metadata, started_at=started_at)
+
+    def add_code(
+        self,
+        code: str,
+        execution: Execution,
+        metadata: Mapping[str, Any] | None = None,
+        *,
+        language: str | None = None,
+        kernel: str | None = None,
+        context: str | None = None,
+        started_at: float | None = None,
+    ) -> None:
+        """Record one execution in any kernel of the sandbox: its outputs, and where it
+        ran (``language``, ``kernel``, ``context``; see :mod:`.languages`), given or not."""
         with self._lock:
+            where = None
+            if language is not None:
+                where = language_metadata(
+                    language,
+                    kernel or language,
+                    context or DEFAULT_CONTEXT,
+                    notebook_language(self._nb),
+                )
             cell = python_cell(
-                code, execution, metadata, started_at, seeded=self._seeded, budget=self._budget
+                code,
+                execution,
+                metadata,
+                started_at,
+                seeded=self._seeded,
+                budget=self._budget,
+                where=where,
             )
             self._seeded = self._seeded or seeds_randomness(code)
             self._nb.cells.append(cell)

@@ -1,9 +1,14 @@
 """Replay: re-execute a notebook's code cells in a fresh sandbox and compare outputs.
 
-Each code cell runs the way it was recorded (see :mod:`.cells`): ``python`` cells and
-every cell of a hand-written notebook in the kernel (magics and ``!`` work as in
-Jupyter), ``shell`` cells beside the kernel with ``run_shell``, ``file`` cells through
-the sandbox's file API.  The cell *source* is what runs, so edits to a notebook are
+Each code cell runs the way it was recorded (see :mod:`.cells`): ``python`` and
+``code`` cells and every cell of a hand-written notebook in a kernel (magics and ``!``
+work as in Jupyter), ``shell`` cells beside the kernel with ``run_shell``, ``file``
+cells through the sandbox's file API.  Kernels are the recorded ones (see
+:mod:`.languages`): the sandbox's own is the recorded ``kernel`` setting, each cell
+runs in its recorded language, and each recorded context of the session becomes one
+context of the replay's sandbox, made when its first cell runs; a cell that names
+only a language (``vscode.languageId``, or the notebook's own) runs in the first
+kernel of that language.  The cell *source* is what runs, so edits to a notebook are
 replayed.  The image is the recorded one unless overridden, else the default image.
 
 Display ids work across cells as in Jupyter: ``handle.update()`` or a second
@@ -32,13 +37,16 @@ from nbformat import NotebookNode
 from nbformat.v4 import new_output
 
 from ..config import DEFAULT_IMAGE, KERNEL_PYTHON
+from ..contexts import DEFAULT_CONTEXT
 from ..errors import FileOperationError
-from ..limits import REPLAY_PROBE_BYTES
+from ..kernel.connection import IPYTHON_KERNEL
+from ..limits import NOTEBOOK_LANGUAGE_INFO_CHARS, REPLAY_PROBE_BYTES
 from ..protocols import SandboxLike
 from ..results import CommandResult
 from ..sync import Sandbox, as_async, run_sync
 from .cells import META_KEY, cell_kind, iso_time, jsonable, shell_outputs, split_magic
 from .compare import Tolerance, compare_outputs
+from .languages import bounded_language_info, cell_language, notebook_language
 from .report import CellReplay, ReplayReport, Verdict, failing_line
 from .storage import read_notebook, write_notebook_atomic
 from .tags import IGNORE_OUTPUT, NONDETERMINISTIC, RAISES_EXCEPTION, SKIP, cell_tags
@@ -48,6 +56,7 @@ __all__ = [
     "ReplayReport",
     "areplay",
     "recorded_image",
+    "recorded_kernel",
     "replay",
     "replayed_path",
 ]
@@ -85,10 +94,19 @@ def recorded_working_dir(nb: NotebookNode) -> str | None:
     return wd if isinstance(wd, str) and wd.startswith("/") else None
 
 
+def recorded_kernel(nb: NotebookNode) -> str | None:
+    """The kernelspec a session's sandbox ran as its own (None: not recorded, IPython's)."""
+    meta = nb.metadata.get(META_KEY, {})
+    settings = meta.get("sandbox", {}) if isinstance(meta, Mapping) else {}
+    kernel = settings.get("kernel") if isinstance(settings, Mapping) else None
+    return kernel if isinstance(kernel, str) and kernel else None
+
+
 async def _run_cell(
-    sandbox: SandboxLike, cell: NotebookNode, timeout: float | None
+    sandbox: SandboxLike, cell: NotebookNode, timeout: float | None, place: Mapping[str, Any]
 ) -> tuple[str, list[Any], int | None, Any]:
-    """Execute one cell; return (status, outputs, execution_count, Execution or None)."""
+    """Execute one cell (a kernel cell where ``place`` says: run_code's ``language`` or
+    ``context``); return (status, outputs, execution_count, Execution or None)."""
     kind = cell_kind(cell)
     magic = split_magic(cell.source)
     if kind in ("shell", "file") and magic and magic[0] in _SHELL_MAGICS:
@@ -116,7 +134,7 @@ async def _run_cell(
             )
             return "error", [error], None, None
         return "ok", [], None, None
-    execution = await sandbox.run_python(cell.source, timeout=timeout)
+    execution = await sandbox.run_code(cell.source, timeout=timeout, **place)
     outputs = [nbformat.from_dict(jsonable(o)) for o in execution.outputs]
     return execution.status, outputs, execution.execution_count, execution
 
@@ -133,7 +151,17 @@ def _unreproducible_write(cell: NotebookNode) -> bool:
 
 
 async def _kernel_versions(sandbox: SandboxLike) -> dict[str, Any]:
-    """``language_info`` and versions of the kernel the replay runs on (or why unknown)."""
+    """``language_info`` and versions of the kernel the replay runs on (or why unknown):
+    what any kernel but IPython said in its kernel_info reply, IPython's asked beside it."""
+    asked = getattr(sandbox, "kernel_info", None)
+    reply = asked() if callable(asked) else {}
+    info = bounded_language_info(reply.get("language_info"))
+    if info is not None and getattr(sandbox.config, "kernel", IPYTHON_KERNEL) != IPYTHON_KERNEL:
+        said = {k: reply.get(k) for k in ("implementation", "implementation_version")}
+        versions = {
+            k: v[:NOTEBOOK_LANGUAGE_INFO_CHARS] for k, v in said.items() if isinstance(v, str)
+        }
+        return {"language_info": info, **versions}
     probe = shlex.quote(_KERNEL_PROBE)
     command = f"{KERNEL_PYTHON} -c {probe} 2>/dev/null || python3 -c {probe}"
     try:
@@ -169,6 +197,21 @@ class _Replay:
         self.displays: dict[str, list[tuple[int, int]]] = {}
         # cells showing a display id, judged at the end: index -> execution status
         self.pending: dict[int, str] = {}
+        #: The language of cells that do not say theirs (the notebook's).
+        self.language = notebook_language(replayed)
+        #: Each recorded context (but the default) -> the replay's context made for it.
+        self.contexts: dict[str, str] = {}
+
+    async def place(self, sandbox: SandboxLike, cell: NotebookNode) -> dict[str, Any]:
+        """run_code's ``language`` or ``context`` for a kernel cell (module docstring)."""
+        where = cell_language(cell, self.language)
+        create = getattr(sandbox, "create_context", None)
+        if where.context in (None, DEFAULT_CONTEXT) or not callable(create):
+            return {"language": where.language}
+        if where.context not in self.contexts:
+            made = await create(where.language, kernel=where.kernel)
+            self.contexts[where.context] = made.id
+        return {"context": self.contexts[where.context]}
 
     def finish(self) -> None:
         """Drop the recorded outputs of ``same`` cells: the outputs shown are equivalent."""
@@ -200,7 +243,8 @@ class _Replay:
             self.publish(CellReplay(index, kind, "skipped", cell.source, tags=tuple(sorted(tags))))
             return
         never_ran = cell_kind(cell) is None and not recorded and cell.get("execution_count") is None
-        status, outputs, count, execution = await _run_cell(sandbox, cell, timeout)
+        place = await self.place(sandbox, cell) if kind in ("python", "code") else {}
+        status, outputs, count, execution = await _run_cell(sandbox, cell, timeout, place)
         cell.outputs = outputs
         cell.execution_count = count
         meta["replay"] = {"status": status, "recorded_outputs": recorded}
@@ -313,6 +357,8 @@ async def areplay(
         options: dict[str, Any] = {"image": chosen}
         if wd := recorded_working_dir(original):
             options["working_dir"] = wd
+        if own := recorded_kernel(original):
+            options["kernel"] = own
         options.update(sandbox_options or {})
         sandbox = await AsyncSandbox.create(**options)
     sandbox = as_async(sandbox)
@@ -352,7 +398,8 @@ def _describe_kernel(nb: NotebookNode, kernel: Mapping[str, Any]) -> None:
     if "language_info" in nb.metadata:
         info["recorded_language_info"] = nb.metadata["language_info"]
     nb.metadata["language_info"] = nbformat.from_dict(jsonable(kernel["language_info"]))
-    info["kernel"] = {k: kernel[k] for k in ("python", "ipython", "ipykernel") if k in kernel}
+    names = ("python", "ipython", "ipykernel", "implementation", "implementation_version")
+    info["kernel"] = {k: kernel[k] for k in names if k in kernel}
 
 
 def replay(

@@ -480,5 +480,10 @@ for module in os.environ.get("KERNEL_SANDBOX_PREIMPORT", "").split(","):
     if module:
         with contextlib.suppress(Exception):
             shell.run_cell("import " + module, store_history=False, silent=True)
+# Code the host asks every start of this kernel to run first (E2B's display conventions:
+# programs/e2b_display.py); the cells' own processes do not inherit it.
+startup = os.environ.pop("KERNEL_SANDBOX_STARTUP", "")
+if startup:
+    shell.run_cell(startup, store_history=False, silent=True)
 gc.enable()
 app.start()

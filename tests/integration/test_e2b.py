@@ -38,6 +38,7 @@ pytestmark = pytest.mark.integration
 def server(tmp_path_factory: pytest.TempPathFactory, docker_engine) -> Iterator[Server]:  # type: ignore[no-untyped-def]
     # E2B's code interpreter has matplotlib and pandas: so has our datascience image
     template = ["--e2b-template", "code-interpreter-v1=kernel-sandbox:datascience"]
+    template += ["--e2b-template", "polyglot=kernel-sandbox:polyglot"]
     # every running E2B command and watcher is a stream its SDK holds open: caps above one
     # sandbox's E2B_MAX_PROCESSES + E2B_MAX_WATCHERS, so that those are the caps reached
     streams = str(E2B_MAX_PROCESSES + E2B_MAX_WATCHERS + 4)
@@ -141,6 +142,55 @@ def test_run_code_keeps_state_streams_plots_and_errors(server: Server, e2b_pytho
     sources = [cell.source for cell in nb.cells if cell.cell_type == "code"]
     assert "x = 41\nprint('hello')\nx + 1" in sources
     assert "1/0" in sources
+
+
+LANGUAGES = r"""
+import json
+from e2b_code_interpreter import Sandbox
+out = {}
+sb = Sandbox.create("polyglot", timeout=120, envs={"KEPT": "sandbox"})
+out["contexts"] = sorted(c.language for c in sb.list_code_contexts())
+show = {"python": "import os; print(os.environ.get('{0}', 'unset'))",
+        "r": "cat(Sys.getenv('{0}', 'unset'), '\\n', sep = '')",
+        "javascript": "console.log(Deno.env.get('{0}') ?? 'unset')",
+        "bash": "echo ${{{0}:-unset}}"}
+for language, code in show.items():
+    during = sb.run_code(code.format("PER_CALL") + "\n" + code.format("KEPT"), language=language,
+                         envs={"PER_CALL": "it's \"1\" $HOME", "KEPT": "call"})
+    after = sb.run_code(code.format("PER_CALL") + "\n" + code.format("KEPT"), language=language)
+    out[language] = [during.logs.stdout, after.logs.stdout]
+frame = sb.run_code("import pandas as pd\npd.DataFrame({'a': [1, 2, 3], 'b': ['x', 'y', 'z']})")
+out["data"] = frame.results[0].data
+image = sb.run_code("import numpy\nfrom PIL import Image\n"
+                    "Image.fromarray(numpy.zeros((4, 4, 3), 'uint8')).show()\nprint('shown')")
+out["image"] = [bool(r.png) for r in image.results]
+chart = sb.run_code("import matplotlib.pyplot as plt\nfig, ax = plt.subplots()\n"
+                    "ax.bar(['a', 'b'], [1, 2]); ax.set_title('t')\nplt.show()")
+out["chart"] = [[r.chart.type.value, r.chart.title, bool(r.png)] for r in chart.results]
+try:
+    sb.run_code("1", language="java")
+except Exception as exc:
+    out["java"] = [type(exc).__name__, str(exc)]
+sb.kill()
+print(json.dumps(out))
+"""
+
+
+def test_e2b_conventions_in_every_language(server: Server, e2b_python: Path) -> None:
+    """What E2B's own suites check beyond Jupyter: per-call envs in each language,
+    restored after the call; DataFrames with their columns; charts read from matplotlib
+    figures; PIL's show() displays;
+    the javascript default context; a language without a kernel is a clear 400."""
+    out = run_client(e2b_python, server, LANGUAGES)
+    assert out["contexts"] == ["javascript", "python"]
+    for language in ("python", "r", "javascript", "bash"):
+        during, after = out[language]
+        assert "".join(during).split("\n")[:2] == ['it\'s "1" $HOME', "call"], language
+        assert "".join(after).split("\n")[:2] == ["unset", "sandbox"], language
+    assert out["data"] == {"a": [1, 2, 3], "b": ["x", "y", "z"]}
+    assert out["image"] == [True]
+    assert out["chart"] == [["bar", "t", True]]  # e2b_charts read the figure; its PNG too
+    assert out["java"][0] == "SandboxException" and "no 'java' kernel" in out["java"][1]
 
 
 FILES = r"""

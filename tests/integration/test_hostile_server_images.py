@@ -68,8 +68,9 @@ RSS_BOUND = 64 * MB
 HEALTH_BOUND = 2.0
 #: Bytes the server's log may grow by per attack.
 LOG_BOUND = 64 * 1024
-#: Seconds the slow image's probe takes.
-SLOW = 8
+#: Seconds the slow image's probe takes (each of its two candidates): long enough that
+#: another key's create ends while the first key's queue still waits.
+SLOW = 5
 #: Memory (MiB) the spied-on sandboxes ask for: below the steps' own cap, so the steps
 #: must run under the sandbox's limit, not ``IMAGE_STEP_MEMORY_BYTES``.
 SANDBOX_MEMORY_MIB = 200

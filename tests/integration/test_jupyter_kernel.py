@@ -23,12 +23,17 @@ from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
+from kernel_sandbox.backends.docker import docker_client
+from kernel_sandbox.backends.docker.images import builder
+from tests.conftest import require
 from tests.waiting import wait_for
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 LABEL = "kernel-sandbox.test-jupyter"
+#: The kernelspec `kernel-sandbox kernelspec install --kernel ir` makes here.
+R_KERNEL = "ks-test-ir"
 
 
 def _docker_ids(value: str) -> list[str]:
@@ -71,18 +76,22 @@ def kernel(docker_engine, tmp_path_factory) -> Iterator[dict[str, str]]:  # type
     env["JUPYTER_PATH"] = str(tmp / "share" / "jupyter")
     env["JUPYTER_DATA_DIR"] = str(tmp / "data")
     env["JUPYTER_RUNTIME_DIR"] = str(tmp / "runtime")
-    subprocess.run(
-        [sys.executable, "-m", "kernel_sandbox.cli.main", "kernelspec", "install",
-         "--name", name, "--image", "kernel-sandbox:python", "--prefix", str(tmp)],
-        env=env, check=True, cwd=tmp,
-    )  # fmt: skip
-    spec_file = tmp / "share" / "jupyter" / "kernels" / name / "kernel.json"
-    spec = json.loads(spec_file.read_text())
-    assert spec["metadata"]["kernel_provisioner"]["provisioner_name"] == "kernel-sandbox"
-    assert spec["interrupt_mode"] == "signal"
-    # label what the tests create, so the fixture can prove it is all gone
-    spec["metadata"]["kernel_provisioner"]["config"]["sandbox"]["labels"] = {LABEL: value}
-    spec_file.write_text(json.dumps(spec))
+    for spec_name, options in (
+        (name, ["--image", "kernel-sandbox:python"]),
+        (R_KERNEL, ["--kernel", "ir"]),  # its image: kernel-sandbox:r
+    ):
+        subprocess.run(
+            [sys.executable, "-m", "kernel_sandbox.cli.main", "kernelspec", "install",
+             "--name", spec_name, *options, "--prefix", str(tmp)],
+            env=env, check=True, cwd=tmp,
+        )  # fmt: skip
+        spec_file = tmp / "share" / "jupyter" / "kernels" / spec_name / "kernel.json"
+        spec = json.loads(spec_file.read_text())
+        assert spec["metadata"]["kernel_provisioner"]["provisioner_name"] == "kernel-sandbox"
+        assert spec["interrupt_mode"] == "signal"
+        # label what the tests create, so the fixture can prove it is all gone
+        spec["metadata"]["kernel_provisioner"]["config"]["sandbox"]["labels"] = {LABEL: value}
+        spec_file.write_text(json.dumps(spec))
     saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "JUPYTER_PATH", "JUPYTER_DATA_DIR")}
     os.environ.update({k: env[k] for k in saved})
     extra = [p for p in env["PYTHONPATH"].split(os.pathsep)[:2] if p not in sys.path]
@@ -208,6 +217,47 @@ def test_nbclient_runs_a_notebook(kernel: dict[str, str]) -> None:
         nb.cells.append(probe)
         client.execute_cell(probe, len(nb.cells) - 1)
         assert probe.outputs[0].text.strip() == "False"
+    assert _docker_ids(kernel["label"]) == []
+
+
+def test_nbclient_runs_an_r_notebook_with_the_sandboxed_ir_kernel(kernel: dict[str, str]) -> None:
+    present = builder.image_exists(docker_client(), "kernel-sandbox:r") is not None
+    require(present, "kernel-sandbox:r is not built (kernel-sandbox images build r)")
+    nb = new_notebook(
+        cells=[
+            new_code_cell("values <- c(1, 2, 3)\ncat(sum(values), '\\n')"),
+            new_code_cell(
+                "library(ggplot2)\n"
+                "ggplot(data.frame(a = 1:3, b = c(2, 4, 8)), aes(a, b)) + geom_point()"
+            ),
+            new_code_cell("values <- c(values, 4)\nrepeat {}"),
+            new_code_cell("print(values)"),
+            new_code_cell('stop("boom")'),
+        ],
+        metadata={"kernelspec": {"name": R_KERNEL, "display_name": "x", "language": "R"}},
+    )
+    client = NotebookClient(
+        nb, timeout=20, interrupt_on_timeout=True, kernel_name=R_KERNEL, allow_errors=True
+    )
+    with client.setup_kernel():
+        for index, cell in enumerate(nb.cells):
+            client.execute_cell(cell, index)
+        info = client.wait_for_reply(client.kc.kernel_info())  # type: ignore[union-attr]
+        assert info["content"]["language_info"]["name"] == "R"  # IRkernel, sandboxed
+        out = nb.cells[0].outputs[0]
+        assert out.output_type == "stream" and out.text.strip() == "6"
+        assert any("image/png" in o.get("data", {}) for o in nb.cells[1].outputs)
+        assert nb.cells[3].outputs[0].text.strip() == "[1] 1 2 3 4"  # kept past the interrupt
+        error = nb.cells[4].outputs[-1]
+        assert error.output_type == "error" and "boom" in error.evalue
+
+        assert client.km is not None
+        run_sync(client.km.restart_kernel)()
+        run_sync(client.kc.wait_for_ready)(60)  # type: ignore[union-attr]
+        probe = new_code_cell('cat(exists("values"), "\\n")')
+        nb.cells.append(probe)
+        client.execute_cell(probe, len(nb.cells) - 1)
+        assert probe.outputs[0].text.strip() == "FALSE"
     assert _docker_ids(kernel["label"]) == []
 
 

@@ -7,6 +7,9 @@ must show nothing reaches the kernel (argument errors, schemas).
 
 from __future__ import annotations
 
+import importlib.util
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -15,6 +18,7 @@ import pytest
 from kernel_sandbox.config import SandboxConfig
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.testing import LocalKernelHost
+from tests.conftest import require
 
 NewSandbox = Callable[..., Awaitable[AsyncSandbox]]
 
@@ -43,3 +47,20 @@ async def idle_sandbox() -> AsyncIterator[AsyncSandbox]:
     sandbox = AsyncSandbox(config, LocalKernelHost("unit", config), "unit")
     yield sandbox
     await sandbox.close()
+
+
+@pytest.fixture
+def bash_kernelspec(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bash_kernel's kernelspec in a private Jupyter path (nothing installed globally):
+    a real non-IPython kernel for LocalKernelHost's contexts."""
+    require(importlib.util.find_spec("bash_kernel") is not None, "bash_kernel is not installed")
+    prefix = tmp_path_factory.getbasetemp() / "bash-kernelspec"
+    if not (prefix / "share/jupyter/kernels/bash/kernel.json").is_file():
+        subprocess.run(
+            [sys.executable, "-m", "bash_kernel.install", "--prefix", str(prefix)],
+            check=True,
+            capture_output=True,
+        )
+    monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share/jupyter"))

@@ -4,9 +4,6 @@ behind the relay, beside ipykernel, through the real sandbox code."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,25 +13,13 @@ from kernel_sandbox.errors import ConfigError, ContextNotFoundError
 from kernel_sandbox.events import ContextChanged, Event, PythonExecuted
 from kernel_sandbox.limits import MAX_CONTEXTS
 from kernel_sandbox.tools import ToolSet
-from tests.conftest import require
 from tests.unit.conftest import NewSandbox
 from tests.waiting import await_for
 
 
 @pytest.fixture(autouse=True)
-def bash_kernelspec(
-    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """bash_kernel's kernelspec in a private Jupyter path (nothing installed globally)."""
-    require(importlib.util.find_spec("bash_kernel") is not None, "bash_kernel is not installed")
-    prefix = tmp_path_factory.getbasetemp() / "bash-kernelspec"
-    if not (prefix / "share/jupyter/kernels/bash/kernel.json").is_file():
-        subprocess.run(
-            [sys.executable, "-m", "bash_kernel.install", "--prefix", str(prefix)],
-            check=True,
-            capture_output=True,
-        )
-    monkeypatch.setenv("JUPYTER_PATH", str(prefix / "share/jupyter"))
+def _bash(bash_kernelspec: None) -> None:
+    """Every test here has bash_kernel's kernelspec (tests/unit/conftest.py)."""
 
 
 async def test_the_image_kernels_are_listed_with_their_languages(new_sandbox: NewSandbox) -> None:

@@ -59,3 +59,44 @@ def test_cli_install(tmp_path: Path) -> None:
     assert spec["metadata"]["kernel_provisioner"]["config"]["sandbox"]["image"] == (
         "kernel-sandbox:datascience"
     )
+
+
+def _cli_install(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kernel_sandbox.cli.main", "kernelspec", "install",
+         *options, "--prefix", str(tmp_path)],
+        capture_output=True, text=True, cwd=Path(__file__).parents[2],
+    )  # fmt: skip
+
+
+def test_cli_install_of_the_r_js_and_bash_kernels_says_their_language_and_image(
+    tmp_path: Path,
+) -> None:
+    expected = {
+        "ir": ("R", "kernel-sandbox:r", "R (sandbox kernel-sandbox:r)"),
+        "deno": ("typescript", "kernel-sandbox:javascript", None),
+        "bash": ("bash", "kernel-sandbox:polyglot", "Bash (sandbox kernel-sandbox:polyglot)"),
+    }
+    for kernel, (language, image, shown) in expected.items():
+        done = _cli_install(tmp_path, "--kernel", kernel)
+        assert done.returncode == 0, done.stderr
+        path = tmp_path / f"share/jupyter/kernels/kernel-sandbox-{kernel}/kernel.json"
+        spec = json.loads(path.read_text())
+        sandbox = spec["metadata"]["kernel_provisioner"]["config"]["sandbox"]
+        assert (spec["language"], sandbox["image"], sandbox["kernel"]) == (language, image, kernel)
+        assert spec["interrupt_mode"] == "signal"  # the relay interrupts as the kernel asks
+        assert shown is None or spec["display_name"] == shown
+        assert SandboxConfig(**sandbox).network_enabled is False
+
+
+def test_cli_install_of_a_custom_images_kernel_needs_its_image(tmp_path: Path) -> None:
+    refused = _cli_install(tmp_path, "--kernel", "julia-1.10")
+    assert refused.returncode == 2 and "--image" in refused.stderr
+    done = _cli_install(
+        tmp_path, "--kernel", "julia-1.10", "--image", "me/julia:1", "--language", "julia"
+    )
+    assert done.returncode == 0, done.stderr
+    spec = json.loads(
+        (tmp_path / "share/jupyter/kernels/kernel-sandbox-julia-1.10/kernel.json").read_text()
+    )
+    assert spec["language"] == "julia" and spec["display_name"] == "julia-1.10 (sandbox me/julia:1)"

@@ -133,6 +133,9 @@ PROOFS: dict[str, list[str]] = {
     "NOTEBOOK_EMBEDDED_FILE_BYTES": [
         "tests/integration/test_server_native.py::test_files_stream_both_ways_and_a_refused_upload_changes_nothing"
     ],
+    "NOTEBOOK_LANGUAGE_INFO_CHARS": [
+        "tests/unit/test_notebook_languages.py::test_a_kernels_words_about_itself_are_bounded_in_the_notebook"
+    ],
     "STATUS_FIFO_READ_BYTES": [
         "tests/unit/test_statedir.py::test_a_full_fifo_is_drained_and_holds_at_most_a_pipe",
         f"{HOSTILE_PATHS}::test_status_links_and_fifos_cost_the_host_nothing",
@@ -310,7 +313,7 @@ UNPROVEN: dict[str, str] = {
     ),
     "IMAGE_DERIVE_SECONDS": "a venv build past 300 s: too slow for the suite",
     "IMAGE_PROBE_SECONDS": (
-        "a probe past 30 s: the hostile images' slow probe sleeps 8 s; a 30 s one is not written"
+        "a probe past 30 s: the hostile images' slow probe sleeps 5 s; a 30 s one is not written"
     ),
     "IMAGE_RESOLVE_WORKERS": (
         "a thread pool's size; IMAGE_QUEUE_PER_KEY's test floods the queue in front of it"

@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 
 from ...config import parse_size
 from ...errors import SandboxError
+from ...kernel.programs import program
 from ...limits import E2B_MAX_TIMEOUT
 from ..deps import Key, Opts, Ten, status_of
 from ..policy import client_config
@@ -43,6 +44,9 @@ router = APIRouter(prefix="/e2b", tags=["e2b"])
 #: Working directory (and E2B's home) of sandboxes made through this API.
 E2B_HOME = "/home/user"
 #: Why each E2B feature this server has not is missing (answered with 501).
+#: Run by every start of an E2B sandbox's python kernels (see the program's docstring).
+DISPLAY = program("e2b_display.py")
+
 UNSUPPORTED = {
     "templates": "template building is not supported here: templates name images the "
     "server's operator configured (kernel-sandbox serve --e2b-template NAME=IMAGE)",
@@ -110,7 +114,8 @@ async def _create(request: Request, body: NewSandbox, ten: Ten, opts: Opts, key:
     raw = {
         "image": image,
         "working_dir": E2B_HOME,
-        "env_vars": body.env_vars,
+        # E2B's display conventions in its python kernels (DataFrame columns, charts)
+        "env_vars": {**body.env_vars, "KERNEL_SANDBOX_STARTUP": DISPLAY},
         "network": "full" if body.allow_internet_access is not False else "none",
     }
     try:

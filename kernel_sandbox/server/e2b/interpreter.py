@@ -8,7 +8,8 @@ the last expression's value, other MIME types under ``extra``), an ``error`` (na
 value, traceback), then ``number_of_executions``.  Streamed outputs are capped by the
 sandbox's ``max_output_bytes``.  A client that goes away mid-call (its own timeout)
 interrupts the cell: the kernel and its variables stay.  Per-call ``env_vars`` are set
-in the kernel before the code and restored after it (both steps are recorded cells).
+in the call's kernel before the code and restored after it, in its language (both
+steps are recorded cells; see :mod:`.call_env`).
 
 Contexts are the sandbox's own (:meth:`AsyncSandbox.create_context
 <kernel_sandbox.sandbox.AsyncSandbox.create_context>`): each its own kernel in the same
@@ -28,12 +29,13 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from ...contexts import Context, normalise_language
+from ...contexts import Context, kernel_for, normalise_language
 from ...errors import ConfigError, ContextNotFoundError, KernelError, SandboxError
 from ...results import Execution, strip_ansi
 from ...sandbox import AsyncSandbox
 from ..deps import Opts
 from ..tenancy import Lease
+from . import call_env
 from .control import registry
 from .files import _error
 from .models import ContextView, CreateContextRequest, ExecuteRequest, e2b_error, iso
@@ -57,6 +59,9 @@ _MIME = {
     "application/javascript": "javascript",
     "e2b/data": "data",
     "e2b/chart": "chart",
+    # as programs/e2b_display.py names them (JSON media types, as notebooks need)
+    "application/vnd.e2b.data+json": "data",
+    "application/vnd.e2b.chart+json": "chart",
 }
 
 
@@ -105,28 +110,6 @@ def e2b_output(output: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _env_code(values: dict[str, str]) -> str:
-    return f"import os as _os\n_os.environ.update({values!r})\ndel _os"
-
-
-def _probe_code(values: dict[str, str]) -> str:
-    names = list(values)
-    return (
-        "import os as _os, json as _j\n"
-        f"print(_j.dumps({{_k: _os.environ.get(_k) for _k in {names}}}))\n"
-        "del _os, _j"
-    )
-
-
-def _restore_code(before: dict[str, str | None]) -> str:
-    return (
-        "import os as _os\n"
-        f"for _k, _v in {before!r}.items():\n"
-        "    _os.environ.pop(_k, None) if _v is None else _os.environ.__setitem__(_k, _v)\n"
-        "del _os, _k, _v"
-    )
-
-
 async def _run(
     request: Request, record: E2bSandbox, lease: Lease, body: ExecuteRequest, timeout: float
 ) -> AsyncIterator[bytes]:
@@ -150,23 +133,22 @@ async def _run(
     async def call() -> Execution:
         try:
             async with registry(request).tenancy.use(record.owner, lease.id):
-                envs = body.env_vars or {} if _is_python(sandbox, body) else {}
-                if envs:
-                    before = json.loads(
-                        (await sandbox.run_python(_probe_code(envs), 30)).stdout or "{}"
-                    )
-                    await sandbox.run_python(_env_code(envs), 30)
-                try:
+                envs = body.env_vars or {}
+                language = _language(sandbox, body)
+
+                async def run(code: str, timeout: float, shown: Any = None) -> Execution:
                     return await sandbox.run_code(
-                        body.code,
-                        body.language,
-                        context=body.context_id,
-                        timeout=timeout,
-                        on_output=on_output,
-                    )
+                        code, body.language, context=body.context_id, timeout=timeout,
+                        on_output=shown,
+                    )  # fmt: skip
+
+                if envs:
+                    await run(call_env.set_code(language, envs), 30)
+                try:
+                    return await run(body.code, timeout, on_output)
                 finally:
                     if envs:
-                        await sandbox.run_python(_restore_code(before), 30)
+                        await run(call_env.restore_code(language, envs), 30)
         finally:
             lease.done_running()
             queue.put_nowait(None)
@@ -192,12 +174,11 @@ async def _run(
         yield _line({"type": "number_of_executions", "execution_count": done.execution_count})
 
 
-def _is_python(sandbox: AsyncSandbox, body: ExecuteRequest) -> bool:
-    """Whether the call runs Python (per-call ``env_vars`` are set through it)."""
+def _language(sandbox: AsyncSandbox, body: ExecuteRequest) -> str:
+    """The language of the kernel the call runs in."""
     if body.context_id:
-        return sandbox.get_context(body.context_id).language == "python"
-    language = body.language or sandbox.default_context.language
-    return normalise_language(language) == "python"
+        return sandbox.get_context(body.context_id).language
+    return normalise_language(body.language or sandbox.default_context.language)
 
 
 def _refused(exc: SandboxError) -> Response:
@@ -217,8 +198,13 @@ async def execute(request: Request, body: ExecuteRequest, opts: Opts) -> Respons
             return e2b_error(400, "Only one of context_id or language can be provided")
         if body.context_id:
             lease.sandbox.get_context(body.context_id)  # a 404 before the stream starts
-        if body.language:
-            normalise_language(body.language)
+        language = _language(lease.sandbox, body)
+        if body.language:  # the image has a kernel for it: else a 400, not a cut stream
+            kernel_for(language, await lease.sandbox.kernelspecs())
+        if body.env_vars:
+            if not call_env.supported(language):
+                raise ConfigError(f"env_vars cannot be set in a {language} kernel")
+            call_env.set_code(language, body.env_vars)  # a bad name is refused here
     except SandboxError as exc:
         return _refused(exc)
     return StreamingResponse(
@@ -236,6 +222,7 @@ async def create_context(request: Request, body: CreateContextRequest) -> Respon
     try:
         record, lease = _resolved(request)
         async with registry(request).tenancy.use(record.owner, lease.id):
+            await _default_contexts(record, lease.sandbox)  # E2B's come first
             made = await lease.sandbox.create_context(body.language or "python", cwd=body.cwd)
     except SandboxError as exc:
         return _refused(exc)
@@ -244,12 +231,28 @@ async def create_context(request: Request, body: CreateContextRequest) -> Respon
 
 @router.get("/contexts", response_model=None)
 async def list_contexts(request: Request) -> Response:
-    """The sandbox's contexts, its own kernel first."""
+    """The sandbox's contexts, its own kernel first; as E2B's, a javascript one among
+    them where the image has a kernel for it (made at the first listing)."""
     try:
-        _, lease = _resolved(request)
+        record, lease = _resolved(request)
+        if not record.default_contexts:
+            async with registry(request).tenancy.use(record.owner, lease.id):
+                await _default_contexts(record, lease.sandbox)
     except SandboxError as exc:
         return _refused(exc)
     return JSONResponse([_view(c) for c in lease.sandbox.list_contexts()])
+
+
+async def _default_contexts(record: E2bSandbox, sandbox: AsyncSandbox) -> None:
+    """E2B's code interpreter starts a python and a javascript context with a sandbox;
+    here the javascript one (where the image has it) comes at the first contexts call."""
+    if record.default_contexts:
+        return
+    made = {c.language for c in sandbox.list_contexts()}
+    speaks = set(await sandbox.languages())
+    if "javascript" not in made and speaks & {"javascript", "typescript"}:
+        await sandbox.create_context("javascript")
+    record.default_contexts = True
 
 
 @router.post("/contexts/{context_id}/restart", response_model=None)

@@ -70,6 +70,9 @@ class E2bSandbox:
     started_at: float = field(default_factory=time.time)
     commands: dict[int, Command] = field(default_factory=dict)
     watchers: dict[str, Watcher] = field(default_factory=dict)
+    #: The default contexts E2B lists (python, and javascript where the image has it)
+    #: were made: once, at the first listing.
+    default_contexts: bool = False
 
     def token_ok(self, given: str | None) -> bool:
         """Whether ``given`` is this sandbox's envd access token (constant time)."""
