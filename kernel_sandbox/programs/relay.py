@@ -53,6 +53,17 @@ DELIMITER = b"<IDS|MSG>"
 RELAY_ID = b"kernel-sandbox-relay"
 #: Requests whose senders the relay remembers, to route the kernel's answers back.
 ROUTES = 4096
+#: Kernels (their kernel_info ``implementation``) that publish a request's outputs
+#: beside their shell loop, so that its ``idle`` status may come before them: Deno's
+#: iopub drainer is a task of its own.  Their ``idle`` is held until iopub has been
+#: quiet LATE_QUIET seconds (LATE_LIMIT at most), so every client (jupyter_client's
+#: execute_interactive, nbclient, jupyter_kernel_test) sees the outputs first, as the
+#: protocol has them.  The host's client knows the same kernels (kernel/client.py's
+#: LATE_PUBLISHERS); this program runs with the image's Python and imports nothing of
+#: kernel_sandbox.
+LATE_PUBLISHERS = frozenset({"Deno kernel"})
+LATE_QUIET = 0.05
+LATE_LIMIT = 1.0
 
 info = json.loads(os.environ.pop("KERNEL_SANDBOX_CONNECTION"))
 name = os.environ.pop("KERNEL_SANDBOX_KERNEL")
@@ -216,19 +227,63 @@ def _proxy(frontend: zmq.Socket[bytes], backend: zmq.Socket[bytes] | None) -> No
         if backend is None:
             while True:
                 frontend.send_multipart(frontend.recv_multipart())
+        if late_publisher:
+            _iopub_outputs_first(frontend, backend)
         zmq.proxy(frontend, backend)
     except zmq.ZMQError:
         pass  # the context ends with the process
 
 
-def _subscribed_iopub() -> zmq.Socket[bytes]:
+def _status(frames: list[bytes]) -> tuple[str, str, str]:
+    """(msg_type, parent msg_id, execution_state) of an iopub message ('' if none)."""
+    if DELIMITER not in frames:
+        return "", "", ""
+    at = frames.index(DELIMITER)
+    kind = str(_header(frames, at, 2).get("msg_type", ""))
+    parent = str(_header(frames, at, 3).get("msg_id", ""))
+    state = str(_header(frames, at, 5).get("execution_state", "")) if kind == "status" else ""
+    return kind, parent, state
+
+
+def _iopub_outputs_first(frontend: zmq.Socket[bytes], backend: zmq.Socket[bytes]) -> None:
+    """iopub of a LATE_PUBLISHERS kernel: each ``idle`` waits for its request's outputs."""
+    poller = zmq.Poller()
+    poller.register(frontend, zmq.POLLIN)
+    poller.register(backend, zmq.POLLIN)
+    held: list[bytes] | None = None
+    held_parent, quiet, limit = "", 0.0, 0.0
+    while True:
+        wait = None if held is None else max(0.0, min(quiet, limit) - time.monotonic())
+        ready = dict(poller.poll(None if wait is None else int(wait * 1000) + 1))
+        if frontend in ready:  # a subscription: to the kernel, as zmq.proxy does
+            backend.send_multipart(frontend.recv_multipart())
+        if backend in ready:
+            frames = backend.recv_multipart()
+            kind, parent, state = _status(frames)
+            if held is not None and kind == "status":  # a new state: the held one first
+                frontend.send_multipart(held)
+                held = None
+            if kind == "status" and state == "idle":
+                held, held_parent = frames, parent
+                quiet, limit = time.monotonic() + LATE_QUIET, time.monotonic() + LATE_LIMIT
+                continue
+            frontend.send_multipart(frames)
+            if held is not None and parent == held_parent:
+                quiet = time.monotonic() + LATE_QUIET
+        if held is not None and time.monotonic() >= min(quiet, limit):
+            frontend.send_multipart(held)
+            held = None
+
+
+def _subscribed_iopub() -> tuple[zmq.Socket[bytes], bool]:
     """The kernel's iopub, subscribed to everything, once a message has come through it.
 
     A PUB drops what it publishes before a subscription reaches it, and the kernel may
     answer the host's first request before the relay's subscription has: the first
     cell's output was lost now and then (R, Deno).  So, as jupyter_client's nudge does,
     the relay asks ``kernel_info`` until iopub carries something, before its host-facing
-    sockets exist (the host's requests wait in the prebound sockets meanwhile).
+    sockets exist (the host's requests wait in the prebound sockets meanwhile).  The
+    probe's reply says whether the kernel is one of LATE_PUBLISHERS.
     """
     sub = _inner(zmq.XSUB, "iopub_port")
     sub.send(b"\x01")
@@ -241,13 +296,19 @@ def _subscribed_iopub() -> zmq.Socket[bytes]:
             probe.send_multipart(_message("kernel_info_request", {}, {}), zmq.NOBLOCK)
         if sub.poll(200):
             break
+    late = False
+    if probe.poll(2000):  # the first reply (the kernel has answered: iopub spoke)
+        frames = probe.recv_multipart()
+        if DELIMITER in frames:
+            content = _header(frames, frames.index(DELIMITER), 5)
+            late = content.get("implementation") in LATE_PUBLISHERS
     probe.close(linger=0)
     while sub.poll(0):  # the probe's own status messages
         sub.recv_multipart()
-    return sub
+    return sub, late
 
 
-iopub_from_kernel = _subscribed_iopub()
+iopub_from_kernel, late_publisher = _subscribed_iopub()
 for port, control in (("shell_port", False), ("stdin_port", False), ("control_port", True)):
     pair = (_outer(zmq.ROUTER, port), _inner(zmq.DEALER, port, RELAY_ID), control)
     threading.Thread(target=_routed, args=pair, daemon=True).start()

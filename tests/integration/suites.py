@@ -20,6 +20,8 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
+from kernel_sandbox.config import KERNEL_PYTHON
+
 ROOT = Path(__file__).resolve().parents[2]
 #: Label on every container a suite run makes, so the caller can prove all are gone.
 LABEL = "kernel-sandbox.test-suites"
@@ -42,17 +44,50 @@ class Outcomes:
         return {name for name, text in self.messages.items() if "Timeout" in text}
 
 
-def install_ours(where: Path, image: str, label: str, name: str = "python3") -> dict[str, str]:
-    """Install our kernelspec as ``name`` under ``where``; the env that makes it found."""
+def install_ours(
+    where: Path, image: str, label: str, name: str = "python3", kernel: str = "python3"
+) -> dict[str, str]:
+    """Install our kernelspec (sandboxing the image's ``kernel``) as ``name`` under
+    ``where``; the env that makes it found."""
     subprocess.run(
         [sys.executable, "-m", "kernel_sandbox.cli.main", "kernelspec", "install",
-         "--name", name, "--image", image, "--prefix", str(where)],
+         "--name", name, "--kernel", kernel, "--image", image, "--prefix", str(where)],
         env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, capture_output=True,
     )  # fmt: skip
     spec_file = where / "share" / "jupyter" / "kernels" / name / "kernel.json"
     spec = json.loads(spec_file.read_text())
     spec["metadata"]["kernel_provisioner"]["config"]["sandbox"]["labels"] = {LABEL: label}
     spec_file.write_text(json.dumps(spec))
+    return {"JUPYTER_PATH": str(where / "share" / "jupyter")}
+
+
+def install_stock_in_image(where: Path, image: str, kernel: str, label: str) -> dict[str, str]:
+    """The image's own kernelspec ``kernel`` as jupyter_client runs any kernelspec, with
+    none of our code between: its ``argv`` and ``env`` (read from the image) in a plain
+    ``docker run`` of the image on the host's network, so the kernel binds the ports
+    jupyter_client picked, the connection file mounted; installed as ``kernel`` under
+    ``where``.  The env that makes it found.  What a kernel does unsandboxed, for a
+    kernel the host has no interpreter for (R, Deno)."""
+    probe = (
+        "import json; from jupyter_client.kernelspec import KernelSpecManager as M; "
+        f"print(json.dumps(M().get_kernel_spec({kernel!r}).to_dict()))"
+    )
+    found = subprocess.run(
+        ["docker", "run", "--rm", "--network", "none", "--entrypoint", KERNEL_PYTHON,
+         image, "-c", probe],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    spec = json.loads(found.stdout.strip().splitlines()[-1])
+    env = [arg for k, v in spec.get("env", {}).items() for arg in ("-e", f"{k}={v}")]
+    argv = [
+        "docker", "run", "--rm", "-i", "--network", "host", "--user", "0:0",
+        "--label", f"{LABEL}={label}", "-v", "{connection_file}:{connection_file}:ro",
+        *env, "--entrypoint", spec["argv"][0], image, *spec["argv"][1:],
+    ]  # fmt: skip
+    folder = where / "share" / "jupyter" / "kernels" / kernel
+    folder.mkdir(parents=True)
+    stock = {k: spec[k] for k in ("display_name", "language", "interrupt_mode") if k in spec}
+    (folder / "kernel.json").write_text(json.dumps({**stock, "argv": argv}))
     return {"JUPYTER_PATH": str(where / "share" / "jupyter")}
 
 
