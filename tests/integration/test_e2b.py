@@ -43,6 +43,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, docker_engine) -> Iterator[
     # sandbox's E2B_MAX_PROCESSES + E2B_MAX_WATCHERS, so that those are the caps reached
     streams = str(E2B_MAX_PROCESSES + E2B_MAX_WATCHERS + 4)
     caps = ["--max-streams-per-key", streams, "--max-calls-per-key", streams]
+    caps += ["--snapshot-dir", str(tmp_path_factory.mktemp("snapshots"))]
     srv = Server(f"t-e2b-{os.getpid()}", tmp_path_factory.mktemp("nb"), template + caps).start()
     yield srv
     srv.stop()
