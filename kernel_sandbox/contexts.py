@@ -23,6 +23,7 @@ from .errors import ConfigError, KernelError
 __all__ = [
     "DEFAULT_CONTEXT",
     "KERNELSPECS_SCRIPT",
+    "KNOWN_KERNELS",
     "LANGUAGES",
     "Context",
     "KernelSpecInfo",
@@ -92,6 +93,17 @@ class Context:
     def is_default(self) -> bool:
         """True for the sandbox's own kernel (it cannot be removed)."""
         return self.id == DEFAULT_CONTEXT
+
+
+#: The kernels of kernel_sandbox's images as their kernel.json in the image names them:
+#: what is said of one without asking the image (a kernelspec for Jupyter, a notebook
+#: of a sandbox that cannot be asked).
+KNOWN_KERNELS: dict[str, KernelSpecInfo] = {
+    "python3": KernelSpecInfo("python3", "python", "Python 3 (ipykernel)"),
+    "ir": KernelSpecInfo("ir", "R", "R"),
+    "deno": KernelSpecInfo("deno", "typescript", "Deno", "message"),
+    "bash": KernelSpecInfo("bash", "bash", "Bash"),
+}
 
 
 def normalise_language(language: str) -> str:

@@ -63,8 +63,8 @@ def install(
 ) -> None:
     """Install a kernelspec: no network, limits and a non-root user unless told otherwise."""
     from ..config import SandboxConfig
+    from ..contexts import KNOWN_KERNELS
     from ..jupyter import install_kernelspec
-    from ..jupyter.kernelspec import KNOWN_KERNELS
     from .run import LANGUAGE_IMAGES
 
     if image is None:

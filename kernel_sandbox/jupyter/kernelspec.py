@@ -9,10 +9,11 @@ machine, so it is a program that refuses, saying why.
 
 Any kernel of the image can be the sandboxed one (``SandboxConfig.kernel``: ``ir``,
 ``deno``, ``bash``...): the spec then says that kernel's ``language`` (as its own
-kernel.json in the image does, :data:`KNOWN_KERNELS`, so a notebook opened with it is
-an R or TypeScript notebook), and its ``interrupt_mode`` is ``signal`` whatever the
-kernel wants: the SIGINT goes to the sandbox's relay, which interrupts a kernel the
-way its own kernelspec asks (:mod:`kernel_sandbox.programs.relay`).
+kernel.json in the image does, :data:`~kernel_sandbox.contexts.KNOWN_KERNELS`, so a
+notebook opened with it is an R or TypeScript notebook), and its ``interrupt_mode``
+is ``signal`` whatever the kernel wants: the SIGINT goes to the sandbox's relay,
+which interrupts a kernel the way its own kernelspec asks
+(:mod:`kernel_sandbox.programs.relay`).
 """
 
 from __future__ import annotations
@@ -25,12 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from ..config import SandboxConfig
-from ..contexts import KernelSpecInfo
+from ..contexts import KNOWN_KERNELS
 from ..errors import ConfigError
 from .notebook_dir import CWD_MODES, CwdMode
 
 __all__ = [
-    "KNOWN_KERNELS",
     "PROVISIONER_NAME",
     "install_kernelspec",
     "kernelspec_json",
@@ -39,15 +39,8 @@ __all__ = [
 
 #: The provisioner's entry-point name (group ``jupyter_client.kernel_provisioners``).
 PROVISIONER_NAME = "kernel-sandbox"
-#: The kernels of kernel_sandbox's images, as their kernel.json in the image names
-#: them (``language``) and a short name for Jupyter's launcher; a kernelspec for any
-#: other kernel says the ``language`` it is given (default: the kernel's name).
-KNOWN_KERNELS: dict[str, KernelSpecInfo] = {
-    "python3": KernelSpecInfo("python3", "python", "Python 3"),
-    "ir": KernelSpecInfo("ir", "R", "R"),
-    "deno": KernelSpecInfo("deno", "typescript", "Deno (TypeScript/JavaScript)"),
-    "bash": KernelSpecInfo("bash", "bash", "Bash"),
-}
+#: Names for Jupyter's launcher where the image's own display name would not do.
+_LAUNCHER_NAMES = {"python3": "Python 3"}
 _NAME = re.compile(r"^[a-z0-9._-]{1,64}$")
 
 
@@ -60,7 +53,7 @@ def kernelspec_json(
 ) -> dict[str, Any]:
     """The ``kernel.json`` of a sandboxed kernel with ``config`` (its ``kernel`` is the
     image's kernelspec that runs; ``language`` says its language when it is not one of
-    :data:`KNOWN_KERNELS`).
+    :data:`~kernel_sandbox.contexts.KNOWN_KERNELS`).
 
     ``cwd_mode`` says what the kernel sees of its notebook's folder (see
     :mod:`~kernel_sandbox.jupyter.notebook_dir`).
@@ -73,7 +66,7 @@ def kernelspec_json(
     if host:
         provisioner["host"] = host
     known = KNOWN_KERNELS.get(config.kernel)
-    shown = known.display_name if known else config.kernel
+    shown = _LAUNCHER_NAMES.get(config.kernel) or (known.display_name if known else config.kernel)
     return {
         "argv": [sys.executable, "-m", "kernel_sandbox.jupyter.refuse", "{connection_file}"],
         "display_name": display_name or f"{shown} (sandbox {config.image})",

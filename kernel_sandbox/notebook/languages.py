@@ -21,7 +21,8 @@ kernel and would run R through Python, not in the R kernel that ran it.
 
 Every kernel cell also records, under ``metadata.kernel_sandbox``, the ``language``,
 ``kernel`` (kernelspec) and ``context`` (the sandbox's kernel it ran in,
-``"default"`` for the sandbox's own): replay reads those to run each cell with the same
+``"default"`` for the sandbox's own; ``context_cwd`` where that kernel started, if not
+in the working directory): replay reads those to run each cell with the same
 kernel in a context of its own, and falls back on ``vscode.languageId`` for notebooks
 written elsewhere.
 """
@@ -32,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..contexts import DEFAULT_CONTEXT, normalise_language
+from ..contexts import DEFAULT_CONTEXT, KNOWN_KERNELS, normalise_language
 from ..kernel.connection import IPYTHON_KERNEL
 from ..limits import NOTEBOOK_LANGUAGE_INFO_CHARS
 from .cells import META_KEY
@@ -78,6 +79,8 @@ class CellLanguage:
     language: str
     kernel: str | None = None
     context: str | None = None
+    #: Where the context's kernel started, when not the sandbox's working directory.
+    cwd: str | None = None
 
 
 def _text(value: Any) -> str | None:
@@ -109,7 +112,8 @@ def notebook_kernel(sandbox: Any) -> tuple[dict[str, str], dict[str, Any]]:
 
     Read from what the sandbox knows already (its kernelspecs, asked at its start for
     any kernel but IPython's, and its kernel's kernel_info reply), so recording costs
-    no call into the sandbox; a sandbox that cannot tell (a remote one) records IPython.
+    no call into the sandbox; a sandbox that cannot tell (a remote one) is described
+    by its ``config.kernel`` and :data:`~kernel_sandbox.contexts.KNOWN_KERNELS`.
     """
     kernel = getattr(getattr(sandbox, "config", None), "kernel", IPYTHON_KERNEL)
     if not isinstance(kernel, str) or kernel == IPYTHON_KERNEL:
@@ -117,6 +121,7 @@ def notebook_kernel(sandbox: Any) -> tuple[dict[str, str], dict[str, Any]]:
     else:
         known = getattr(sandbox, "known_kernelspecs", None)
         found = (known() or {}).get(kernel) if callable(known) else None
+        found = found or KNOWN_KERNELS.get(kernel)  # a sandbox that cannot tell
         spec = {
             "name": kernel,
             "display_name": found.display_name if found else kernel,
@@ -146,11 +151,13 @@ def notebook_language(nb: Mapping[str, Any]) -> str:
 
 
 def language_metadata(
-    language: str, kernel: str, context: str, notebook_lang: str
+    language: str, kernel: str, context: str, notebook_lang: str, cwd: str | None = None
 ) -> dict[str, Any]:
-    """Cell metadata saying where it ran (see the module docstring): our own fields, and
-    ``vscode.languageId`` when the language is not the notebook's."""
-    meta: dict[str, Any] = {META_KEY: {"language": language, "kernel": kernel, "context": context}}
+    """Cell metadata saying where it ran (see the module docstring): our own fields (and
+    the context's ``context_cwd`` if given), and ``vscode.languageId`` when the language
+    is not the notebook's."""
+    ours = {"language": language, "kernel": kernel, "context": context}
+    meta: dict[str, Any] = {META_KEY: {**ours, **({"context_cwd": cwd} if cwd else {})}}
     if normalise_language(language) != normalise_language(notebook_lang):
         meta["vscode"] = {"languageId": _VSCODE_IDS.get(language, language)}
     return meta
@@ -162,11 +169,12 @@ def cell_language(cell: Mapping[str, Any], default: str = "python") -> CellLangu
     metadata = cell.get("metadata", {})
     ours = metadata.get(META_KEY, {})
     if isinstance(ours, Mapping) and isinstance(ours.get("language"), str):
-        kernel, context = ours.get("kernel"), ours.get("context")
+        kernel, context, cwd = ours.get("kernel"), ours.get("context"), ours.get("context_cwd")
         return CellLanguage(
             normalise_language(ours["language"]),
             kernel if isinstance(kernel, str) and kernel else None,
             context if isinstance(context, str) and context else None,
+            cwd if isinstance(cwd, str) and cwd else None,
         )
     vscode = metadata.get("vscode", {})
     found = vscode.get("languageId") if isinstance(vscode, Mapping) else None

@@ -32,6 +32,7 @@ from nbformat.v4 import new_markdown_cell, new_notebook
 
 from ..contexts import DEFAULT_CONTEXT
 from ..events import (
+    ContextChanged,
     EgressRefused,
     Event,
     FileOperated,
@@ -118,6 +119,9 @@ class NotebookRecorder:
         self._watchers: list[Any] = []
         self._steps = 0
         self._seeded = False  # a recorded cell seeded the random generators
+        #: Where each context made during the session started (its ContextChanged).
+        self._context_cwds: dict[str, str] = {}
+        self._working_dir: str | None = None
         #: What the notebook keeps of calls' outputs (per call and in all: budget.py).
         self._budget = OutputBudget()
         now = iso_time()
@@ -177,6 +181,7 @@ class NotebookRecorder:
         config = inner.config
         settings = {name: getattr(config, name, None) for name in _RECORDED_SETTINGS}
         kernelspec, language_info = notebook_kernel(inner)
+        self._working_dir = getattr(inner, "working_dir", None)
         with self._lock:
             self._nb.metadata["kernelspec"] = kernelspec
             self._nb.metadata["language_info"] = language_info
@@ -203,6 +208,8 @@ class NotebookRecorder:
                 context=event.context_id,
                 started_at=event.started_at,
             )
+        elif isinstance(event, ContextChanged) and event.change == "created":
+            self._context_cwds[event.context.id] = event.context.cwd
         elif isinstance(event, ShellExecuted):
             self.add_shell(
                 event.command, event.result, meta, cwd=event.cwd, started_at=event.started_at
@@ -291,11 +298,13 @@ class NotebookRecorder:
         with self._lock:
             where = None
             if language is not None:
+                cwd = self._context_cwds.get(context or DEFAULT_CONTEXT)
                 where = language_metadata(
                     language,
                     kernel or language,
                     context or DEFAULT_CONTEXT,
                     notebook_language(self._nb),
+                    cwd if cwd != self._working_dir else None,
                 )
             cell = python_cell(
                 code,

@@ -6,7 +6,8 @@ work as in Jupyter), ``shell`` cells beside the kernel with ``run_shell``, ``fil
 cells through the sandbox's file API.  Kernels are the recorded ones (see
 :mod:`.languages`): the sandbox's own is the recorded ``kernel`` setting, each cell
 runs in its recorded language, and each recorded context of the session becomes one
-context of the replay's sandbox, made when its first cell runs; a cell that names
+context of the replay's sandbox (in the folder it started in), made when its first
+cell runs; a cell that names
 only a language (``vscode.languageId``, or the notebook's own) runs in the first
 kernel of that language.  The cell *source* is what runs, so edits to a notebook are
 replayed.  The image is the recorded one unless overridden, else the default image.
@@ -209,7 +210,7 @@ class _Replay:
         if where.context in (None, DEFAULT_CONTEXT) or not callable(create):
             return {"language": where.language}
         if where.context not in self.contexts:
-            made = await create(where.language, kernel=where.kernel)
+            made = await create(where.language, kernel=where.kernel, cwd=where.cwd)
             self.contexts[where.context] = made.id
         return {"context": self.contexts[where.context]}
 

@@ -43,6 +43,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, docker_engine) -> Iterator[
     # sandbox's E2B_MAX_PROCESSES + E2B_MAX_WATCHERS, so that those are the caps reached
     streams = str(E2B_MAX_PROCESSES + E2B_MAX_WATCHERS + 4)
     caps = ["--max-streams-per-key", streams, "--max-calls-per-key", streams]
+    caps += ["--snapshot-dir", str(tmp_path_factory.mktemp("snapshots"))]
     srv = Server(f"t-e2b-{os.getpid()}", tmp_path_factory.mktemp("nb"), template + caps).start()
     yield srv
     srv.stop()
@@ -191,6 +192,40 @@ def test_e2b_conventions_in_every_language(server: Server, e2b_python: Path) -> 
     assert out["image"] == [True]
     assert out["chart"] == [["bar", "t", True]]  # e2b_charts read the figure; its PNG too
     assert out["java"][0] == "SandboxException" and "no 'java' kernel" in out["java"][1]
+
+
+SNAPSHOTS = r"""
+import json
+from e2b_code_interpreter import Sandbox
+out = {}
+sb = Sandbox.create(timeout=120)
+sb.files.write("/home/user/kept.txt", "from the original")
+sb.run_code("x = 41")
+snap = sb.create_snapshot(name="mine")
+out["names"] = snap.names
+listed = Sandbox.list_snapshots(sandbox_id=sb.sandbox_id).next_items()
+out["listed"] = [s.snapshot_id for s in listed]
+out["by_name"] = len(Sandbox.list_snapshots(name="mine").next_items())
+copy = Sandbox.create(snap.snapshot_id, timeout=60)
+out["copy"] = [copy.files.read("/home/user/kept.txt"), copy.run_code("x + 1").text]
+forks = sb.fork(count=2)
+out["forks"] = [f.run_code("x").text for f in forks]
+out["deleted"] = [Sandbox.delete_snapshot(snap.snapshot_id) for _ in range(2)]
+for s in [sb, copy, *forks]:
+    s.kill()
+print(json.dumps(out))
+"""
+
+
+def test_snapshots_and_forks_are_the_servers_own(server: Server, e2b_python: Path) -> None:
+    """E2B's snapshot calls on our portable snapshots: a snapshot's id starts sandboxes
+    with its files and variables, lists by source and name, deletes once; forks too."""
+    out = run_client(e2b_python, server, SNAPSHOTS)
+    assert out["names"] == ["mine:default"]
+    assert len(out["listed"]) == 1 and out["by_name"] == 1
+    assert out["copy"] == ["from the original", "42"]
+    assert out["forks"] == ["41", "41"]
+    assert out["deleted"] == [True, False]
 
 
 FILES = r"""

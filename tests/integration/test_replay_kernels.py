@@ -1,4 +1,5 @@
-"""Sessions in R, and in Python and R together, recorded in real sandboxes and replayed.
+"""Sessions in R, in Python and R together, and in python, R, JavaScript and bash
+(kernel-sandbox:polyglot), recorded in real sandboxes and replayed.
 
 The notebook of an R session says what Jupyter writes for IRkernel (kernelspec ``ir``,
 R's ``language_info`` from the kernel itself); a mixed session's R cells carry VS
@@ -103,3 +104,36 @@ async def test_a_python_and_r_session_replays_each_cell_in_its_kernel(
     report = await areplay(path, sandbox_options={"labels": TEST_LABEL, "timeout": 60})
     assert [c.verdict for c in report.cells] == ["same"] * 5, report.summary
     assert [c.kind for c in report.cells] == ["python", "code", "python", "code", "python"]
+
+
+async def test_a_session_in_four_kernels_replays_each_cell_in_its_kernel(
+    make_sandbox: Any, tmp_path: Path
+) -> None:
+    image = "kernel-sandbox:polyglot"
+    require(builder.image_exists(docker_client(), image) is not None, f"{image} is not built")
+    sandbox = await make_sandbox(image=image, timeout=60)
+    path = tmp_path / "polyglot.ipynb"
+    recorder = NotebookRecorder.attach(sandbox, path)
+    steps = [
+        ("python", "open('n.txt', 'w').write('6')\nprint('python wrote 6')"),
+        ("r", "n <- as.integer(readLines('n.txt'))\nn * 7"),
+        ("javascript", "const n = Number(Deno.readTextFileSync('n.txt'))\nn * 7"),
+        ("bash", "n=$(cat n.txt); echo bash says $((n * 7))"),
+        ("javascript", "`${n} still here`"),
+        ("r", "n + 1"),
+    ]
+    results = [await sandbox.run_code(code, language=lang) for lang, code in steps]
+    assert [r.status for r in results] == ["ok"] * 6, [r.message for r in results]
+    recorder.finish()
+
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    ids = [c.metadata.get("vscode", {}).get("languageId") for c in _code(nb)]
+    assert ids == [None, "r", "javascript", "shellscript", "javascript", "r"]
+    report = await areplay(path, sandbox_options={"labels": TEST_LABEL, "timeout": 60})
+    assert [c.verdict for c in report.cells] == ["same"] * 6, report.summary
+    texts = [
+        c.outputs[-1].get("text") or c.outputs[-1]["data"]["text/plain"]
+        for c in _code(report.notebook)
+    ]
+    assert "42" in texts[1] and "42" in texts[2] and texts[3] == "bash says 42\n"

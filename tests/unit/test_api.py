@@ -43,6 +43,7 @@ SUBMODULE_ONLY: dict[str, set[str]] = {
     "contexts": {
         "DEFAULT_CONTEXT",
         "KERNELSPECS_SCRIPT",
+        "KNOWN_KERNELS",
         "LANGUAGES",
         "kernel_for",
         "language_of",

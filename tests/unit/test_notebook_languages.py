@@ -56,8 +56,9 @@ async def test_a_python_and_bash_session_replays_each_cell_in_its_kernel(
     recorder = NotebookRecorder.attach(sandbox, path)
     await sandbox.run_code("x = 21\nprint(x * 2)")
     await sandbox.run_code("y=5; echo bash $y > from-bash.txt; echo $y", language="bash")
-    other = await sandbox.create_context("bash")
-    await sandbox.run_code("y=9; echo other $y", context=other)
+    await sandbox.files.mkdir("sub")
+    other = await sandbox.create_context("bash", cwd="sub")
+    await sandbox.run_code("y=9; echo other $y in $(basename $PWD)", context=other)
     await sandbox.run_code("echo still $y", language="bash")  # the first bash context's y
     await sandbox.run_code("print(x, open('from-bash.txt').read().strip())")
     recorder.finish()
@@ -65,18 +66,21 @@ async def test_a_python_and_bash_session_replays_each_cell_in_its_kernel(
     nbformat.validate(nb)
     assert nb.metadata["kernelspec"]["name"] == "python3"
     assert nb.metadata["language_info"]["name"] == "python"
-    code = [c for c in nb.cells if c.cell_type == "code"]
+    code = [c for c in nb.cells if c.metadata[META_KEY]["kind"] in ("python", "code")]
     ids = [c.metadata.get("vscode", {}).get("languageId") for c in code]
     assert ids == [None, "shellscript", "shellscript", "shellscript", None]
     places = [cell_language(c) for c in code]
     assert [p.language for p in places] == ["python", "bash", "bash", "bash", "python"]
     assert places[0].context == places[4].context == "default"
     assert places[1].context == places[3].context != places[2].context == other.id
-    assert [c.outputs[0]["text"] for c in code[1:4]] == ["5\n", "other 9\n", "still 5\n"]
+    assert [c.outputs[0]["text"] for c in code[1:4]] == ["5\n", "other 9 in sub\n", "still 5\n"]
+    assert code[2].metadata[META_KEY]["context_cwd"].endswith("/sub")
+    assert "context_cwd" not in code[1].metadata[META_KEY]  # started in the working dir
 
     report = await areplay(path, sandbox_options={"host": "local", "startup_timeout": 120})
-    assert [c.verdict for c in report.cells] == ["same"] * 5, report.summary
-    replayed = [c for c in report.notebook.cells if c.cell_type == "code"]
+    assert [c.verdict for c in report.cells] == ["same"] * 6, report.summary  # mkdir too
+    replayed = [c for c in report.notebook.cells if c.metadata[META_KEY]["kind"] != "file"]
+    assert replayed[2].outputs[0]["text"] == "other 9 in sub\n"  # started where it had
     assert replayed[3].outputs[0]["text"] == "still 5\n"  # its context kept its own y
 
 

@@ -25,6 +25,7 @@ from .files import router as files_router
 from .filesystem import build_filesystem_app
 from .interpreter import router as interpreter_router
 from .process import build_process_app
+from .snapshots import router as snapshots_router
 from .state import E2bRegistry
 
 __all__ = ["DEFAULT_TEMPLATES", "SANDBOX_PREFIX", "EnvdApp", "make_registry", "routers"]
@@ -35,8 +36,9 @@ SANDBOX_PREFIX = "/e2b/sandbox/"
 #: E2B's own templates that start the server's default image unless configured.
 DEFAULT_TEMPLATES = ("base", "code-interpreter-v1")
 
-#: The routers of the E2B API, in the order they must be included.
-routers = (control_router, files_router, interpreter_router)
+#: The routers of the E2B API, in the order they must be included (snapshots first:
+#: its ``DELETE /templates/{id}`` comes before the control API's 501 for templates).
+routers = (snapshots_router, control_router, files_router, interpreter_router)
 
 
 def make_registry(tenancy: Tenancy, settings: ServerSettings) -> E2bRegistry:

@@ -5,8 +5,9 @@ server's API keys (sent as ``X-API-Key``), a sandbox is a lease of the tenancy (
 is recorded as a notebook and shows on ``/v1``), another key's sandbox answers 404.
 Templates name images by the server's setting (``--e2b-template NAME=IMAGE``;
 ``base`` and ``code-interpreter-v1`` are the default image).  What this server does
-not have — template builds, volumes, teams, snapshots as E2B keeps them, forks,
-network updates — answers in E2B's error shape, 501, saying so.
+not have — template builds, volumes, teams, network updates — answers in E2B's error
+shape, 501, saying so.  Snapshots and forks are the server's own (:mod:`.snapshots`);
+a snapshot's id is a template that starts a sandbox from it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ...kernel.programs import program
 from ...limits import E2B_MAX_TIMEOUT
 from ..deps import Key, Opts, Ten, status_of
 from ..policy import client_config
+from ..tenancy import Lease
 from .metrics import sample
 from .models import (
     ConnectRequest,
@@ -37,23 +39,21 @@ from .models import (
 )
 from .state import E2bRegistry, E2bSandbox, new_id
 
-__all__ = ["UNSUPPORTED", "registry", "router"]
+__all__ = ["UNSUPPORTED", "new_record", "registry", "router"]
 
 router = APIRouter(prefix="/e2b", tags=["e2b"])
 
 #: Working directory (and E2B's home) of sandboxes made through this API.
 E2B_HOME = "/home/user"
-#: Why each E2B feature this server has not is missing (answered with 501).
 #: Run by every start of an E2B sandbox's python kernels (see the program's docstring).
 DISPLAY = program("e2b_display.py")
 
+#: Why each E2B feature this server has not is missing (answered with 501).
 UNSUPPORTED = {
     "templates": "template building is not supported here: templates name images the "
     "server's operator configured (kernel-sandbox serve --e2b-template NAME=IMAGE)",
     "volumes": "E2B volumes are not supported by this server",
     "teams": "teams are not supported by this server: each API key is one tenant",
-    "snapshots": "E2B snapshots are not supported by this server yet",
-    "fork": "forking a sandbox is not supported by this server yet",
     "network": "changing a running sandbox's network is not supported: the server's "
     "policy decides it at create",
     "logs": "sandbox logs are not served: the session is recorded as a notebook "
@@ -103,12 +103,7 @@ async def _create(request: Request, body: NewSandbox, ten: Ten, opts: Opts, key:
     reg = registry(request)
     image = reg.templates.get(body.template_id)
     if image is None:
-        known = ", ".join(sorted(reg.templates))
-        return e2b_error(
-            404,
-            f"template {body.template_id!r} not found: this server maps templates to "
-            f"images with --e2b-template NAME=IMAGE (known: {known})",
-        )
+        return await _from_snapshot(request, body, ten, opts, key)
     if body.volume_mounts:
         return e2b_error(501, UNSUPPORTED["volumes"])
     raw = {
@@ -125,12 +120,46 @@ async def _create(request: Request, body: NewSandbox, ten: Ten, opts: Opts, key:
         lease = await ten.create(key, cfg, "e2b", notes, sandbox_id)
     except SandboxError as exc:
         return _error(exc)
+    record = new_record(reg, lease, body.template_id, opts, body)
+    return JSONResponse(_created(record), status_code=201)
+
+
+async def _from_snapshot(
+    request: Request, body: NewSandbox, ten: Ten, opts: Opts, key: Key
+) -> Response:
+    """A template that names none of the server's is one of the key's snapshots, or
+    unknown (404)."""
+    reg = registry(request)
+    try:
+        snap = await ten.durable.store_of(key).get(body.template_id)
+    except SandboxError:
+        snap = None
+    if snap is None or snap.paused is not None:
+        known = ", ".join(sorted(reg.templates))
+        return e2b_error(
+            404,
+            f"template {body.template_id!r} not found: this server maps templates to "
+            f"images with --e2b-template NAME=IMAGE (known: {known}); a snapshot's id "
+            "starts a sandbox from it",
+        )
+    try:
+        lease = await ten.durable.restore(key, snap.id)
+    except SandboxError as exc:
+        return _error(exc)
+    record = new_record(reg, lease, body.template_id, opts, body)
+    return JSONResponse(_created(record), status_code=201)
+
+
+def new_record(
+    reg: E2bRegistry, lease: Lease, template: str, opts: Any, body: NewSandbox
+) -> E2bSandbox:
+    """The E2B record of a sandbox just made for ``body``'s caller (kept in ``reg``)."""
     config = lease.sandbox.config
     disk = parse_size(config.disk_limit) if config.disk_limit else parse_size(opts.max_disk)
     record = E2bSandbox(
         id=lease.id,
-        owner=key,
-        template=body.template_id,
+        owner=lease.owner,
+        template=template,
         metadata=dict(body.metadata),
         envs=dict(body.env_vars),
         cpu_count=max(1, round(config.cpu_limit)),
@@ -140,7 +169,7 @@ async def _create(request: Request, body: NewSandbox, ten: Ten, opts: Opts, key:
         on_timeout="pause" if body.auto_pause else "kill",
     )
     reg.add(record)
-    return JSONResponse(_created(record), status_code=201)
+    return record
 
 
 @router.post("/sandboxes", response_model=None)
@@ -347,9 +376,6 @@ def _unsupported(what: str) -> Any:
 
 _ANY = ["GET", "POST", "PUT", "PATCH", "DELETE"]
 for _path, _what in [
-    ("/sandboxes/{sandbox_id}/snapshots", "snapshots"),
-    ("/snapshots", "snapshots"),
-    ("/sandboxes/{sandbox_id}/fork", "fork"),
     ("/sandboxes/{sandbox_id}/network", "network"),
     ("/sandboxes/{sandbox_id}/logs", "logs"),
     ("/v2/sandboxes/{sandbox_id}/logs", "logs"),
