@@ -61,6 +61,8 @@ class Hostile:
     tight_print_loop: str
     #: How a 5 s timeout of ``tight_print_loop`` may end.
     tight_loop_ends: tuple[str, ...]
+    #: False when the kernel goes on sending what the loop printed into later calls.
+    print_backlog_clears: bool
 
     def code(self, template: str, **values: Any) -> str:
         """``template`` with each ``@NAME@`` replaced (paths as JSON strings)."""
@@ -124,6 +126,7 @@ PYTHON = Hostile(
     kept_plus_one="print(kept + 1)",
     tight_print_loop="i = 0\nwhile True:\n    i += 1\n    print(i)",
     tight_loop_ends=("timeout",),
+    print_backlog_clears=True,
 )
 
 R = Hostile(
@@ -179,6 +182,7 @@ R = Hostile(
     # IRkernel and does not come back (measured: 0 bytes of ~37000 lines)
     tight_print_loop='i <- 0\nrepeat { i <- i + 1; cat(i, "\\n", sep = "") }',
     tight_loop_ends=("timeout",),
+    print_backlog_clears=True,
 )
 
 JAVASCRIPT = Hostile(
@@ -228,11 +232,15 @@ JAVASCRIPT = Hostile(
     kept_plus_one="console.log(kept + 1)",
     # Deno queues console messages faster than it sends them (~3000 a second reached the
     # host): in 5 s it may reach the 1g memory limit before the interrupt (measured: OOM
-    # after 5.8 s, 16208 lines sent), or be interrupted first on a slower machine; a relay
-    # reading iopub at once (tried) held at most 1296 messages (0.6 MB) while Deno grew
-    # ~230 MB/s: the queue is Deno's own, not the relay's
+    # after 5.8 s, 16208 lines sent), or be interrupted first and go on sending the
+    # queued lines, stamped with the request running then: the next calls carry them
+    # (measured: 4 calls of 16-37 KB of the loop's lines, the value of `kept + 1` lost)
+    # until the queue is sent or reaches memory_limit.  A relay reading iopub at once
+    # (tried) held at most 1296 messages (0.6 MB) while Deno grew ~230 MB/s: the queue
+    # is Deno's own, not the relay's.
     tight_print_loop="var i = 0\nwhile (true) { i += 1; console.log(i) }",
     tight_loop_ends=("timeout", "kernel_died"),
+    print_backlog_clears=False,
 )
 
 HOSTILE_LANGUAGES = [
