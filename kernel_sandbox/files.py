@@ -306,7 +306,9 @@ class AsyncFiles:
         it, and the sandbox waits while the consumer does.  Files over ``max_bytes``
         (default ``config.max_file_bytes``) are refused unread; one that grows or
         shrinks while read fails the stream (the consumer sees an error, never a
-        silently different file).  Iterate it once, or ``close()`` it.
+        silently different file).  A file that says it has 0 bytes (the kernel's
+        ``/proc`` and ``/sys`` files) is read to its end, at most ``max_bytes``.
+        Iterate it once, or ``close()`` it.
         """
         sb = self._sandbox
         sb.check_open()
@@ -323,13 +325,19 @@ class AsyncFiles:
                 await self._emit("read", full, started, error=str(exc))
             raise
 
+        # /proc's and /sys's files say 0 bytes and hold some: such a file is read to its
+        # end (at most ``limit``), a file of known size must keep it.
+        sized = size > 0
+
         async def body() -> AsyncIterator[bytes]:
             sent, head = 0, bytearray()
             try:
                 piece: bytes | None = rest
                 while piece is not None:
                     sent += len(piece)
-                    if sent > size:
+                    if sent > (size if sized else limit):
+                        if not sized:
+                            raise self._too_large(full, None)
                         raise FileOperationError(f"{full} grew while read (past {size} bytes)")
                     if piece:
                         head += piece[: EVENT_DETAIL_CHARS - len(head)]
@@ -338,7 +346,7 @@ class AsyncFiles:
                 code, _, err = await task
                 if code != 0:
                     raise self._fail(code, full, err, "read")
-                if sent != size:
+                if sized and sent != size:
                     raise FileOperationError(f"{full} shrank while read ({sent} of {size} bytes)")
             except FileOperationError as exc:
                 await self._emit("read", full, started, error=str(exc))

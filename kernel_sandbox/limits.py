@@ -17,7 +17,9 @@ they run; :data:`IN_SANDBOX` mirrors each one (a unit test checks the values mat
 
 - ``programs/relay.py``: ``ROUTES`` (requests whose senders the relay remembers),
   ``SEND_QUEUE`` (messages each host-facing socket queues), ``IOPUB_DEADLINE``
-  (seconds it waits for the kernel's first iopub message);
+  (seconds it waits for the kernel's first iopub message), ``LATE_QUIET`` and
+  ``LATE_LIMIT`` (seconds a Deno kernel's ``idle`` is held for its request's late
+  outputs: until iopub is quiet that long, at most the limit);
 - ``programs/launcher.py``: ``SEND_QUEUE`` (messages each kernel socket queues),
   ``_PENDING_WAIT`` (seconds a paced iopub send waits for the host to read);
 - ``programs/e2b_process.py``: ``MAX_LINE`` (bytes of one control line);
@@ -98,8 +100,6 @@ __all__ = [
     "KERNEL_ARG_MAX_CHARS",
     "KERNEL_ENV_MAX_BYTES",
     "KILL_LIMIT",
-    "LATE_OUTPUT_LIMIT",
-    "LATE_OUTPUT_QUIET",
     "LIST_ENTRY_BYTES",
     "LIST_LIMIT",
     "LIVE_CALL_OUTPUT_BYTES",
@@ -558,13 +558,6 @@ DRAIN_LIMIT = 10.0
 #: ``idle`` without a reply in this time was forged by the code (it can publish on
 #: iopub with the request's id), and the call goes on.
 REPLY_AFTER_IDLE = 1.0
-#: A kernel that publishes outputs beside its shell loop (Deno's iopub drainer) may
-#: send a cell's result or last output after the cell's ``idle`` status: its calls end
-#: only once iopub has been quiet this many seconds past the idle ...
-LATE_OUTPUT_QUIET = 0.05
-#: ... or this many seconds past the idle, whatever it still sends (a timer that
-#: prints for ever must not hold the call).
-LATE_OUTPUT_LIMIT = 1.0
 #: Messages (per channel) each host socket queues before the kernel's side has to hold (or drop)
 #: them: whatever the host does not read costs at most this many messages, each at
 #: most ``max_output_bytes + MESSAGE_OVERHEAD`` bytes (``ZMQ_MAXMSGSIZE``).
@@ -704,6 +697,8 @@ IN_SANDBOX = (
     InSandboxCap("programs/relay.py", "ROUTES", 4096),
     InSandboxCap("programs/relay.py", "SEND_QUEUE", 16),
     InSandboxCap("programs/relay.py", "IOPUB_DEADLINE", 60.0),
+    InSandboxCap("programs/relay.py", "LATE_QUIET", 0.05),
+    InSandboxCap("programs/relay.py", "LATE_LIMIT", 1.0),
     InSandboxCap("programs/launcher.py", "SEND_QUEUE", 16),
     InSandboxCap("programs/launcher.py", "_PENDING_WAIT", 10.0),
     InSandboxCap("programs/e2b_process.py", "MAX_LINE", 1 << 20),

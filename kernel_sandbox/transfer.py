@@ -37,7 +37,8 @@ class AsyncReadStream:
     """
 
     def __init__(self, size: int, chunks: AsyncIterator[bytes]) -> None:
-        #: Bytes the file has (the stream fails if it sends another number).
+        #: Bytes the file has (the stream fails if it sends another number); 0 also for
+        #: a file that says 0 and holds some (``/proc``'s), read to its end.
         self.size = size
         self._chunks = chunks
 

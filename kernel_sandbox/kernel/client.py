@@ -35,10 +35,6 @@ _EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
 
 #: How often a starting kernel's container is asked about (an engine call) while waiting.
 STARTUP_ALIVE_INTERVAL = 0.2
-#: Kernels (their kernel_info ``implementation``) that publish outputs beside their
-#: shell loop, so a cell's result may come after its idle status: Deno's iopub drainer
-#: is a task of its own, racing the shell handler's idle.
-LATE_PUBLISHERS = frozenset({"Deno kernel"})
 
 
 #: The client's private channel slots (``None`` until a channel is made).
@@ -76,8 +72,6 @@ class KernelSession:
         self._fds: list[int] = []
         #: iopub was reopened since the last call began (ZMQ subscribes asynchronously).
         self._resubscribe_needed = False
-        #: The kernel may publish a cell's outputs after its idle (see LATE_PUBLISHERS).
-        self.late_outputs = False
         #: The content of the kernel's kernel_info_reply at connect (its ``language_info``,
         #: ``implementation``...): what the kernel says, so bound it before keeping it.
         self.kernel_info: dict[str, Any] = {}
@@ -114,7 +108,6 @@ class KernelSession:
                 if reply is not None and reply["parent_header"].get("msg_id") == msg_id:
                     content = reply.get("content")
                     self.kernel_info = content if isinstance(content, dict) else {}
-                    self.late_outputs = self.kernel_info.get("implementation") in LATE_PUBLISHERS
                     break
             try:
                 iopub_ready = await self._get_msg(self.client.iopub_channel, 0.1) is not None

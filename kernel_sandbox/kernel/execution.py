@@ -12,10 +12,8 @@ iopub to the **deadline**, then to what the read gave:
   the interrupt); an ``idle`` status ends the call once the execute_reply is read. The
   kernel replies before it goes idle, so the reply is normally queued already; an idle
   that comes first may be forged by the code (it can publish with the request's id), so
-  the reply is waited for ``REPLY_AFTER_IDLE`` seconds and the call goes on.  A kernel
-  that publishes beside its shell loop (``session.late_outputs``: Deno) may send the
-  cell's result after its idle, so there the call reads on until iopub is quiet for
-  ``LATE_OUTPUT_QUIET`` seconds, at most ``LATE_OUTPUT_LIMIT`` past the idle.
+  the reply is waited for ``REPLY_AFTER_IDLE`` seconds and the call goes on.  (A kernel
+  whose idle may pass its outputs, Deno's, has its idle held by the sandbox's relay.)
 - **silence** (nothing for ``LIVENESS_POLL`` seconds): dropped connections are reopened;
   once replied, silence ends the call (its idle was lost) unless a big message is still
   arriving; before the reply, a reply read now ends it at the next silence (the idle is
@@ -37,7 +35,7 @@ from dataclasses import dataclass, field
 from queue import Empty
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..limits import DRAIN_LIMIT, LATE_OUTPUT_LIMIT, LATE_OUTPUT_QUIET, REPLY_AFTER_IDLE
+from ..limits import DRAIN_LIMIT, REPLY_AFTER_IDLE
 from .outputs import OutputCollector
 
 if TYPE_CHECKING:
@@ -173,14 +171,17 @@ class Call:
                 if self.reply is None:
                     self.reply = await self._ended(0)
                 if self.reply is not None:
-                    await self._late_outputs()
                     return self.finish()
                 self.reply = await self._ended(REPLY_AFTER_IDLE)
                 if self.reply is None:
                     self._relink()
                     log.warning("ignored an idle status without an execute_reply")
             return None
-        await self._collect(msg)
+        shown = self.collector.add(msg)
+        # Once interrupted, the queued backlog is drained at full speed: a slow
+        # listener must not make a kernel that did stop look stuck.
+        if shown is not None and self.on_output is not None and not self.interrupted:
+            await _notify(self.on_output, shown)
         return None
 
     async def on_silence(self) -> RawExecution | None:
@@ -203,30 +204,6 @@ class Call:
         elif self.interrupted:  # silent after the grace: the interrupt did not work
             return self.result("stuck")
         return None
-
-    async def _late_outputs(self) -> None:
-        """A late-publishing kernel's outputs of this request that come after its idle."""
-        session = self.session
-        if not session.late_outputs:
-            return
-        iopub = session.client.iopub_channel
-        end = self._loop.time() + LATE_OUTPUT_LIMIT
-        while (left := end - self._loop.time()) > 0:
-            try:
-                msg = await session._get_msg(iopub, min(left, LATE_OUTPUT_QUIET))
-            except Empty:
-                return
-            if msg is None or msg["parent_header"].get("msg_id") != self.msg_id:
-                continue
-            if msg["header"]["msg_type"] != "status":
-                await self._collect(msg)
-
-    async def _collect(self, msg: dict[str, Any]) -> None:
-        shown = self.collector.add(msg)
-        # Once interrupted, the queued backlog is drained at full speed: a slow
-        # listener must not make a kernel that did stop look stuck.
-        if shown is not None and self.on_output is not None and not self.interrupted:
-            await _notify(self.on_output, shown)
 
     def finish(self) -> RawExecution:
         """The result of a call the kernel ended: ``finished`` or ``interrupted``."""

@@ -1,7 +1,9 @@
 """The MCP tools, on the official SDK's ``MCPServer``: a thin layer over the sandbox API.
 
-Tools: ``run_python`` (the kernel keeps state across calls), ``run_shell``,
-``read_file``, ``write_file``, ``list_files``, ``restart_kernel``, and over HTTP
+Tools: ``run_python`` (the kernel keeps state across calls), ``run_code`` (any language
+of the image, in contexts: :mod:`.code`), ``create_context`` / ``list_contexts`` /
+``restart_context`` / ``remove_context``, ``run_shell``, ``read_file``, ``write_file``,
+``list_files``, ``restart_kernel``, and over HTTP
 ``create_sandbox`` / ``close_sandbox`` (a sandbox a client names by id across
 session-less calls).  Every tool returns
 its own ``CallToolResult``: plots come back as PNG ``ImageContent`` next to the text,
@@ -10,14 +12,15 @@ failures as ``isError`` results carrying the traceback or the reason.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.types import CallToolResult, TextContent
-from pydantic import Field
 
 from ..errors import SandboxError
+from .arguments import SandboxId, Timeout
+from .code import CodeTools
 from .results import error_result, execution_result, shell_result, text_result
 from .sessions import NamedSandboxes, SandboxSource
 
@@ -28,25 +31,23 @@ INSTRUCTIONS = (
     "Variables, imports and files persist between run_python calls. The working "
     "directory is /sandbox. Plots (matplotlib) come back as images."
 )
+LANGUAGES_NOTE = (
+    " run_code runs the other languages the sandbox's image has (R, JavaScript, bash, ...), "
+    "each in its own kernel (a context) with its own state, all sharing the files."
+)
 
 NAMED = (
     " To keep a sandbox of your own, call create_sandbox once and pass the sandbox_id it "
     "returns to every other tool; calls without one share your API key's default sandbox."
 )
-SandboxId = Annotated[
-    str | None,
-    Field(
-        description="Run in this sandbox of your API key (one create_sandbox returned; HTTP "
-        "only). Default: the MCP session's sandbox, else the key's default sandbox."
-    ),
-]
-Timeout = Annotated[float | None, Field(description="Seconds before the call is interrupted.")]
 
 
 def build_mcp_server(source: SandboxSource, *, max_timeout: float = 600.0) -> MCPServer:
     """An MCP server whose tools run in the sandboxes ``source`` hands out."""
     named = isinstance(source, NamedSandboxes)
-    mcp = MCPServer("kernel-sandbox", instructions=INSTRUCTIONS + (NAMED if named else ""))
+    mcp = MCPServer(
+        "kernel-sandbox", instructions=INSTRUCTIONS + LANGUAGES_NOTE + (NAMED if named else "")
+    )
 
     def clamp(timeout: float | None) -> float | None:
         return None if timeout is None or timeout <= 0 else min(timeout, max_timeout)
@@ -108,7 +109,10 @@ def build_mcp_server(source: SandboxSource, *, max_timeout: float = 600.0) -> MC
 
         return await guarded(ctx, sandbox_id, call)
 
-    @mcp.tool(description="Restart the Python kernel: variables are lost, files are kept.")
+    @mcp.tool(
+        description="Restart the sandbox's kernels (the Python kernel and every context): "
+        "variables are lost, files are kept."
+    )
     async def restart_kernel(ctx: Context, sandbox_id: SandboxId = None) -> CallToolResult:
         async def call(sb: Any) -> CallToolResult:
             await sb.restart()
@@ -116,6 +120,9 @@ def build_mcp_server(source: SandboxSource, *, max_timeout: float = 600.0) -> MC
 
         return await guarded(ctx, sandbox_id, call)
 
+    code_tools = CodeTools(mcp, source, guarded, clamp)
+    code_tools.add()
+    mcp.middleware.append(code_tools.middleware())
     if isinstance(source, NamedSandboxes):
         _add_named_tools(mcp, source)
     return mcp

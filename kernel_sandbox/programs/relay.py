@@ -58,9 +58,7 @@ ROUTES = 4096
 #: iopub drainer is a task of its own.  Their ``idle`` is held until iopub has been
 #: quiet LATE_QUIET seconds (LATE_LIMIT at most), so every client (jupyter_client's
 #: execute_interactive, nbclient, jupyter_kernel_test) sees the outputs first, as the
-#: protocol has them.  The host's client knows the same kernels (kernel/client.py's
-#: LATE_PUBLISHERS); this program runs with the image's Python and imports nothing of
-#: kernel_sandbox.
+#: protocol has them (limits.py's IN_SANDBOX mirrors the two bounds).
 LATE_PUBLISHERS = frozenset({"Deno kernel"})
 LATE_QUIET = 0.05
 LATE_LIMIT = 1.0

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CapacityError, SandboxNotFoundError, SnapshotNotFoundError
+from ..errors import CapacityError, SandboxError, SandboxNotFoundError, SnapshotNotFoundError
 from ..sandbox import AsyncSandbox
 from ..snapshots import LocalSnapshotStore, Snapshot, SnapshotStore
 from .labels import SERVER_ID_LABEL
@@ -185,10 +185,14 @@ class Durability:
             raise CapacityError("fork: n must be at least 1")
         self.tenancy.check_room(lease.owner, extra=n - 1)
         snap = await self.snapshot(lease, f"fork of {lease.id}", tmp=False)
-        made = await asyncio.gather(
-            *(self.restore(lease.owner, snap.id, parent=lease) for _ in range(n)),
-            return_exceptions=True,
-        )
+        try:
+            made = await asyncio.gather(
+                *(self.restore(lease.owner, snap.id, parent=lease) for _ in range(n)),
+                return_exceptions=True,
+            )
+        finally:  # the forks hold the state: kept, it would only use up the key's count
+            with contextlib.suppress(SandboxError):
+                await self.store_of(lease.owner).delete(snap.id)
         forks = [m for m in made if not isinstance(m, BaseException)]
         failures = [m for m in made if isinstance(m, BaseException)]
         if failures:

@@ -43,6 +43,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, docker_engine) -> Iterator[
     # sandbox's E2B_MAX_PROCESSES + E2B_MAX_WATCHERS, so that those are the caps reached
     streams = str(E2B_MAX_PROCESSES + E2B_MAX_WATCHERS + 4)
     caps = ["--max-streams-per-key", streams, "--max-calls-per-key", streams]
+    caps += ["--snapshot-dir", str(tmp_path_factory.mktemp("snapshots"))]
     srv = Server(f"t-e2b-{os.getpid()}", tmp_path_factory.mktemp("nb"), template + caps).start()
     yield srv
     srv.stop()
@@ -412,6 +413,7 @@ def test_one_sandboxs_lifetime_listings_watch_events_uploads_commands_and_watche
 
 LIFECYCLE = r"""
 import json, sys, time
+from datetime import timedelta
 from e2b import Sandbox, SandboxQuery, SandboxException, NotFoundException
 out = {}
 a = Sandbox.create(timeout=120, metadata={"who": "a", "n": "1"})
@@ -419,6 +421,12 @@ b = Sandbox.create(timeout=120, metadata={"who": "b"})
 listed = Sandbox.list(query=SandboxQuery(metadata={"who": "a"})).next_items()
 out["filtered"] = [s.sandbox_id == a.sandbox_id for s in listed]
 out["all"] = sorted(s.metadata["who"] for s in Sandbox.list().next_items() if "who" in s.metadata)
+both = [s.metadata.get("who") for s in Sandbox.list().next_items()]
+oldest = [s.metadata.get("who") for s in Sandbox.list(order="asc").next_items()]
+started = b.get_info().started_at
+since = [Sandbox.list(query=SandboxQuery(started_after=started + timedelta(seconds=d))).next_items()
+         for d in (0, 1)]
+out["order"] = [both, oldest, [[s.metadata.get("who") for s in got] for got in since]]
 info = a.get_info()
 out["info"] = [info.template_id, info.metadata, info.state.value]
 m = a.get_metrics()
@@ -465,6 +473,7 @@ def test_list_metrics_timeout_kill_and_tenancy(server: Server, e2b_python: Path)
     out = run_client(e2b_python, server, LIFECYCLE)
     assert out["filtered"] == [True]
     assert out["all"] == ["a", "b"]
+    assert out["order"] == [["b", "a"], ["a", "b"], [["b"], []]]  # newest first; filters
     assert out["info"] == ["base", {"who": "a", "n": "1"}, "running"]
     assert out["metrics"] == [True, True, True, 1]
     assert out["connect"] == "same\n"

@@ -49,6 +49,18 @@ async def test_write_read_list_exists_remove(py_sandbox: AsyncSandbox) -> None:
     assert ex.text == "'sandbox'"
 
 
+async def test_proc_files_that_say_0_bytes_stream_whole(py_sandbox: AsyncSandbox) -> None:
+    """/proc's files say 0 bytes and hold some: a streamed read has them whole (E2B's SDK
+    reads /proc/sys/kernel/random/boot_id), an empty file stays empty."""
+    whole = await py_sandbox.files.read("/proc/sys/kernel/random/boot_id")
+    async with await py_sandbox.files.read_stream("/proc/sys/kernel/random/boot_id") as stream:
+        streamed = b"".join([piece async for piece in stream])
+    assert streamed == whole and len(whole.strip()) == 36  # a UUID
+    await py_sandbox.files.write("empty", b"")
+    async with await py_sandbox.files.read_stream("empty") as stream:
+        assert stream.size == 0 and b"".join([piece async for piece in stream]) == b""
+
+
 async def test_errors_are_clear(py_sandbox: AsyncSandbox) -> None:
     files = py_sandbox.files
     with pytest.raises(SandboxFileNotFoundError, match=r"missing\.txt"):

@@ -6,14 +6,17 @@ Every case runs the hostile code for real and then checks two things: it was con
 asserted: speed belongs in bench/.
 
 One sandbox with small limits serves the module; cases that leave it unusable for the
-next one make their own.  Part 2 (network, secrets, isolation, files) is
-test_hostile_isolation.py.
+next one make their own.  The attacks that apply to any kernel (memory and fork bombs)
+run in python, R and JavaScript (tests/integration/hostile_code.py), each language's
+kernel in a sandbox of its image with the same limits.  Part 2 (network, secrets,
+isolation, files) is test_hostile_isolation.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import time
 from collections.abc import AsyncIterator
 
@@ -24,6 +27,13 @@ from kernel_sandbox.results import Execution
 from kernel_sandbox.sandbox import AsyncSandbox
 from tests.conftest import TEST_LABEL
 from tests.integration.conftest import GVISOR, PYTHON_IMAGE
+from tests.integration.hostile_code import (
+    HOSTILE_LANGUAGES,
+    PYTHON,
+    Hostile,
+    require_image,
+    sandbox_options,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -65,10 +75,48 @@ async def fork_box(box: AsyncSandbox) -> AsyncIterator[AsyncSandbox]:
         await sandbox.close()
 
 
-async def assert_works(sandbox: AsyncSandbox, what: str) -> float:
-    """The sandbox answers Python and shell again; prints and returns the seconds it took."""
+async def _language_box(
+    request: pytest.FixtureRequest, python_box: AsyncSandbox, limits: dict[str, object]
+) -> AsyncIterator[AsyncSandbox]:
+    lang: Hostile = request.param
+    if lang is PYTHON:
+        yield python_box
+        return
+    require_image(lang)
+    sandbox = await AsyncSandbox.create(**{**limits, **sandbox_options(lang)})  # type: ignore[arg-type]
+    try:
+        yield sandbox
+    finally:
+        await sandbox.close()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def lang_box(
+    request: pytest.FixtureRequest, box: AsyncSandbox
+) -> AsyncIterator[AsyncSandbox]:
+    """``box`` for python; for another language a sandbox of its kernel with ``LIMITS``."""
+    async for sandbox in _language_box(request, box, LIMITS):
+        yield sandbox
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def lang_fork_box(
+    request: pytest.FixtureRequest, fork_box: AsyncSandbox
+) -> AsyncIterator[AsyncSandbox]:
+    """``fork_box`` for python; for another language its kernel's with ``FORK_LIMITS``."""
+    async for sandbox in _language_box(request, fork_box, FORK_LIMITS):
+        yield sandbox
+
+
+def _lang(request: pytest.FixtureRequest, fixture: str) -> Hostile:
+    return request.node.callspec.params[fixture]  # type: ignore[no-any-return]
+
+
+async def assert_works(sandbox: AsyncSandbox, what: str, lang: Hostile = PYTHON) -> float:
+    """The sandbox's kernel (``lang``'s) and shell answer again; prints and returns the
+    seconds it took."""
     started = time.monotonic()
-    ex = await sandbox.run_python("print(6*7)")
+    ex = await sandbox.run_code(lang.answer)
     assert (ex.status, ex.stdout) == ("ok", "42\n"), (what, ex.status, ex.text)
     shell = await sandbox.run_shell("echo $((6*7))")
     assert (shell.exit_code, shell.stdout) == (0, "42\n"), (what, shell)
@@ -121,12 +169,16 @@ async def test_c_loop_that_ignores_interrupts_restarts_the_kernel(
 # -- 3: memory --------------------------------------------------------------------
 
 
-async def test_python_memory_bomb_is_named_and_recovered(box: AsyncSandbox) -> None:
-    ex = await box.run_python("grow = bytearray()\nwhile True:\n    grow += b'x' * 10_000_000")
-    report("bytearray growth", ex)
+@pytest.mark.parametrize("lang_box", HOSTILE_LANGUAGES, indirect=True)
+async def test_memory_bomb_is_named_and_recovered(
+    lang_box: AsyncSandbox, request: pytest.FixtureRequest
+) -> None:
+    lang = _lang(request, "lang_box")
+    ex = await lang_box.run_code(lang.memory_bomb)
+    report(f"{lang.language} memory growth", ex)
     assert ex.status == "kernel_died" and ex.state_lost
     assert "out of memory" in ex.message and "memory_limit" in ex.message
-    await assert_works(box, "after a Python memory bomb")
+    await assert_works(lang_box, f"after a {lang.language} memory bomb", lang)
 
 
 # -- 4: fork bombs ----------------------------------------------------------------
@@ -157,52 +209,37 @@ print(json.dumps({
 
 
 async def cgroup_files(sandbox: AsyncSandbox) -> dict[str, str]:
-    """Paths of the sandbox's own pids and memory cgroup files, each checked to exist."""
-    ex = await sandbox.run_python(CGROUP_FILES)
-    assert ex.status == "ok", ex.text
-    files = json.loads(ex.stdout)
+    """Paths of the sandbox's own pids and memory cgroup files, each checked to exist
+    (found by the image's Python in a shell: any kernel's sandbox has it)."""
+    found = await sandbox.run_shell(f"python3 -c {shlex.quote(CGROUP_FILES)}")
+    assert found.ok, found.stderr
+    files = json.loads(found.stdout)
     paths = " ".join(v for k, v in files.items() if k != "version")
     listed = await sandbox.run_shell(f"ls {paths}")
     assert listed.ok, f"cgroup v{files['version']}: {listed.stderr}"
     return dict(files)
 
 
-async def tasks_now(sandbox: AsyncSandbox) -> str:
-    """An expression for the number of tasks (threads) in the sandbox: its pids cgroup's
-    count; gVisor shows no cgroup files inside, so there the threads /proc lists."""
+async def tasks_now(sandbox: AsyncSandbox, lang: Hostile = PYTHON) -> str:
+    """An expression (in ``lang``) for the number of tasks (threads) in the sandbox: its
+    pids cgroup's count; gVisor shows no cgroup files inside, so there the threads /proc
+    lists."""
     if GVISOR:
-        return "len(__import__('glob').glob('/proc/[0-9]*/task/[0-9]*'))"
+        return lang.proc_tasks
     cgroup = await cgroup_files(sandbox)
-    return f"int(open({cgroup['pids.current']!r}).read())"
+    return lang.code(lang.read_int, path=cgroup["pids.current"])
 
 
-async def test_python_fork_bomb_stops_at_the_pids_limit(fork_box: AsyncSandbox) -> None:
-    box = fork_box
-    tasks = await tasks_now(box)
-    # Children only sleep (they are copies of the kernel and must not run its code);
-    # the parent tries far more forks than the limit allows.
-    ex = await box.run_python(
-        "import os, time\n"
-        "children, refused = [], None\n"
-        "try:\n"
-        "    for _ in range(1000):\n"
-        "        pid = os.fork()\n"
-        "        if pid == 0:\n"
-        "            time.sleep(120)\n"
-        "            os._exit(0)\n"
-        "        children.append(pid)\n"
-        "except OSError as exc:\n"
-        "    refused = exc\n"
-        f"tasks = {tasks}\n"
-        "for pid in children:\n"
-        "    os.kill(pid, 9)\n"
-        "    os.waitpid(pid, 0)\n"
-        "print(len(children), type(refused).__name__, tasks)",
-        timeout=60,
-    )
-    report("os.fork() loop", ex)
+@pytest.mark.parametrize("lang_fork_box", HOSTILE_LANGUAGES, indirect=True)
+async def test_fork_bomb_stops_at_the_pids_limit(
+    lang_fork_box: AsyncSandbox, request: pytest.FixtureRequest
+) -> None:
+    box, lang = lang_fork_box, _lang(request, "lang_fork_box")
+    tasks = await tasks_now(box, lang)
+    ex = await box.run_code(lang.code(lang.fork_bomb, tasks=tasks), timeout=60)
+    report(f"{lang.language} fork loop", ex)
     forked, refused, tasks = ex.stdout.split()
-    assert refused == "BlockingIOError"  # EAGAIN from the pids cgroup (gVisor: RLIMIT_NPROC)
+    assert refused == lang.fork_refusal, ex.text
     assert int(forked) < PIDS_LIMIT and int(tasks) <= PIDS_LIMIT
     if GVISOR:  # the limit inside is the process limit, which nothing inside can raise
         limit = await box.run_python("import resource; resource.getrlimit(resource.RLIMIT_NPROC)")
@@ -212,7 +249,7 @@ async def test_python_fork_bomb_stops_at_the_pids_limit(fork_box: AsyncSandbox) 
         limit = await box.run_shell(f"cat {cgroup['pids.max']} {cgroup['pids.peak']}")
         most, peak = (int(v) for v in limit.stdout.split())
         assert most == PIDS_LIMIT and peak <= PIDS_LIMIT
-    await assert_works(box, "after a Python fork bomb")
+    await assert_works(box, f"after a {lang.language} fork bomb", lang)
 
 
 async def test_shell_fork_bomb_is_held_by_the_pids_limit_and_a_restart_clears_it(

@@ -1,6 +1,7 @@
 """Hostile code against the disk: fillers are stopped at ``disk_limit``, the root is read-only,
 and the run directory on the host (``ipc`` transport) takes nothing.
 
+The kernel's own filler runs in python, R and JavaScript (tests/integration/hostile_code.py).
 Every filler is capped far above the bound (``ATTEMPT``) so that, were the bound gone, the
 test would fail on the numbers instead of filling the machine's disk.
 """
@@ -37,6 +38,13 @@ from tests.integration.conftest import (
     PYTHON_IMAGE,
     orphan_of_killed_owner,
 )
+from tests.integration.hostile_code import (
+    HOSTILE_LANGUAGES,
+    PYTHON,
+    Hostile,
+    require_image,
+    sandbox_options,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -47,27 +55,14 @@ ATTEMPT = 256 * MiB
 #: How much the host's disk may lose while a filler runs (other tests share the machine).
 HOST_SLACK = 128 * MiB
 
-PYTHON_FILLER = """
-import json, os
-path = os.path.expanduser({path!r})
-written, error = 0, None
-chunk = b"x" * (1 << 20)
-try:
-    with open(path, "wb", buffering=0) as f:
-        while written < {attempt}:
-            written += f.write(chunk)
-except OSError as exc:
-    error = exc.errno
-print(json.dumps([written, error]))
-"""
-
 # Each writable place: how to name it in code, and its key in SandboxConfig.disk_budget().
 PLACES = [("filler", "working_dir"), ("/tmp/filler", "tmp"), ("~/filler", "home")]
 PLACES_WITH_SHM = [*PLACES, ("/dev/shm/filler", "shm")]
 
 
-async def bounded(make_sandbox: Any) -> AsyncSandbox:
-    sandbox: AsyncSandbox = await make_sandbox(image=PYTHON_IMAGE, disk_limit=DISK_LIMIT)
+async def bounded(make_sandbox: Any, lang: Hostile = PYTHON) -> AsyncSandbox:
+    options = sandbox_options(lang) if lang is not PYTHON else {"image": PYTHON_IMAGE}
+    sandbox: AsyncSandbox = await make_sandbox(**options, disk_limit=DISK_LIMIT)
     return sandbox
 
 
@@ -83,35 +78,40 @@ async def size_of(sandbox: AsyncSandbox, path: str) -> int:
     return int(result.stdout)
 
 
-async def assert_space_comes_back(sandbox: AsyncSandbox, path: str) -> None:
-    """The sandbox still works, and after deleting the filler its place takes data again."""
-    alive = await sandbox.run_python("21 * 2")
-    assert alive.status == "ok" and alive.result is not None
-    assert alive.result["data"]["text/plain"] == "42"
+async def assert_space_comes_back(sandbox: AsyncSandbox, path: str, lang: Hostile = PYTHON) -> None:
+    """The sandbox's kernel still works, and after deleting the filler its place takes data
+    again."""
+    alive = await sandbox.run_code(lang.answer)
+    assert (alive.status, alive.stdout) == ("ok", "42\n"), alive.text
     removed = await sandbox.run_shell(f"rm -f {path}")
     assert removed.exit_code == 0, removed.stderr
     again = await sandbox.run_shell(f"head -c {4 * MiB} /dev/zero > {path} && wc -c < {path}")
     assert again.exit_code == 0 and int(again.stdout) == 4 * MiB, again.stderr
 
 
+@pytest.mark.parametrize("lang", HOSTILE_LANGUAGES)
 @pytest.mark.parametrize(("path", "place"), PLACES_WITH_SHM)
-async def test_python_disk_filler_is_stopped_at_its_share_of_the_limit(
-    make_sandbox: Any, docker_engine: Any, path: str, place: str
+async def test_disk_filler_is_stopped_at_its_share_of_the_limit(
+    make_sandbox: Any, docker_engine: Any, path: str, place: str, lang: Hostile
 ) -> None:
-    sandbox = await bounded(make_sandbox)
+    """The kernel's own writes (python, R, JavaScript: tests/integration/hostile_code.py)."""
+    require_image(lang)
+    sandbox = await bounded(make_sandbox, lang)
     share = sandbox.config.disk_budget()[place]
     free_before = host_free(docker_engine)
-    ex = await sandbox.run_python(PYTHON_FILLER.format(path=path, attempt=ATTEMPT), timeout=120)
+    filler = lang.code(lang.disk_filler, path=path, attempt=ATTEMPT)
+    ex = await sandbox.run_code(filler, timeout=120)
     free_after = host_free(docker_engine)
     assert ex.status == "ok", ex.text
-    written, error = json.loads(ex.stdout)
+    written, refusal = ex.stdout.split()
     print(
-        f"{place}: wrote {written} B of a {share} B share; host lost {free_before - free_after} B"
+        f"{lang.language} {place}: wrote {written} B of a {share} B share; "
+        f"host lost {free_before - free_after} B"
     )
     assert free_before - free_after < HOST_SLACK
-    assert error == errno.ENOSPC
-    assert share - 2 * MiB <= written <= share
-    await assert_space_comes_back(sandbox, path.replace("~", "$HOME"))
+    assert refusal == lang.disk_refusal
+    assert share - 2 * MiB <= int(written) <= share
+    await assert_space_comes_back(sandbox, path.replace("~", "$HOME"), lang)
 
 
 @pytest.mark.parametrize(

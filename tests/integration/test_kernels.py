@@ -181,10 +181,10 @@ async def test_deno_outputs_after_the_idle_are_the_cells_within_bounds(
     kernel_sandbox: AsyncSandbox,
 ) -> None:
     # Deno publishes from a task of its own, so a cell's result can follow its idle
-    # status: output 20 ms after the idle is still the cell's (LATE_OUTPUT_QUIET) ...
+    # status; the relay holds the idle: output 20 ms after it is the cell's (LATE_QUIET)
     late = await kernel_sandbox.run_code('setTimeout(() => console.log("late"), 20); 7')
     assert late.status == "ok" and late.stdout == "late\n" and late.text.startswith("7")
-    # ... and a timer printing for ever holds its call at most LATE_OUTPUT_LIMIT (1 s).
+    # ... and a timer printing for ever holds its call at most LATE_LIMIT (1 s).
     started = asyncio.get_running_loop().time()
     ticking = await kernel_sandbox.run_code('setInterval(() => console.log("tick"), 20); 1')
     took = asyncio.get_running_loop().time() - started

@@ -18,6 +18,9 @@ from mcp import Client, ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from kernel_sandbox.backends.docker import docker_client
+from kernel_sandbox.backends.docker.images import builder
+from tests.conftest import require
 from tests.integration.serving import KEY_A, KEY_B, ROOT, Server
 
 pytestmark = pytest.mark.integration
@@ -27,6 +30,8 @@ PLOT = (
     "import matplotlib.pyplot as plt\nplt.plot([1, 2, 3]); plt.show()"
 )
 TOOLS = {"run_python", "run_shell", "read_file", "write_file", "list_files", "restart_kernel"}
+TOOLS |= {"run_code", "create_context", "list_contexts", "restart_context", "remove_context"}
+POLYGLOT = "kernel-sandbox:polyglot"
 
 
 async def _exercise(session: ClientSession, *, plot: bool) -> None:
@@ -58,17 +63,72 @@ async def _exercise(session: ClientSession, *, plot: bool) -> None:
 
 async def test_mcp_over_stdio_keeps_state_and_returns_images(docker_engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     record = tmp_path / "mcp.ipynb"
-    params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "kernel_sandbox.cli.main", "mcp", "--record", str(record)],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        cwd=str(ROOT),
-    )
+    params = _stdio(record)
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await _exercise(session, plot=True)
     nb = nbformat.read(record, as_version=4)
     nbformat.validate(nb)
     assert any(cell.source == "x = 40" for cell in nb.cells)
+
+
+def _stdio(record: Path, *args: str) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "kernel_sandbox.cli.main", "mcp", "--record", str(record), *args],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=str(ROOT),
+    )
+
+
+async def test_mcp_run_code_in_every_language_of_a_polyglot_image(
+    docker_engine: Any, tmp_path: Path
+) -> None:
+    require(builder.image_exists(docker_client(), POLYGLOT) is not None, f"{POLYGLOT} not built")
+    params = _stdio(tmp_path / "mcp.ipynb", "--image", POLYGLOT, "--timeout", "120")
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        tools = {t.name: t for t in (await session.list_tools()).tools}
+        language = tools["run_code"].input_schema["properties"]["language"]
+        assert language["anyOf"][0]["enum"] == ["bash", "javascript", "python", "r"]
+        assert "ggplot2" in (tools["run_code"].description or "")
+        # R: state kept across calls, an error is an error result with R's message
+        assert not (
+            await session.call_tool("run_code", {"code": "x <- 41", "language": "r"})
+        ).is_error
+        shown = await session.call_tool("run_code", {"code": "x + 1", "language": "r"})
+        assert not shown.is_error and "42" in _text(shown), _text(shown)
+        failed = await session.call_tool(
+            "run_code", {"code": 'f <- function() stop("boom"); f()', "language": "r"}
+        )
+        assert failed.is_error and "boom" in _text(failed)
+        # a JavaScript context of its own: its state, the sandbox's files
+        await session.call_tool("write_file", {"path": "note.txt", "content": "shared"})
+        made = await session.call_tool("create_context", {"language": "javascript"})
+        assert not made.is_error, _text(made)
+        js = made.structured_content["context_id"]
+        await session.call_tool("run_code", {"code": "var y = 20", "context": js})
+        both = await session.call_tool(
+            "run_code", {"code": "Deno.readTextFileSync('note.txt') + (y + 1)", "context": js}
+        )
+        assert not both.is_error and "shared21" in _text(both), _text(both)
+        thrown = await session.call_tool(
+            "run_code", {"code": "throw new Error('js boom')", "context": js}
+        )
+        assert thrown.is_error and "js boom" in _text(thrown)
+        listed = _text(await session.call_tool("list_contexts", {}))
+        assert js in listed and "r (kernel ir)" in listed and "default  python" in listed
+        # the python kernel is run_python's, untouched by the others
+        assert _text(await session.call_tool("run_python", {"code": "'x' in dir()"})) == "False"
+        wrong = await session.call_tool("run_code", {"code": "1", "language": "cobol"})
+        assert wrong.is_error and "javascript" in _text(wrong)  # the languages it has
+        assert not (await session.call_tool("remove_context", {"context_id": js})).is_error
+        gone = await session.call_tool("run_code", {"code": "y", "context": js})
+        assert gone.is_error and "no context" in _text(gone)
+        assert "42" in _text(
+            await session.call_tool("run_code", {"code": "x + 1", "language": "r"})
+        )
+    nb = nbformat.read(tmp_path / "mcp.ipynb", as_version=4)
+    assert any(cell.source == "x <- 41" for cell in nb.cells)
 
 
 @pytest.fixture(scope="module")

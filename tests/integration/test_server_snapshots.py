@@ -83,6 +83,8 @@ async def test_a_paused_sandbox_survives_sigkill_and_forks_are_independent(
         assert (await forks[0].run_python("state['n']")).text == "99"
         meta = (await forks[1].notebook())["metadata"][META_KEY]["forked_from"]
         assert meta["sandbox"] == sb.id and meta["snapshot"].startswith("snap-")
+        kept = await RemoteSnapshots(server.url, api_key=KEY_A).list()
+        assert kept == []  # the fork's own snapshot does not use up the key's count
 
         snap = await sb.pause()
         assert snap.paused is not None

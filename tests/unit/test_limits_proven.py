@@ -262,12 +262,6 @@ PROOFS: dict[str, list[str]] = {
         f"{HOSTILE_BYTES}::test_input_requests_do_not_pile_up",
         f"{HOSTILE_BYTES}::test_unread_iopub_messages_do_not_pile_up",
     ],
-    "LATE_OUTPUT_LIMIT": [
-        "tests/integration/test_kernels.py::test_deno_outputs_after_the_idle_are_the_cells_within_bounds"
-    ],
-    "LATE_OUTPUT_QUIET": [
-        "tests/integration/test_kernels.py::test_deno_outputs_after_the_idle_are_the_cells_within_bounds"
-    ],
     "REPLY_AFTER_IDLE": [f"{HOSTILE_BYTES}::test_forged_idle_does_not_end_the_call"],
     "REPLY_TEXT_CHARS": [f"{HOSTILE_BYTES}::test_one_huge_exception"],
     "STREAM_QUEUE_BYTES": [

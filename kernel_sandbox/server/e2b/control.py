@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import time
 import urllib.parse
-from typing import Annotated, Any
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -193,23 +195,40 @@ def _metadata_filter(raw: str | None) -> dict[str, str]:
     }
 
 
-def _listing(
-    request: Request,
-    key: str,
-    metadata: str | None,
-    state: str | None,
-    limit: int,
-    next_token: str | None,
-) -> Response:
-    wanted = _metadata_filter(metadata)
-    states = {s.strip() for s in state.split(",")} if state else {"running", "paused"}
-    records = sorted(registry(request).owned(key), key=lambda r: (r.started_at, r.id))
+@dataclass(frozen=True)
+class Listing:
+    """What a listing asks for: metadata and state filters, order, a page."""
+
+    metadata: str | None = None
+    state: str | None = None
+    limit: int = 10_000
+    next_token: str | None = None
+    #: newest first (E2B's default) or oldest first
+    order: Literal["asc", "desc"] = "desc"
+    started_after: datetime | None = None
+    template: str | None = None
+
+
+def _listing(request: Request, key: str, ask: Listing) -> Response:
+    wanted = _metadata_filter(ask.metadata)
+    states = {s.strip() for s in ask.state.split(",")} if ask.state else {"running", "paused"}
+    after = ask.started_after
+    if after is not None and after.tzinfo is None:
+        after = after.replace(tzinfo=UTC)
+    records = sorted(
+        registry(request).owned(key),
+        key=lambda r: (r.started_at, r.id),
+        reverse=ask.order == "desc",
+    )
     chosen = [
         r
         for r in records
         if ("paused" if r.paused else "running") in states
         and all(r.metadata.get(k) == v for k, v in wanted.items())
+        and (after is None or datetime.fromtimestamp(r.started_at, UTC) >= after)
+        and (ask.template is None or r.template == ask.template)
     ]
+    limit, next_token = ask.limit, ask.next_token
     start = 0
     if next_token:
         start = next((i for i, r in enumerate(chosen) if r.id == next_token), len(chosen))
@@ -229,9 +248,14 @@ async def list_v2(
     state: Annotated[str | None, Query(max_length=100)] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     next_token: Annotated[str | None, Query(alias="nextToken", max_length=100)] = None,
+    order: Annotated[Literal["asc", "desc"], Query()] = "desc",
+    started_after: Annotated[datetime | None, Query(alias="startedAfter")] = None,
+    template: Annotated[str | None, Query(max_length=200)] = None,
 ) -> Response:
-    """The caller's sandboxes (metadata filter, states, pages of ``limit``)."""
-    return _listing(request, key, metadata, state, limit, next_token)
+    """The caller's sandboxes (metadata, states, start time and template filters; newest
+    first unless ``order=asc``; pages of ``limit``)."""
+    ask = Listing(metadata, state, limit, next_token, order, started_after, template)
+    return _listing(request, key, ask)
 
 
 @router.get("/sandboxes", response_model=None)
@@ -241,7 +265,7 @@ async def list_v1(
     metadata: Annotated[str | None, Query(max_length=10_000)] = None,
 ) -> Response:
     """The caller's running sandboxes (E2B's first listing)."""
-    return _listing(request, key, metadata, "running", 10_000, None)
+    return _listing(request, key, Listing(metadata, "running"))
 
 
 @router.get("/sandboxes/{sandbox_id}", response_model=None)
