@@ -253,6 +253,7 @@ async def main():
     stat = await sb.files.get_info("d1/moved.txt")
     out["stat"] = [stat.size, stat.type.value, stat.permissions, stat.owner]
     await sb.files.remove("d1")
+    await sb.files.remove("never-there")  # as envd's remove-all: nothing there, done
     out["removed"] = await sb.files.exists("d1")
     try:
         await sb.files.read("missing.txt")

@@ -30,7 +30,7 @@ from connectrpc.request import RequestContext
 from protobuf import Oneof
 from protobuf.wkt import Timestamp
 
-from ...errors import SandboxError
+from ...errors import SandboxError, SandboxFileNotFoundError
 from ...kernel.programs import program
 from ...limits import (
     E2B_ENTRY_BYTES,
@@ -257,10 +257,13 @@ class FilesystemService(Filesystem):
     async def remove(
         self, request: pb.RemoveRequest, ctx: RequestContext[pb.RemoveRequest, pb.RemoveResponse]
     ) -> pb.RemoveResponse:
-        """Remove a file or a directory with everything in it."""
+        """Remove a file or a directory with everything in it (nothing there: done, as
+        envd's remove-all answers)."""
         _, lease = resolve(self.registry, ctx)
         try:
             await lease.sandbox.files.remove(_path(lease.sandbox, request.path))
+        except SandboxFileNotFoundError:
+            pass
         except SandboxError as exc:
             raise connect_error(exc) from exc
         return pb.RemoveResponse()
