@@ -246,13 +246,14 @@ async def main():
     out["big"] = len(await sb.files.read("big", format="bytes"))
     out["exists"] = [await sb.files.exists("m2.txt"), await sb.files.exists("nope")]
     out["list"] = sorted((e.name, e.type.value) for e in await sb.files.list("."))
-    out["deep"] = sorted(e.path for e in await sb.files.list(".", depth=2))
+    out["deep"] = [e.path for e in await sb.files.list(".", depth=2)]
     out["mkdir"] = [await sb.files.make_dir("d1/d2"), await sb.files.make_dir("d1/d2")]
     moved = await sb.files.rename("m2.txt", "d1/moved.txt")
     out["rename"] = [moved.path, await sb.files.read("d1/moved.txt")]
     stat = await sb.files.get_info("d1/moved.txt")
     out["stat"] = [stat.size, stat.type.value, stat.permissions, stat.owner]
     await sb.files.remove("d1")
+    await sb.files.remove("never-there")  # as envd's remove-all: nothing there, done
     out["removed"] = await sb.files.exists("d1")
     try:
         await sb.files.read("missing.txt")
@@ -291,9 +292,10 @@ def test_files_write_read_list_move_and_watch(server: Server, e2b_python: Path) 
     assert ("notes", "dir") in [tuple(e) for e in out["list"]]
     assert ("m2.txt", "file") in [tuple(e) for e in out["list"]]
     assert "/home/user/notes/a.txt" in out["deep"]
+    assert out["deep"] == sorted(out["deep"], key=lambda p: p.split("/"))  # envd's walk order
     assert out["mkdir"] == [True, False]
     assert out["rename"] == ["/home/user/d1/moved.txt", "two"]
-    assert out["stat"] == [3, "file", "-rw-r--r--", "sandbox"]
+    assert out["stat"] == [3, "file", "-rw-r--r--", "user"]  # the sandbox user, as E2B names it
     assert out["removed"] is False
     assert out["missing"] == "FileNotFoundException"
     assert ["new.txt", "create"] in [list(e) for e in out["events"]]

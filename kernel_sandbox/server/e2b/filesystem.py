@@ -30,7 +30,7 @@ from connectrpc.request import RequestContext
 from protobuf import Oneof
 from protobuf.wkt import Timestamp
 
-from ...errors import SandboxError
+from ...errors import SandboxError, SandboxFileNotFoundError
 from ...kernel.programs import program
 from ...limits import (
     E2B_ENTRY_BYTES,
@@ -63,9 +63,18 @@ _EVENTS = {
 }
 
 
-def entry_info(found: dict[str, Any]) -> pb.EntryInfo:
-    """A JSON entry of the helper as E2B's ``EntryInfo``."""
+#: E2B's name for its sandboxes' user: what the sandbox's own user is called in entries.
+E2B_USER = "user"
+
+
+def entry_info(found: dict[str, Any], sandbox: AsyncSandbox) -> pb.EntryInfo:
+    """A JSON entry of the helper as E2B's ``EntryInfo`` (the sandbox's user, who runs
+    every E2B call, named as E2B names it)."""
     target = found.get("symlink_target")
+    ours = sandbox.config.user
+    owner, group = (
+        E2B_USER if str(found[k]) == ours else str(found[k]) for k in ("owner", "group")
+    )
     return pb.EntryInfo(
         name=str(found["name"]),
         type=_TYPES.get(str(found["type"]), pb.FileType.SYMLINK),
@@ -73,8 +82,8 @@ def entry_info(found: dict[str, Any]) -> pb.EntryInfo:
         size=int(found["size"]),
         mode=int(found["mode"]),
         permissions=str(found["permissions"]),
-        owner=str(found["owner"]),
-        group=str(found["group"]),
+        owner=E2B_USER if owner == ours else owner,
+        group=E2B_USER if group == ours else group,
         modified_time=Timestamp.from_nanos(int(found["mtime_ns"])),
         symlink_target=str(target) if target is not None else None,
     )
@@ -202,7 +211,7 @@ class FilesystemService(Filesystem):
         _, lease = resolve(self.registry, ctx)
         path = _path(lease.sandbox, request.path)
         found = await helper(lease.sandbox, "stat", path, 1)
-        return pb.StatResponse(entry=entry_info(found[0]))
+        return pb.StatResponse(entry=entry_info(found[0], lease.sandbox))
 
     async def make_dir(
         self, request: pb.MakeDirRequest, ctx: RequestContext[pb.MakeDirRequest, pb.MakeDirResponse]
@@ -212,7 +221,7 @@ class FilesystemService(Filesystem):
         path = _path(lease.sandbox, request.path)
         found = await helper(lease.sandbox, "mkdir", path, 1)
         lease.recorder.add_file_operation("mkdir", path)
-        return pb.MakeDirResponse(entry=entry_info(found[0]))
+        return pb.MakeDirResponse(entry=entry_info(found[0], lease.sandbox))
 
     async def move(
         self, request: pb.MoveRequest, ctx: RequestContext[pb.MoveRequest, pb.MoveResponse]
@@ -223,7 +232,7 @@ class FilesystemService(Filesystem):
         target = _path(lease.sandbox, request.destination)
         found = await helper(lease.sandbox, "move", source, 1, destination=target)
         lease.recorder.add_file_operation("move", f"{source} -> {target}")
-        return pb.MoveResponse(entry=entry_info(found[0]))
+        return pb.MoveResponse(entry=entry_info(found[0], lease.sandbox))
 
     async def list_dir(
         self, request: pb.ListDirRequest, ctx: RequestContext[pb.ListDirRequest, pb.ListDirResponse]
@@ -241,15 +250,20 @@ class FilesystemService(Filesystem):
                 f"{path} holds more than {E2B_LIST_LIMIT} entries at depth {depth} (the "
                 "server's cap, E2B_LIST_LIMIT); list a smaller part",
             )
-        return pb.ListDirResponse(entries=[entry_info(e) for e in found])
+        # as envd walks: each directory's entries by name, a directory's own below it
+        found.sort(key=lambda e: str(e["path"]).split("/"))
+        return pb.ListDirResponse(entries=[entry_info(e, lease.sandbox) for e in found])
 
     async def remove(
         self, request: pb.RemoveRequest, ctx: RequestContext[pb.RemoveRequest, pb.RemoveResponse]
     ) -> pb.RemoveResponse:
-        """Remove a file or a directory with everything in it."""
+        """Remove a file or a directory with everything in it (nothing there: done, as
+        envd's remove-all answers)."""
         _, lease = resolve(self.registry, ctx)
         try:
             await lease.sandbox.files.remove(_path(lease.sandbox, request.path))
+        except SandboxFileNotFoundError:
+            pass
         except SandboxError as exc:
             raise connect_error(exc) from exc
         return pb.RemoveResponse()
