@@ -24,7 +24,7 @@ _COLOURS = {
 def _print_cell(cell: CellReplay) -> None:
     """``cell 7 [In 5]  differs    python  the failing (or first) line``, then the diff."""
     verdict = click.style(f"{cell.verdict:<10}", fg=_COLOURS.get(cell.verdict))
-    click.echo(f"{cell.label:<16} {verdict} {cell.kind:<6} {cell.headline}")
+    click.echo(f"{cell.label:<16} {verdict} {cell.language or cell.kind:<6} {cell.headline}")
     for line in cell.diff.splitlines():
         click.echo(f"    {line}")
 

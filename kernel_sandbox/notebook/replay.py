@@ -311,6 +311,9 @@ class _Replay:
             cell.get("execution_count"),
             failing_line(list(error.get("traceback", []))) if error else "",
             tuple(sorted(tags)),
+            cell_language(cell, self.language).language
+            if (cell_kind(cell) or "python") in ("python", "code")
+            else "",
         )
 
 

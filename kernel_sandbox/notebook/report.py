@@ -74,6 +74,8 @@ class CellReplay:
     execution_count: int | None = None
     error_line: str = ""  # the line that raised, when the replay raised
     tags: tuple[str, ...] = ()
+    #: The language a kernel cell ran in on replay (``python``, ``r``...); else empty.
+    language: str = ""
 
     @property
     def failed(self) -> bool:

@@ -104,6 +104,7 @@ async def test_a_python_and_r_session_replays_each_cell_in_its_kernel(
     report = await areplay(path, sandbox_options={"labels": TEST_LABEL, "timeout": 60})
     assert [c.verdict for c in report.cells] == ["same"] * 5, report.summary
     assert [c.kind for c in report.cells] == ["python", "code", "python", "code", "python"]
+    assert [c.language for c in report.cells] == ["python", "r", "python", "r", "python"]
 
 
 async def test_a_session_in_four_kernels_replays_each_cell_in_its_kernel(
