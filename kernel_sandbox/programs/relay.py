@@ -244,12 +244,18 @@ def _status(frames: list[bytes]) -> tuple[str, str, str]:
 
 
 def _iopub_outputs_first(frontend: zmq.Socket[bytes], backend: zmq.Socket[bytes]) -> None:
-    """iopub of a LATE_PUBLISHERS kernel: each ``idle`` waits for its request's outputs."""
+    """iopub of a LATE_PUBLISHERS kernel: each ``idle`` waits for its request's outputs.
+
+    Deno's outputs leave in the order the cell made them, and its ``execute_result``
+    is the last: once a request's result has gone by, its ``idle`` goes at once (no
+    quiet to wait for: an expression's round trip stays a few milliseconds).
+    """
     poller = zmq.Poller()
     poller.register(frontend, zmq.POLLIN)
     poller.register(backend, zmq.POLLIN)
     held: list[bytes] | None = None
     held_parent, quiet, limit = "", 0.0, 0.0
+    resulted = ""  # the request whose execute_result went by last
     while True:
         wait = None if held is None else max(0.0, min(quiet, limit) - time.monotonic())
         ready = dict(poller.poll(None if wait is None else int(wait * 1000) + 1))
@@ -261,13 +267,18 @@ def _iopub_outputs_first(frontend: zmq.Socket[bytes], backend: zmq.Socket[bytes]
             if held is not None and kind == "status":  # a new state: the held one first
                 frontend.send_multipart(held)
                 held = None
-            if kind == "status" and state == "idle":
+            if kind == "status" and state == "idle" and parent != resulted:
                 held, held_parent = frames, parent
                 quiet, limit = time.monotonic() + LATE_QUIET, time.monotonic() + LATE_LIMIT
                 continue
             frontend.send_multipart(frames)
+            if kind == "execute_result":
+                resulted = parent
             if held is not None and parent == held_parent:
                 quiet = time.monotonic() + LATE_QUIET
+                if kind == "execute_result":  # its last output: the idle now
+                    frontend.send_multipart(held)
+                    held = None
         if held is not None and time.monotonic() >= min(quiet, limit):
             frontend.send_multipart(held)
             held = None
