@@ -107,7 +107,7 @@ def bounded_language_info(info: Any) -> dict[str, Any] | None:
     return kept
 
 
-def notebook_kernel(sandbox: Any) -> tuple[dict[str, str], dict[str, Any]]:
+def notebook_kernel(sandbox: object) -> tuple[dict[str, str], dict[str, Any]]:
     """``(kernelspec, language_info)`` of ``sandbox``'s own kernel for a notebook's metadata.
 
     Read from what the sandbox knows already (its kernelspecs, asked at its start for
