@@ -24,6 +24,9 @@ MiB = 1024**2
 LOCAL_ONLY = {"adopt", "host", "labels", "connection_info", "retire", "warm_up"}
 # contexts as values held here (a remote client asks with list_contexts)
 LOCAL_ONLY |= {"default_context", "get_context", "known_languages"}
+# what a local sandbox's kernels told it at their start (held here, no call: a remote
+# client asks with kernelspecs; notebooks of a remote sandbox describe its kernel)
+LOCAL_ONLY |= {"known_kernelspecs", "kernel_info"}
 #: What only a remote sandbox can do.
 REMOTE_ONLY = {"notebook", "url", "connect"}  # connect: a sandbox on a server, by url
 
