@@ -75,6 +75,12 @@ def test_the_getting_started_example_runs(
     assert "in.csv" in out  # files.list("data") after the write
 
 
+def test_the_kernels_page_example_runs(docker_engine: docker.DockerClient, tmp_path: Path) -> None:
+    code = python_block(ROOT / "docs" / "how-to" / "kernels.md", "AsyncSandbox.create(")
+    out = run_program(code, tmp_path, docker_engine)
+    assert out.splitlines()[:3] == ["[1] 2", "[1] 3 6", "['python', 'r', 'javascript']"], out
+
+
 # -- the framework pages' programs, on a scripted model ---------------------------------
 
 
