@@ -16,7 +16,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
@@ -41,7 +41,7 @@ from .models import (
 )
 from .state import E2bRegistry, E2bSandbox, new_id
 
-__all__ = ["UNSUPPORTED", "new_record", "registry", "router"]
+__all__ = ["UNSUPPORTED", "new_record", "paged", "registry", "router"]
 
 router = APIRouter(prefix="/e2b", tags=["e2b"])
 
@@ -228,16 +228,31 @@ def _listing(request: Request, key: str, ask: Listing) -> Response:
         and (after is None or datetime.fromtimestamp(r.started_at, UTC) >= after)
         and (ask.template is None or r.template == ask.template)
     ]
-    limit, next_token = ask.limit, ask.next_token
-    start = 0
-    if next_token:
-        start = next((i for i, r in enumerate(chosen) if r.id == next_token), len(chosen))
-    page = chosen[start : start + limit]
-    headers = {}
-    if start + limit < len(chosen):
-        headers["x-next-token"] = chosen[start + limit].id
+    page, headers = paged(chosen, ask.limit, ask.next_token)
     body = [_listed(r).model_dump(exclude_none=True) for r in page]
     return JSONResponse(body, headers=headers)
+
+
+class _HasId(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+Item = TypeVar("Item", bound=_HasId)
+
+
+def paged(
+    items: list[Item], limit: int, next_token: str | None
+) -> tuple[list[Item], dict[str, str]]:
+    """E2B's pages: ``limit`` items from the one ``next_token`` names, and the header
+    naming the next page's first (none on the last page)."""
+    start = 0
+    if next_token:
+        start = next((i for i, item in enumerate(items) if item.id == next_token), len(items))
+    headers = {}
+    if start + limit < len(items):
+        headers["x-next-token"] = items[start + limit].id
+    return items[start : start + limit], headers
 
 
 @router.get("/v2/sandboxes", response_model=None)

@@ -23,7 +23,7 @@ from ...errors import SandboxError, SnapshotNotFoundError
 from ...snapshots import Snapshot
 from ..deps import Key, Opts, Ten
 from ..labels import SERVER_ID_LABEL
-from .control import UNSUPPORTED, _created, _error, new_record, registry
+from .control import UNSUPPORTED, _created, _error, new_record, paged, registry
 from .models import NewSandbox, _In, e2b_error
 
 __all__ = ["router"]
@@ -94,13 +94,7 @@ async def list_snapshots(
         if (sandbox_id is None or _source(s) == sandbox_id)
         and (wanted is None or wanted in (s.name, s.id))
     ]
-    start = 0
-    if next_token:
-        start = next((i for i, s in enumerate(chosen) if s.id == next_token), len(chosen))
-    page = chosen[start : start + limit]
-    headers = {}
-    if start + limit < len(chosen):
-        headers["x-next-token"] = chosen[start + limit].id
+    page, headers = paged(chosen, limit, next_token)
     return JSONResponse([_info(s) for s in page], headers=headers)
 
 
