@@ -41,6 +41,7 @@ from .limits import (
     FILE_STREAM_QUEUE,
     LIST_ENTRY_BYTES,
     LIST_LIMIT,
+    PSEUDO_FILE_BYTES,
     STREAM_EVENT_CONTENT,
 )
 from .results import FileInfo, format_size
@@ -307,7 +308,7 @@ class AsyncFiles:
         (default ``config.max_file_bytes``) are refused unread; one that grows or
         shrinks while read fails the stream (the consumer sees an error, never a
         silently different file).  A file that says it has 0 bytes (the kernel's
-        ``/proc`` and ``/sys`` files) is read to its end, at most ``max_bytes``.
+        ``/proc`` and ``/sys`` files) is read to its end, at most ``PSEUDO_FILE_BYTES``.
         Iterate it once, or ``close()`` it.
         """
         sb = self._sandbox
@@ -326,8 +327,9 @@ class AsyncFiles:
             raise
 
         # /proc's and /sys's files say 0 bytes and hold some: such a file is read to its
-        # end (at most ``limit``), a file of known size must keep it.
+        # end (at most PSEUDO_FILE_BYTES), a file of known size must keep it.
         sized = size > 0
+        bound = size if sized else min(limit, PSEUDO_FILE_BYTES)
 
         async def body() -> AsyncIterator[bytes]:
             sent, head = 0, bytearray()
@@ -335,9 +337,12 @@ class AsyncFiles:
                 piece: bytes | None = rest
                 while piece is not None:
                     sent += len(piece)
-                    if sent > (size if sized else limit):
+                    if sent > bound:
                         if not sized:
-                            raise self._too_large(full, None)
+                            raise FileOperationError(
+                                f"{full} says it has 0 bytes and holds more than "
+                                f"{format_size(bound)} (PSEUDO_FILE_BYTES): read it with the shell"
+                            )
                         raise FileOperationError(f"{full} grew while read (past {size} bytes)")
                     if piece:
                         head += piece[: EVENT_DETAIL_CHARS - len(head)]

@@ -142,6 +142,7 @@ __all__ = [
     "NOTEBOOK_POINTER_CHARS",
     "POOL_PING_SECONDS",
     "PROCESS_THREADS",
+    "PSEUDO_FILE_BYTES",
     "PTY_MAX_PROCESSES",
     "PTY_UNREAD_BYTES",
     "PTY_UPDATE_BYTES",
@@ -596,6 +597,10 @@ EVENT_DETAIL_CHARS = 2000
 STREAM_EVENT_CONTENT = 256 * 1024
 #: Output pieces (64 KiB each at most) of a streamed read waiting for the consumer.
 FILE_STREAM_QUEUE = 16
+#: Bytes a streamed read takes of a file that says it has none (``/proc``'s and
+#: ``/sys``'s files are small; ``/proc/self/pagemap`` is endless): past this it is
+#: refused, as a file over the size cap is.
+PSEUDO_FILE_BYTES = 1024**2
 #: Bytes of the longest SSE line the remote client accepts (an output bigger than this
 #: is an error).
 MAX_EVENT_BYTES = 64 * 1024 * 1024

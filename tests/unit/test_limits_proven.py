@@ -147,7 +147,7 @@ PROOFS: dict[str, list[str]] = {
         f"{HOSTILE_PATHS}::test_status_links_and_fifos_cost_the_host_nothing"
     ],
     "DOWNLOAD_WHOLE_BYTES": [
-        "tests/integration/test_hostile_server_tenants.py::test_special_file_downloads_are_refused_without_a_traceback"
+        "tests/integration/test_hostile_server_tenants.py::test_special_file_downloads_are_bounded_without_a_traceback"
     ],
     "ARCHIVE_MAX_MEMBERS": [
         "tests/unit/test_server_archives.py::test_many_empty_members_count_toward_the_cap_and_the_member_limit"
@@ -261,6 +261,9 @@ PROOFS: dict[str, list[str]] = {
     "RECEIVE_QUEUE": [
         f"{HOSTILE_BYTES}::test_input_requests_do_not_pile_up",
         f"{HOSTILE_BYTES}::test_unread_iopub_messages_do_not_pile_up",
+    ],
+    "PSEUDO_FILE_BYTES": [
+        "tests/integration/test_hostile_server_tenants.py::test_special_file_downloads_are_bounded_without_a_traceback"
     ],
     "REPLY_AFTER_IDLE": [f"{HOSTILE_BYTES}::test_forged_idle_does_not_end_the_call"],
     "REPLY_TEXT_CHARS": [f"{HOSTILE_BYTES}::test_one_huge_exception"],
