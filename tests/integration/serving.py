@@ -56,6 +56,11 @@ class Server:
             "--name", self.name, "--image", "kernel-sandbox:python",
             "--record-dir", str(self.record_dir), *self.extra,
         ]  # fmt: skip
+        if "--snapshot-dir" not in self.extra:  # beside the notebooks, not in the checkout
+            args += [
+                "--snapshot-dir",
+                str(self.record_dir.with_name(f"{self.record_dir.name}-snapshots")),
+            ]
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         if self.log is not None:
             with self.log.open("ab") as log:

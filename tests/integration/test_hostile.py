@@ -51,6 +51,9 @@ LIMITS = {
 #: its own, ~18 MB for a fork of the kernel, so PIDS_LIMIT of them need more room to
 #: meet the pids limit before the memory limit (which would end the whole container).
 FORK_LIMITS = {**LIMITS, "memory_limit": "1536m"} if GVISOR else LIMITS
+#: An R or Deno process is larger than a fork of the python kernel: under gVisor
+#: PIDS_LIMIT of R's forks did not fit 1536 MiB (the container ended out of memory).
+OTHER_FORK_LIMITS = {**LIMITS, "memory_limit": "6g"} if GVISOR else LIMITS
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -103,8 +106,9 @@ async def lang_box(
 async def lang_fork_box(
     request: pytest.FixtureRequest, fork_box: AsyncSandbox
 ) -> AsyncIterator[AsyncSandbox]:
-    """``fork_box`` for python; for another language its kernel's with ``FORK_LIMITS``."""
-    async for sandbox in _language_box(request, fork_box, FORK_LIMITS):
+    """``fork_box`` for python; for another language its kernel's with
+    ``OTHER_FORK_LIMITS``."""
+    async for sandbox in _language_box(request, fork_box, OTHER_FORK_LIMITS):
         yield sandbox
 
 
