@@ -8,6 +8,7 @@ a real kernel, the real Jupyter protocol for execute, interrupt, restart and shu
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -15,6 +16,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
@@ -222,30 +224,37 @@ def test_nbclient_runs_a_notebook(kernel: dict[str, str]) -> None:
     assert _docker_ids(kernel["label"]) == []
 
 
-def test_nbclient_runs_an_r_notebook_with_the_sandboxed_ir_kernel(kernel: dict[str, str]) -> None:
-    present = builder.image_exists(docker_client(), "kernel-sandbox:r") is not None
-    require(present, "kernel-sandbox:r is not built (kernel-sandbox images build r)")
-    nb = new_notebook(
-        cells=[
-            new_code_cell("values <- c(1, 2, 3)\ncat(sum(values), '\\n')"),
-            new_code_cell(
-                "library(ggplot2)\n"
-                "ggplot(data.frame(a = 1:3, b = c(2, 4, 8)), aes(a, b)) + geom_point()"
-            ),
-            new_code_cell("values <- c(values, 4)\nrepeat {}"),
-            new_code_cell("print(values)"),
-            new_code_cell('stop("boom")'),
-        ],
-        metadata={"kernelspec": {"name": R_KERNEL, "display_name": "x", "language": "R"}},
-    )
+@contextlib.contextmanager
+def _executed(
+    kernel_name: str, language: str, cells: list[str], timeout: float
+) -> Iterator[tuple[NotebookClient, Any]]:
+    """nbclient runs ``cells`` on ``kernel_name`` (interrupting each at ``timeout``),
+    whose kernel says it speaks ``language``; the client, its kernel still up, and the
+    executed notebook."""
+    meta = {"kernelspec": {"name": kernel_name, "display_name": "x", "language": language}}
+    nb = new_notebook(cells=[new_code_cell(code) for code in cells], metadata=meta)
     client = NotebookClient(
-        nb, timeout=20, interrupt_on_timeout=True, kernel_name=R_KERNEL, allow_errors=True
+        nb, timeout=timeout, interrupt_on_timeout=True, kernel_name=kernel_name, allow_errors=True
     )
     with client.setup_kernel():
         for index, cell in enumerate(nb.cells):
             client.execute_cell(cell, index)
         info = client.wait_for_reply(client.kc.kernel_info())  # type: ignore[union-attr]
-        assert info["content"]["language_info"]["name"] == "R"  # IRkernel, sandboxed
+        assert info["content"]["language_info"]["name"] == language
+        yield client, nb
+
+
+def test_nbclient_runs_an_r_notebook_with_the_sandboxed_ir_kernel(kernel: dict[str, str]) -> None:
+    present = builder.image_exists(docker_client(), "kernel-sandbox:r") is not None
+    require(present, "kernel-sandbox:r is not built (kernel-sandbox images build r)")
+    cells = [
+        "values <- c(1, 2, 3)\ncat(sum(values), '\\n')",
+        "library(ggplot2)\nggplot(data.frame(a = 1:3, b = c(2, 4, 8)), aes(a, b)) + geom_point()",
+        "values <- c(values, 4)\nrepeat {}",
+        "print(values)",
+        'stop("boom")',
+    ]
+    with _executed(R_KERNEL, "R", cells, timeout=20) as (client, nb):  # IRkernel, sandboxed
         out = nb.cells[0].outputs[0]
         assert out.output_type == "stream" and out.text.strip() == "6"
         assert any("image/png" in o.get("data", {}) for o in nb.cells[1].outputs)
@@ -297,18 +306,8 @@ def test_nbclient_interrupts_the_sandboxed_javascript_and_bash_kernels(
     and the state is kept."""
     present = builder.image_exists(docker_client(), image) is not None
     require(present, f"{image} is not built (kernel-sandbox images build)")
-    nb = new_notebook(
-        cells=[new_code_cell(code) for code in cells],
-        metadata={"kernelspec": {"name": name, "display_name": "x", "language": language}},
-    )
-    client = NotebookClient(
-        nb, timeout=15, interrupt_on_timeout=True, kernel_name=name, allow_errors=True
-    )
-    with client.setup_kernel():
-        for index, cell in enumerate(nb.cells):
-            client.execute_cell(cell, index)
-        info = client.wait_for_reply(client.kc.kernel_info())  # type: ignore[union-attr]
-        assert info["content"]["language_info"]["name"] == language
+    with _executed(name, language, cells, timeout=15) as (_, nb):
+        pass
     last = nb.cells[2].outputs[-1]
     text = last.get("text") or last.get("data", {}).get("text/plain", "")
     assert text.strip() == expected, nb.cells[2].outputs
