@@ -67,6 +67,7 @@ __all__ = [
     "E2B_MAX_WATCHERS",
     "E2B_SUBSCRIBER_QUEUE",
     "E2B_WATCHER_EVENTS",
+    "E2B_WATCH_SCAN_ENTRIES",
     "EGRESS_CA_BYTES",
     "EGRESS_PENDING_REFUSALS",
     "ENGINE_LOG_TAIL_BYTES",
@@ -480,6 +481,9 @@ E2B_MAX_WATCHERS = 16
 #: Events a non-streaming watcher keeps until ``GetWatcherEvents`` takes them; older
 #: events are dropped past this.
 E2B_WATCHER_EVENTS = 1000
+#: Entries a recursive watcher lists in a directory that appeared while it watched
+#: (what was made there before the directory's own watch began, told as created).
+E2B_WATCH_SCAN_ENTRIES = 256
 #: Bytes of one frame from an in-sandbox helper (a 64 KiB output chunk, an event, a
 #: listing record); a larger frame ends the helper: it is not ours.
 E2B_MAX_FRAME = 1 << 20

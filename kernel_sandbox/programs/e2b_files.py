@@ -53,26 +53,41 @@ _GROUPS: dict[int, str] = {}
 
 
 def entry(path: str) -> dict[str, object]:
+    """``path``'s entry as envd gives it: a symlink has its target's type and mode (no
+    type when the link is broken), its own size, and the path it resolves to."""
     info = os.lstat(path)
-    kind = "file"
+    mode = info.st_mode
+    permissions = stat.filemode(info.st_mode)
     target = None
     if stat.S_ISLNK(info.st_mode):
-        kind = "symlink"
-        target = os.path.realpath(path)
-    elif stat.S_ISDIR(info.st_mode):
-        kind = "directory"
+        permissions = "L" + permissions[1:]  # as Go's FileMode names a link
+        try:
+            target = os.path.realpath(path, strict=True)
+            mode = os.stat(target).st_mode
+        except (OSError, RuntimeError):
+            target, mode = path, 0
+    kind = "file" if stat.S_ISREG(mode) else "directory" if stat.S_ISDIR(mode) else "unknown"
     return {
         "name": os.path.basename(path.rstrip("/")) or "/",
         "type": kind,
         "path": path,
         "size": info.st_size,
-        "mode": stat.S_IMODE(info.st_mode),
-        "permissions": stat.filemode(info.st_mode),
+        "mode": stat.S_IMODE(mode),
+        "permissions": permissions,
         "owner": name_of(_USERS, info.st_uid, pwd.getpwuid),
         "group": name_of(_GROUPS, info.st_gid, grp.getgrgid),
         "mtime_ns": info.st_mtime_ns,
         "symlink_target": target,
     }
+
+
+def holds_bytes(path: str) -> bool:
+    """Whether ``path`` is a regular file (not a link to one) with something in it."""
+    try:
+        info = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(info.st_mode) and info.st_size > 0
 
 
 def emit(value: object) -> None:
@@ -109,27 +124,27 @@ def listing(root: str, depth: int, limit: int, places: list[str]) -> None:
                 count += 1
                 if count > limit:
                     return
-                if found["type"] == "directory":
-                    below.append(path)
+                if found["type"] == "directory" and found["symlink_target"] is None:
+                    below.append(path)  # as envd walks: links are entries, not followed
         level = below
 
 
-_IN_MODIFY, _IN_ATTRIB, _IN_CLOSE_WRITE = 0x2, 0x4, 0x8
+_IN_MODIFY, _IN_ATTRIB = 0x2, 0x4
 _IN_MOVED_FROM, _IN_MOVED_TO, _IN_CREATE, _IN_DELETE = 0x40, 0x80, 0x100, 0x200
 _IN_DELETE_SELF, _IN_ISDIR, _IN_Q_OVERFLOW = 0x400, 0x40000000, 0x4000
-_MASK = (
-    _IN_MODIFY
-    | _IN_ATTRIB
-    | _IN_CLOSE_WRITE
-    | _IN_MOVED_FROM
-    | _IN_MOVED_TO
-    | _IN_CREATE
-    | _IN_DELETE
-    | _IN_DELETE_SELF
-)
+#: What envd's watcher (fsnotify) asks inotify for.
+_MASK = _IN_MODIFY | _IN_ATTRIB | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _IN_DELETE
+_MASK |= _IN_DELETE_SELF
 
 
-def watch(root: str, recursive: bool, places: list[str]) -> None:
+def watch(root: str, recursive: bool, places: list[str], scan: int) -> None:
+    """Print ``root``'s events as envd names them (fsnotify's: a rename is ``rename`` of
+    the old name and ``create`` of the new).  Recursive: every directory below is
+    watched too, and one that appears while watching is listed as it is watched (at
+    most ``scan`` entries): what was made in it before its watch began is told as
+    created, so nothing made there right after it goes unseen."""
+    if not os.path.lexists(root):
+        fail(MISSING, f"no such directory: {root}")
     if not os.path.isdir(root):
         fail(NOT_DIR, f"not a directory: {root}")
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -138,23 +153,30 @@ def watch(root: str, recursive: bool, places: list[str]) -> None:
         fail(1, f"inotify is not available: {os.strerror(ctypes.get_errno())}")
     folders: dict[int, str] = {}
 
-    def add(folder: str) -> None:
+    def add(folder: str, found: list[str] | None) -> None:
         if len(folders) >= MAX_WATCHED_DIRS or protected(folder, places):
             return
         wd = libc.inotify_add_watch(fd, folder.encode(), _MASK)
-        if wd >= 0:
-            folders[wd] = folder
-            if recursive:
-                try:
-                    names = os.listdir(folder)
-                except OSError:
-                    return
-                for name in names:
-                    path = os.path.join(folder, name)
-                    if os.path.isdir(path) and not os.path.islink(path):
-                        add(path)
+        if wd < 0:
+            return
+        folders[wd] = folder
+        if not recursive:
+            return
+        try:
+            names = sorted(os.listdir(folder))
+        except OSError:
+            return
+        for name in names:
+            path = os.path.join(folder, name)
+            if found is not None and len(found) < scan and not TEMP.match(name):
+                found.append(path)
+            if os.path.isdir(path) and not os.path.islink(path):
+                add(path, found)
 
-    add(root)
+    def tell(path: str, kind: str) -> None:
+        emit({"name": os.path.relpath(path, root), "type": kind})
+
+    add(root, None)
     emit({"start": True})
     moving: dict[int, str] = {}  # rename cookie -> the temporary name moved away
     while True:
@@ -175,8 +197,7 @@ def watch(root: str, recursive: bool, places: list[str]) -> None:
             if mask & _IN_DELETE_SELF:
                 if folder == root:
                     return
-                continue
-            name = os.path.relpath(path, root)
+                continue  # its parent told its removal
             temp = TEMP.match(os.path.basename(path))
             if temp:  # a write of the file API in progress: told as the target's events
                 if mask & _IN_MOVED_FROM:
@@ -185,24 +206,28 @@ def watch(root: str, recursive: bool, places: list[str]) -> None:
                     moving[cookie] = temp.group(1)
                 continue
             if mask & _IN_MOVED_TO and moving.pop(cookie, None) == os.path.basename(path):
-                emit({"name": name, "type": "create"})
-                emit({"name": name, "type": "write"})
+                for kind in ("create", "chmod", "write"):  # as envd's upload: open, chown, write
+                    tell(path, kind)
                 continue
-            if mask & _IN_CREATE:
-                kind = "create"
+            if mask & (_IN_CREATE | _IN_MOVED_TO):
+                tell(path, "create")
                 if recursive and mask & _IN_ISDIR:
-                    add(path)
-            elif mask & (_IN_MODIFY | _IN_CLOSE_WRITE):
+                    found: list[str] = []
+                    add(path, found)
+                    for inner in found:
+                        tell(inner, "create")
+                        if holds_bytes(inner):
+                            tell(inner, "write")
+                continue
+            if mask & _IN_MODIFY:
                 kind = "write"
             elif mask & _IN_DELETE:
                 kind = "remove"
-            elif mask & (_IN_MOVED_FROM | _IN_MOVED_TO):
+            elif mask & _IN_MOVED_FROM:
                 kind = "rename"
-                if recursive and mask & _IN_MOVED_TO and mask & _IN_ISDIR:
-                    add(path)
             else:
                 kind = "chmod"
-            emit({"name": name, "type": kind})
+            tell(path, kind)
 
 
 def main() -> int:
@@ -229,7 +254,7 @@ def main() -> int:
             os.rename(path, target)
             emit(entry(target))
         elif op == "watch":
-            watch(path, bool(spec.get("recursive")), places)
+            watch(path, bool(spec.get("recursive")), places, int(spec.get("scan", 0)))
     except FileNotFoundError as exc:
         fail(MISSING, f"no such file or directory: {exc.filename or path}")
     except NotADirectoryError as exc:

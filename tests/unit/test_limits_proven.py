@@ -44,6 +44,10 @@ PROOFS: dict[str, list[str]] = {
     "E2B_MAX_TIMEOUT": [E2B_CAPS],
     "E2B_MAX_UPLOAD_FILES": [E2B_CAPS],
     "E2B_WATCHER_EVENTS": [E2B_CAPS],
+    "E2B_WATCH_SCAN_ENTRIES": [
+        "tests/integration/test_e2b_envd.py::"
+        "test_recursive_watch_tells_nested_uploads_and_what_a_new_directory_already_holds"
+    ],
     "EGRESS_CA_BYTES": [
         "tests/unit/test_egress_wiring.py::test_a_bad_ca_bundle_is_a_config_error_and_leaves_nothing"
     ],

@@ -10,7 +10,11 @@ kernel's connection) are refused whatever link leads there.  Listings are capped
 Watching a directory is inotify inside the sandbox, one process per watcher (at most
 ``E2B_MAX_WATCHERS`` per sandbox): ``WatchDir`` streams its events; ``CreateWatcher``
 keeps up to ``E2B_WATCHER_EVENTS`` of them for ``GetWatcherEvents`` (the sync SDK's
-way), dropping the oldest past that.
+way), dropping the oldest past that.  Events are named as envd's (fsnotify's) are: a
+file the file API wrote is created, chmod-ed and written, as envd's upload makes it; a
+recursive watcher lists a directory that appears (at most ``E2B_WATCH_SCAN_ENTRIES``
+entries) so what was made in it before its own watch began is told as created.  Entries
+of symlinks carry their target's type and the path they resolve to, as envd's do.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from ...limits import (
     E2B_MAX_FRAME,
     E2B_MAX_WATCHERS,
     E2B_SUBSCRIBER_QUEUE,
+    E2B_WATCH_SCAN_ENTRIES,
     E2B_WATCHER_EVENTS,
 )
 from ...sandbox import AsyncSandbox
@@ -77,7 +82,7 @@ def entry_info(found: dict[str, Any], sandbox: AsyncSandbox) -> pb.EntryInfo:
     )
     return pb.EntryInfo(
         name=str(found["name"]),
-        type=_TYPES.get(str(found["type"]), pb.FileType.SYMLINK),
+        type=_TYPES.get(str(found["type"]), pb.FileType.UNSPECIFIED),
         path=str(found["path"]),
         size=int(found["size"]),
         mode=int(found["mode"]),
@@ -144,6 +149,7 @@ class Watcher:
             "op": "watch",
             "path": self.path,
             "recursive": self._recursive,
+            "scan": E2B_WATCH_SCAN_ENTRIES,
             "protected": list(self._sandbox.host.protected_paths),
         }
         try:

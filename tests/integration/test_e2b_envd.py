@@ -1,0 +1,127 @@
+"""envd's own behaviour, as E2B's SDK test suite checks it, through E2B's SDK
+(``e2b`` 2.63 from its own virtualenv, unmodified) against ``kernel-sandbox serve``.
+
+What E2B's suite (``packages/python-sdk/tests``) found different from envd: a symlink's
+entry, recursive watch events, the events of an upload, a missing directory watched.
+Each test runs one client program and checks what it printed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kernel_sandbox.limits import E2B_MAX_PROCESSES, E2B_MAX_WATCHERS, E2B_WATCH_SCAN_ENTRIES
+from tests.integration.serving import Server
+from tests.integration.test_e2b import run_client
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory, docker_engine) -> Iterator[Server]:  # type: ignore[no-untyped-def]
+    # the E2B SDK's streams (watchers, commands) count against the key's caps
+    streams = str(E2B_MAX_PROCESSES + E2B_MAX_WATCHERS + 4)
+    caps = ["--max-streams-per-key", streams, "--max-calls-per-key", streams]
+    srv = Server(f"t-e2benvd-{os.getpid()}", tmp_path_factory.mktemp("nb"), caps).start()
+    yield srv
+    srv.stop()
+
+
+SYMLINKS = r"""
+import json
+from e2b import Sandbox
+out = {}
+sb = Sandbox.create(timeout=120)
+sb.files.write("d/t.txt", "Hello")
+sb.commands.run("ln -s t.txt link && ln -s gone broken && mkdir -p sub/in && "
+                "ln -s sub dirlink && touch sub/in/f", cwd="/home/user/d")
+def entry(e):
+    return [e.name, e.type.value if e.type else None, e.symlink_target]
+out["file"] = entry(sb.files.get_info("d/link"))
+out["dir"] = entry(sb.files.get_info("d/dirlink"))
+out["broken"] = entry(sb.files.get_info("d/broken"))
+out["perm"] = sb.files.get_info("d/link").permissions[0]
+out["list"] = [entry(e) for e in sb.files.list("d", depth=3)]
+sb.kill()
+print(json.dumps(out))
+"""
+
+
+def test_a_symlinks_entry_has_its_targets_type_and_the_path_it_resolves_to(
+    server: Server, e2b_python: Path
+) -> None:
+    out = run_client(e2b_python, server, SYMLINKS)
+    # as envd's: the target's type (a file, a directory), the resolved path
+    assert out["file"] == ["link", "file", "/home/user/d/t.txt"]
+    assert out["dir"] == ["dirlink", "dir", "/home/user/d/sub"]
+    # a broken link: no type, the link's own path as its target
+    assert out["broken"] == ["broken", None, "/home/user/d/broken"]
+    assert out["perm"] == "L"  # Go's name of a link's mode, as envd prints it
+    # a listing shows links as entries and does not walk into a linked directory
+    paths = [e[0] for e in out["list"]]
+    assert paths.count("in") == 1 and paths.count("f") == 1, out["list"]
+    assert ["dirlink", "dir", "/home/user/d/sub"] in out["list"]
+
+
+WATCH = r"""
+import json, time
+from e2b import Sandbox, FileNotFoundException
+out = {}
+sb = Sandbox.create(timeout=120)
+
+def settle(handle, want):
+    # the events of what was done, once they stop coming (or `want` of them came)
+    seen, quiet = [], 0
+    for _ in range(100):
+        new = handle.get_new_events()
+        seen += [[e.name, e.type.value] for e in new]
+        quiet = 0 if new else quiet + 1
+        if quiet >= 5 and len(seen) >= want:
+            break
+        time.sleep(0.1)
+    return seen
+
+sb.files.make_dir("w/nested")
+handle = sb.files.watch_dir("w", recursive=True)
+sb.files.write("w/nested/a.txt", "one")
+out["upload"] = settle(handle, 3)
+sb.files.make_dir("w/new")
+sb.files.write("w/new/b.txt", "two")
+out["new_dir"] = settle(handle, 4)
+sb.commands.run("mkdir -p outside/big && cd outside/big && seq 1 400 | xargs touch && "
+                "echo x > full && mv /home/user/outside/big /home/user/w/big")
+out["moved_in"] = settle(handle, 2)
+handle.stop()
+try:
+    sb.files.watch_dir("no-such-dir")
+except FileNotFoundException as exc:
+    out["missing"] = type(exc).__name__
+sb.kill()
+print(json.dumps(out))
+"""
+
+
+def test_recursive_watch_tells_nested_uploads_and_what_a_new_directory_already_holds(
+    server: Server, e2b_python: Path
+) -> None:
+    out = run_client(e2b_python, server, WATCH)
+    # an upload as envd's own tells it: created, chowned, written
+    nested = "nested/a.txt"
+    assert out["upload"] == [[nested, "create"], [nested, "chmod"], [nested, "write"]]
+    # a directory made while watching is watched too: the file written in it right
+    # after is seen, whether its own watch began before or after the write
+    assert ["new", "create"] in out["new_dir"], out["new_dir"]
+    assert ["new/b.txt", "write"] in out["new_dir"], out["new_dir"]
+    # a directory moved in is told as created (fsnotify's word for a move's target);
+    # what it held is listed as created, up to E2B_WATCH_SCAN_ENTRIES entries
+    moved = out["moved_in"]
+    assert moved[0] == ["big", "create"], moved[:3]
+    inside = [name for name, kind in moved if name.startswith("big/") and kind == "create"]
+    assert len(inside) == E2B_WATCH_SCAN_ENTRIES, len(inside)
+    written = [name for name, kind in moved if kind == "write"]
+    assert written in ([], ["big/full"]), written  # only a file with bytes was written
+    assert out["missing"] == "FileNotFoundException"
