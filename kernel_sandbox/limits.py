@@ -65,6 +65,7 @@ __all__ = [
     "E2B_MAX_TIMEOUT",
     "E2B_MAX_UPLOAD_FILES",
     "E2B_MAX_WATCHERS",
+    "E2B_METRICS_SAMPLES",
     "E2B_SUBSCRIBER_QUEUE",
     "E2B_WATCHER_EVENTS",
     "E2B_WATCH_SCAN_ENTRIES",
@@ -506,6 +507,9 @@ E2B_CONTROL_DEADLINE = 15.0
 E2B_ENTRY_BYTES = 6000
 #: Seconds a stat, mkdir, move or listing may take in the sandbox.
 E2B_FILE_OP_DEADLINE = 60.0
+#: Metrics samples one E2B sandbox keeps for ``get_metrics(start, end)``: each call
+#: whose range reaches the present takes one; the oldest are dropped past this.
+E2B_METRICS_SAMPLES = 720
 _BRACKETS = re.compile(rb"[\[\]{}]")
 
 

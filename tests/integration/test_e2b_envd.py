@@ -2,8 +2,9 @@
 (``e2b`` 2.63 from its own virtualenv, unmodified) against ``kernel-sandbox serve``.
 
 What E2B's suite (``packages/python-sdk/tests``) found different from envd: a symlink's
-entry, recursive watch events, the events of an upload, a missing directory watched.
-Each test runs one client program and checks what it printed.
+entry, recursive watch events, the events of an upload, a missing directory watched,
+metrics over a time range.  Each test runs one client program and checks what it
+printed.
 """
 
 from __future__ import annotations
@@ -125,3 +126,36 @@ def test_recursive_watch_tells_nested_uploads_and_what_a_new_directory_already_h
     written = [name for name, kind in moved if kind == "write"]
     assert written in ([], ["big/full"]), written  # only a file with bytes was written
     assert out["missing"] == "FileNotFoundException"
+
+
+METRICS = r"""
+import json, time
+from datetime import datetime, timedelta, timezone
+from e2b import Sandbox
+out = {}
+began = datetime.now(timezone.utc)
+sb = Sandbox.create(timeout=120)
+out["now"] = len(sb.get_metrics(start=began, end=datetime.now(timezone.utc)))
+time.sleep(1.1)
+sb.get_metrics()
+out["all"] = len(sb.get_metrics())
+out["before"] = len(sb.get_metrics(start=began - timedelta(hours=1),
+                                   end=began - timedelta(minutes=30)))
+first = sb.get_metrics()[0].timestamp
+out["up_to_first"] = len(sb.get_metrics(start=began - timedelta(seconds=1), end=first))
+out["in_range"] = all(began.timestamp() - 1 <= m.timestamp.timestamp() for m in sb.get_metrics())
+sb.kill()
+print(json.dumps(out))
+"""
+
+
+def test_metrics_answer_for_the_time_range_asked_from_the_samples_kept(
+    server: Server, e2b_python: Path
+) -> None:
+    out = run_client(e2b_python, server, METRICS)
+    assert out["now"] == 1  # a range reaching the present: measured now
+    assert out["all"] >= 3  # no range: every sample kept since the sandbox started
+    assert out["before"] == 0  # before the sandbox existed: nothing, as E2B's
+    # a range that ends in the past: the samples kept then, not one measured now
+    assert out["up_to_first"] == 1
+    assert out["in_range"] is True

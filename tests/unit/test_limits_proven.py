@@ -48,6 +48,9 @@ PROOFS: dict[str, list[str]] = {
         "tests/integration/test_e2b_envd.py::"
         "test_recursive_watch_tells_nested_uploads_and_what_a_new_directory_already_holds"
     ],
+    "E2B_METRICS_SAMPLES": [
+        "tests/unit/test_e2b_metrics.py::test_a_sandbox_keeps_its_newest_metrics_samples_up_to_the_cap"
+    ],
     "EGRESS_CA_BYTES": [
         "tests/unit/test_egress_wiring.py::test_a_bad_ca_bundle_is_a_config_error_and_leaves_nothing"
     ],

@@ -28,7 +28,7 @@ from ...limits import E2B_MAX_TIMEOUT
 from ..deps import Key, Opts, Ten, status_of
 from ..policy import client_config
 from ..tenancy import Lease
-from .metrics import sample
+from .metrics import between, sample
 from .models import (
     ConnectRequest,
     ListedSandbox,
@@ -388,15 +388,30 @@ async def connect_v2(request: Request, sandbox_id: str, body: ConnectRequest, ke
 
 
 @router.get("/sandboxes/{sandbox_id}/metrics", response_model=None)
-async def metrics(request: Request, sandbox_id: str, ten: Ten, key: Key) -> Response:
-    """CPU, memory and disk of the sandbox now (one sample, measured inside it)."""
+async def metrics(
+    request: Request,
+    sandbox_id: str,
+    ten: Ten,
+    key: Key,
+    start: Annotated[int | None, Query(ge=0)] = None,
+    end: Annotated[int | None, Query(ge=0)] = None,
+) -> Response:
+    """CPU, memory and disk of the sandbox between ``start`` and ``end`` (unix seconds;
+    default: since it started, until now).  Samples are measured inside the sandbox when
+    asked: a range that reaches the present takes one now; the sandbox keeps the last
+    ``E2B_METRICS_SAMPLES`` of them for later ranges."""
     try:
         record, lease = registry(request).get(key, sandbox_id)
-        async with ten.use(key, lease.id):
-            found = await sample(lease.sandbox, record.cpu_count)
+        now = time.time()
+        fresh = None
+        # the range's end is whole seconds: the present is in it until the next second
+        if (end is None or end + 1 >= now) and (start is None or start <= now):
+            async with ten.use(key, lease.id):
+                fresh = await sample(lease.sandbox, record.cpu_count)
+            record.samples.append(fresh)
     except SandboxError as exc:
         return _error(exc)
-    return JSONResponse([found.model_dump()])
+    return JSONResponse([s.model_dump() for s in between(record.samples, start, end, fresh)])
 
 
 @router.get("/health", response_model=None)

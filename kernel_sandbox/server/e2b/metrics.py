@@ -10,12 +10,13 @@ sandbox's configuration.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 
 from ...config import parse_size
 from ...sandbox import AsyncSandbox
 from .models import SandboxMetric, iso
 
-__all__ = ["sample"]
+__all__ = ["between", "sample"]
 
 #: Prints "disk_total disk_used", then "mem_used mem_limit mem_cache cpu_ns_1 cpu_ns_2".
 _SCRIPT = r"""
@@ -69,3 +70,16 @@ async def sample(sandbox: AsyncSandbox, cpu_count: int) -> SandboxMetric:
         disk_used=_int(disk[1]),
         disk_total=disk_total,
     )
+
+
+def between(
+    samples: Iterable[SandboxMetric],
+    start: int | None,
+    end: int | None,
+    fresh: SandboxMetric | None = None,
+) -> list[SandboxMetric]:
+    """The samples from ``start`` to ``end`` (unix seconds, both included; None: open),
+    oldest first; ``fresh``, taken for this ask, is in whatever second it fell."""
+    low = start if start is not None else 0
+    high = end if end is not None else float("inf")
+    return [s for s in samples if s is fresh or low <= s.timestamp_unix <= high]

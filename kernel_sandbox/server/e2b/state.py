@@ -18,6 +18,7 @@ durable-sessions API can), checking once a second.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import hmac
 import logging
@@ -28,12 +29,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from ...errors import AccessDeniedError, SandboxError, SandboxNotFoundError
+from ...limits import E2B_METRICS_SAMPLES
 from ..tenancy import Lease, Tenancy
 
 if TYPE_CHECKING:
     from starlette.types import Scope
 
     from .filesystem import Watcher
+    from .models import SandboxMetric
     from .process import Command
 
 __all__ = ["ENVD_PORT", "JUPYTER_PORT", "E2bRegistry", "E2bSandbox", "new_id"]
@@ -70,6 +73,10 @@ class E2bSandbox:
     started_at: float = field(default_factory=time.time)
     commands: dict[int, Command] = field(default_factory=dict)
     watchers: dict[str, Watcher] = field(default_factory=dict)
+    #: The metrics samples taken so far, the newest last (at most E2B_METRICS_SAMPLES).
+    samples: collections.deque[SandboxMetric] = field(
+        default_factory=lambda: collections.deque(maxlen=E2B_METRICS_SAMPLES)
+    )
     #: The default contexts E2B lists (python, and javascript where the image has it)
     #: were made: once, at the first listing.
     default_contexts: bool = False
