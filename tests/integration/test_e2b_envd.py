@@ -3,8 +3,8 @@
 
 What E2B's suite (``packages/python-sdk/tests``) found different from envd: a symlink's
 entry, recursive watch events, the events of an upload, a missing directory watched,
-metrics over a time range.  Each test runs one client program and checks what it
-printed.
+metrics over a time range, a command past its timeout, a command whose sandbox is
+killed.  Each test runs one client program and checks what it printed.
 """
 
 from __future__ import annotations
@@ -159,3 +159,41 @@ def test_metrics_answer_for_the_time_range_asked_from_the_samples_kept(
     # a range that ends in the past: the samples kept then, not one measured now
     assert out["up_to_first"] == 1
     assert out["in_range"] is True
+
+
+COMMANDS = r"""
+import json, time
+from e2b import Sandbox, TimeoutException, CommandExitException
+out = {}
+sb = Sandbox.create(timeout=120)
+began = time.monotonic()
+try:
+    sb.commands.run("sleep 31", timeout=2)
+except TimeoutException as exc:
+    out["timeout"] = [type(exc).__name__, round(time.monotonic() - began)]
+for _ in range(40):  # the kill is on its way as the timeout is told
+    running = sb.commands.run("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '; true")
+    out["killed"] = "sleep 31" not in running.stdout
+    if out["killed"]:
+        break
+    time.sleep(0.25)
+bg = sb.commands.run("sleep 60", background=True, timeout=0)
+sb.kill()
+try:
+    bg.wait()
+except (TimeoutException, CommandExitException) as exc:
+    out["sandbox_killed"] = [type(exc).__name__, "was killed" in str(exc)]
+print(json.dumps(out))
+"""
+
+
+def test_a_command_past_its_timeout_is_killed_and_one_whose_sandbox_is_killed_says_so(
+    server: Server, e2b_python: Path
+) -> None:
+    out = run_client(e2b_python, server, COMMANDS)
+    # envd's: the call's timeout ends the stream (DEADLINE_EXCEEDED) and the command
+    assert out["timeout"][0] == "TimeoutException" and out["timeout"][1] < 10, out
+    assert out["killed"] is True
+    # the sandbox went while the command ran: the stream broke, the SDK asked the
+    # sandbox's health and says it is gone (not the command's own exit)
+    assert out["sandbox_killed"] == ["SandboxNotRunningException", True], out

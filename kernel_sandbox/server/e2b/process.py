@@ -9,6 +9,9 @@ outlives the request that started it (``commands.run(background=True)``, then
 ``connect``/``send_stdin``/``kill`` by pid), and the host holds only frames in flight:
 a subscriber's queue is bounded, and a slow one holds the command's output as a full
 pipe would.  Commands end with their sandbox; at most ``E2B_MAX_PROCESSES`` run at once.
+As envd's, a command started with a timeout (``Connect-Timeout-Ms``: the SDK's
+``timeout``) is killed when it passes and its stream ends ``DEADLINE_EXCEEDED``; the
+streams of a sandbox that is killed or paused end ``UNAVAILABLE``, as a lost connection.
 
 The request's ``Authorization: Basic <user>:`` names an E2B user; every command runs as
 the sandbox user whatever it names (this server has one user per sandbox).
@@ -84,12 +87,15 @@ class Command:
         self.stdin = stdin
         self.pid = 0
         self.ended: _Event | None = None
+        #: Its sandbox is going (killed, paused): streams end as a lost connection would.
+        self.gone = False
         self._ctl = f"/tmp/.e2b-envd/{secrets.token_hex(8)}"
         self._started = asyncio.get_running_loop().create_future()
         self._subscribers: set[asyncio.Queue[_Event | None]] = set()
         self._pending = bytearray()
         self._write = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        self._killer: asyncio.Task[None] | None = None
 
     @property
     def info(self) -> pb.ProcessInfo:
@@ -127,6 +133,8 @@ class Command:
             error = f"internal error: {type(exc).__name__}"
         finally:
             self.record.commands.pop(self.pid, None)
+            if self._killer is not None:
+                self._killer.cancel()
             if not self._started.done():
                 self._started.set_exception(
                     ConnectError(Code.INTERNAL, f"the command did not start: {error}")
@@ -202,8 +210,20 @@ class Command:
         if result.exit_code == 3:
             raise ConnectError(Code.NOT_FOUND, f"process with pid {self.pid} not found")
 
+    def kill_at(self, deadline: float) -> None:
+        """Kill the command at ``deadline`` (loop time) unless it ended by then."""
+
+        async def kill() -> None:
+            await asyncio.sleep(deadline - asyncio.get_running_loop().time())
+            if self.ended is None:
+                with contextlib.suppress(Exception):
+                    await self.control({"signal": 9})
+
+        self._killer = asyncio.create_task(kill())
+
     async def stop(self) -> None:
         """Kill the command (its sandbox is going) and stop reading it."""
+        self.gone = True
         if self.ended is None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.control({"signal": 9}), 5)
@@ -284,7 +304,12 @@ class ProcessService(Process):
                 raise connect_error(exc) from exc
             start = pb.ProcessEvent.StartEvent(pid=pid)
             yield pb.StartResponse(event=_event("start", start))
-            async for event in _stream(command, queue, _keepalive(ctx.request_headers)):
+            # envd's command lives at most the call's timeout (Connect-Timeout-Ms; the
+            # SDK's ``timeout``, 60 s unless given, 0: none): past it, it is killed
+            deadline = _deadline(ctx)
+            if deadline is not None:
+                command.kill_at(deadline)  # whether or not the client still reads
+            async for event in _stream(command, queue, _keepalive(ctx.request_headers), deadline):
                 yield pb.StartResponse(event=event)
 
     async def connect(
@@ -299,7 +324,9 @@ class ProcessService(Process):
             queue = command.subscribe()
             start = pb.ProcessEvent.StartEvent(pid=command.pid)
             yield pb.ConnectResponse(event=_event("start", start))
-            async for event in _stream(command, queue, _keepalive(ctx.request_headers)):
+            # the stream ends at the call's timeout; the command runs on (as envd's)
+            stream = _stream(command, queue, _keepalive(ctx.request_headers), _deadline(ctx))
+            async for event in stream:
                 yield pb.ConnectResponse(event=event)
 
     async def update(
@@ -376,21 +403,48 @@ class ProcessService(Process):
         return pb.CloseStdinResponse()
 
 
+def _deadline(ctx: RequestContext[Any, Any]) -> float | None:
+    """When the call's ``Connect-Timeout-Ms`` passes (loop time), None without one."""
+    left = ctx.timeout_ms
+    return None if left is None else asyncio.get_running_loop().time() + left / 1000
+
+
 async def _stream(
-    command: Command, queue: asyncio.Queue[_Event | None], keepalive: float
+    command: Command,
+    queue: asyncio.Queue[_Event | None],
+    keepalive: float,
+    deadline: float | None = None,
 ) -> AsyncIterator[_Event]:
-    """A subscriber's events until the command's end (keep-alives while it is quiet)."""
+    """A subscriber's events until the command's end (keep-alives while it is quiet);
+    ``DEADLINE_EXCEEDED`` past ``deadline``; ``UNAVAILABLE`` when the sandbox went first
+    (as envd's stream breaks with its sandbox: the SDK then asks whether it is gone)."""
+    loop = asyncio.get_running_loop()
     try:
         while True:
+            wait = keepalive
+            if deadline is not None:
+                wait = min(wait, deadline - loop.time())
+                if wait <= 0:
+                    raise ConnectError(
+                        Code.DEADLINE_EXCEEDED, "the call's timeout passed (Connect-Timeout-Ms)"
+                    )
             try:
-                event = await asyncio.wait_for(queue.get(), keepalive)
+                event = await asyncio.wait_for(queue.get(), wait)
             except TimeoutError:
-                yield _event("keepalive", pb.ProcessEvent.KeepAlive())
+                if deadline is None or loop.time() < deadline:
+                    yield _event("keepalive", pb.ProcessEvent.KeepAlive())
                 continue
+            ends = event is None or (isinstance(event.event, Oneof) and event.event.field == "end")
+            if ends and command.gone:
+                raise ConnectError(
+                    Code.UNAVAILABLE,
+                    f"the connection to sandbox {command.record.id} ended before the stream "
+                    "completed",
+                )
             if event is None:
                 return
             yield event
-            if isinstance(event.event, Oneof) and event.event.field == "end":
+            if ends:
                 return
     finally:
         command.unsubscribe(queue)
