@@ -208,6 +208,7 @@ class AuthMiddleware:
                 401,
                 "missing or wrong API key: send X-API-Key or Authorization: Bearer",
                 [(b"www-authenticate", b'Bearer realm="kernel-sandbox"')],
+                scope,
             )
             return
         if credential is not None and credential.via == "cookie":
@@ -223,6 +224,7 @@ class AuthMiddleware:
                     "a change authenticated only by the session cookie needs its CSRF token "
                     "(X-CSRF-Token, as the live page sends it); API clients send X-API-Key",
                     [],
+                    scope,
                 )
                 return
         state["key_id"] = kid

@@ -85,11 +85,20 @@ async def _drain(receive: Receive) -> None:
 
 
 async def send_json_error(
-    send: Send, status: int, detail: str, headers: list[tuple[bytes, bytes]]
+    send: Send,
+    status: int,
+    detail: str,
+    headers: list[tuple[bytes, bytes]],
+    scope: Scope | None = None,
 ) -> None:
     """Answer ``{"detail": ...}`` with ``status`` from a raw ASGI middleware (before any
-    route runs), with ``headers`` besides its type and length."""
-    body = json.dumps({"detail": detail}).encode()
+    route runs), with ``headers`` besides its type and length.  Under ``/e2b/`` (the
+    request's ``scope``) the answer is E2B's own shape, ``{"code": status, "message":
+    ...}``, which E2B's SDK reads (it fails on any other)."""
+    if scope is not None and str(scope.get("path", "")).startswith("/e2b/"):
+        body = json.dumps({"code": status, "message": detail}).encode()
+    else:
+        body = json.dumps({"detail": detail}).encode()
     await send(
         {
             "type": "http.response.start",
@@ -104,9 +113,9 @@ async def send_json_error(
     await send({"type": "http.response.body", "body": body})
 
 
-async def _send_413(send: Send, limit: int) -> None:
+async def _send_413(send: Send, limit: int, scope: Scope) -> None:
     detail = f"request body larger than {limit} bytes; the server's cap refuses it"
-    await send_json_error(send, 413, detail, [(b"connection", b"close")])
+    await send_json_error(send, 413, detail, [(b"connection", b"close")], scope)
 
 
 class BodyLimitMiddleware:
@@ -140,7 +149,7 @@ class BodyLimitMiddleware:
                     declared = limit + 1
                 if declared > limit:
                     await _drain(receive)
-                    await _send_413(send, limit)
+                    await _send_413(send, limit, scope)
                     return
         if upload or not _json_or_none(scope):
             await self._streamed(scope, receive, send, limit)
@@ -166,16 +175,16 @@ class BodyLimitMiddleware:
                     if message.get("more_body"):
                         await _drain(receive)
                     if len(buffer) > limit:
-                        await _send_413(send, limit)
+                        await _send_413(send, limit, scope)
                     else:
-                        await _send_429(send, self._busy)
+                        await _send_429(send, scope, self._busy)
                     return
                 if not message.get("more_body"):
                     break
             problem = json_shape_error(buffer)
             if problem is not None:
                 detail = f"{problem}; the server refuses it unparsed (send a smaller body)"
-                await send_json_error(send, 413, detail, [])
+                await send_json_error(send, 413, detail, [], scope)
                 return
             body = bytes(buffer)
             buffer.clear()  # the one copy left is the app's
@@ -218,7 +227,7 @@ class BodyLimitMiddleware:
             if over:
                 if not answered:
                     answered = True
-                    await _send_413(send, limit)
+                    await _send_413(send, limit, scope)
                 return
             if message["type"] == "http.response.start":
                 answered = True
@@ -230,7 +239,7 @@ class BodyLimitMiddleware:
             if not over:
                 raise
         if over and not answered:
-            await _send_413(send, limit)
+            await _send_413(send, limit, scope)
 
 
 def _replay(body: bytes, receive: Receive) -> Receive:
@@ -289,6 +298,7 @@ class KeyConcurrency:
         if self.calls[key] >= self.max_calls:
             await _send_429(
                 send,
+                scope,
                 f"this API key has {self.max_calls} requests in flight, the server's cap "
                 "(--max-calls-per-key); wait for one to end, or ask the operator to raise it",
             )
@@ -296,6 +306,7 @@ class KeyConcurrency:
         if stream and self.streams[key] >= self.max_streams:
             await _send_429(
                 send,
+                scope,
                 f"this API key has {self.max_streams} event streams open, the server's cap "
                 "(--max-streams-per-key); close one (or call without ?stream=true)",
             )
@@ -314,5 +325,5 @@ class KeyConcurrency:
                 del self.streams[key]
 
 
-async def _send_429(send: Send, detail: str) -> None:
-    await send_json_error(send, 429, detail, [(b"retry-after", b"1")])
+async def _send_429(send: Send, scope: Scope, detail: str) -> None:
+    await send_json_error(send, 429, detail, [(b"retry-after", b"1")], scope)

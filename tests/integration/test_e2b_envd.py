@@ -4,7 +4,7 @@
 What E2B's suite (``packages/python-sdk/tests``) found different from envd: a symlink's
 entry, recursive watch events, the events of an upload, a missing directory watched,
 metrics over a time range, a command past its timeout, a command whose sandbox is
-killed.  Each test runs one client program and checks what it printed.
+killed, a wrong API key.  Each test runs one client program and checks what it printed.
 """
 
 from __future__ import annotations
@@ -197,3 +197,25 @@ def test_a_command_past_its_timeout_is_killed_and_one_whose_sandbox_is_killed_sa
     # the sandbox went while the command ran: the stream broke, the SDK asked the
     # sandbox's health and says it is gone (not the command's own exit)
     assert out["sandbox_killed"] == ["SandboxNotRunningException", True], out
+
+
+WRONG_KEY = r"""
+import json
+from e2b import Sandbox, AuthenticationException
+out = {}
+for name, call in [("create", lambda: Sandbox.create(api_key="not-a-key")),
+                   ("list", lambda: Sandbox.list(api_key="not-a-key").next_items())]:
+    try:
+        call()
+        out[name] = "allowed"
+    except Exception as exc:
+        out[name] = [type(exc).__name__, "API key" in str(exc)]
+print(json.dumps(out))
+"""
+
+
+def test_a_wrong_api_key_is_refused_in_e2bs_error_shape(server: Server, e2b_python: Path) -> None:
+    out = run_client(e2b_python, server, WRONG_KEY)
+    # the SDK reads E2B's {"code", "message"} (on any other body it failed: KeyError 'code')
+    refused = ["AuthenticationException", True]
+    assert out == {"create": refused, "list": refused}

@@ -64,4 +64,4 @@ class EnvdApp:
         elif path.startswith("/filesystem.Filesystem/"):
             await self.filesystem(scope, receive, send)
         elif scope["type"] == "http":
-            await send_json_error(send, 404, f"no such envd route: {path}", [])
+            await send_json_error(send, 404, f"no such envd route: {path}", [], scope)
