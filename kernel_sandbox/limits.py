@@ -57,6 +57,7 @@ __all__ = [
     "DRAIN_LIMIT",
     "E2B_CONTROL_DEADLINE",
     "E2B_ENTRY_BYTES",
+    "E2B_ENTRY_METADATA_BYTES",
     "E2B_FILE_OP_DEADLINE",
     "E2B_LIST_LIMIT",
     "E2B_MAX_DEPTH",
@@ -505,6 +506,9 @@ E2B_CONTROL_DEADLINE = 15.0
 #: Bytes of one entry a file call's helper prints at most (a JSON line: a 4096-byte path,
 #: names, mode...): a call's output is capped at its entries times this.
 E2B_ENTRY_BYTES = 6000
+#: Bytes of an entry's metadata (its ``user.e2b.*`` xattrs' keys and values) read at
+#: most, and the most one upload may set (its ``X-Metadata-*`` headers).
+E2B_ENTRY_METADATA_BYTES = 1024
 #: Seconds a stat, mkdir, move or listing may take in the sandbox.
 E2B_FILE_OP_DEADLINE = 60.0
 #: Metrics samples one E2B sandbox keeps for ``get_metrics(start, end)``: each call

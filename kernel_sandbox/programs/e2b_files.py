@@ -12,6 +12,7 @@ protected, 9 already exists, 1 anything else (its message on stderr).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import errno
@@ -52,6 +53,33 @@ _USERS: dict[int, str] = {}
 _GROUPS: dict[int, str] = {}
 
 
+#: Bytes of one entry's metadata (keys and values) read at most; the host sets it per call.
+META_BYTES = 1024
+META_PREFIX = "user.e2b."
+
+
+def metadata(path: str) -> dict[str, str]:
+    """The entry's ``user.e2b.*`` xattrs, prefix stripped (what envd calls metadata), up
+    to ``META_BYTES`` of keys and values."""
+    found: dict[str, str] = {}
+    try:
+        names = sorted(n for n in os.listxattr(path) if n.startswith(META_PREFIX))
+    except OSError:
+        return found
+    room = META_BYTES
+    for name in names:
+        try:
+            value = os.getxattr(path, name)[:room].decode("ascii", "replace")
+        except OSError:
+            continue
+        key = name[len(META_PREFIX) :]
+        room -= len(key) + len(value)
+        if room < 0:
+            break
+        found[key] = value
+    return found
+
+
 def entry(path: str) -> dict[str, object]:
     """``path``'s entry as envd gives it: a symlink has its target's type and mode (no
     type when the link is broken), its own size, and the path it resolves to."""
@@ -78,6 +106,7 @@ def entry(path: str) -> dict[str, object]:
         "group": name_of(_GROUPS, info.st_gid, grp.getgrgid),
         "mtime_ns": info.st_mtime_ns,
         "symlink_target": target,
+        "metadata": metadata(path),
     }
 
 
@@ -137,12 +166,13 @@ _MASK = _IN_MODIFY | _IN_ATTRIB | _IN_MOVED_FROM | _IN_MOVED_TO | _IN_CREATE | _
 _MASK |= _IN_DELETE_SELF
 
 
-def watch(root: str, recursive: bool, places: list[str], scan: int) -> None:
+def watch(root: str, recursive: bool, places: list[str], scan: int, with_entry: bool) -> None:
     """Print ``root``'s events as envd names them (fsnotify's: a rename is ``rename`` of
     the old name and ``create`` of the new).  Recursive: every directory below is
     watched too, and one that appears while watching is listed as it is watched (at
     most ``scan`` entries): what was made in it before its watch began is told as
-    created, so nothing made there right after it goes unseen."""
+    created, so nothing made there right after it goes unseen.  ``with_entry``: each
+    event carries the entry's information where the path still exists."""
     if not os.path.lexists(root):
         fail(MISSING, f"no such directory: {root}")
     if not os.path.isdir(root):
@@ -174,7 +204,11 @@ def watch(root: str, recursive: bool, places: list[str], scan: int) -> None:
                 add(path, found)
 
     def tell(path: str, kind: str) -> None:
-        emit({"name": os.path.relpath(path, root), "type": kind})
+        event: dict[str, object] = {"name": os.path.relpath(path, root), "type": kind}
+        if with_entry:
+            with contextlib.suppress(OSError):  # gone already (removed, renamed away):
+                event["entry"] = entry(path)  # no entry, as envd's
+        emit(event)
 
     add(root, None)
     emit({"start": True})
@@ -232,6 +266,8 @@ def watch(root: str, recursive: bool, places: list[str], scan: int) -> None:
 
 def main() -> int:
     spec = json.loads(sys.argv[1])
+    global META_BYTES
+    META_BYTES = int(spec.get("meta_bytes", META_BYTES))
     op, path, places = spec["op"], spec["path"], spec.get("protected", [])
     paths = [path, spec["destination"]] if op == "move" else [path]
     if any(protected(p, places) for p in paths):
@@ -254,7 +290,12 @@ def main() -> int:
             os.rename(path, target)
             emit(entry(target))
         elif op == "watch":
-            watch(path, bool(spec.get("recursive")), places, int(spec.get("scan", 0)))
+            recursive, entries = bool(spec.get("recursive")), bool(spec.get("entry"))
+            watch(path, recursive, places, int(spec.get("scan", 0)), entries)
+        elif op == "setmeta":  # metadata of a file just written: envd's user.e2b.* xattrs
+            for key, value in spec["metadata"].items():
+                os.setxattr(path, META_PREFIX + key, value.encode("ascii"))
+            emit(entry(path))
     except FileNotFoundError as exc:
         fail(MISSING, f"no such file or directory: {exc.filename or path}")
     except NotADirectoryError as exc:

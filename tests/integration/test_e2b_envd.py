@@ -4,7 +4,8 @@
 What E2B's suite (``packages/python-sdk/tests``) found different from envd: a symlink's
 entry, recursive watch events, the events of an upload, a missing directory watched,
 metrics over a time range, a command past its timeout, a command whose sandbox is
-killed, a wrong API key.  Each test runs one client program and checks what it printed.
+killed, a wrong API key, file metadata (xattrs) and entries in watch events.  Each test
+runs one client program and checks what it printed.
 """
 
 from __future__ import annotations
@@ -15,7 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from kernel_sandbox.limits import E2B_MAX_PROCESSES, E2B_MAX_WATCHERS, E2B_WATCH_SCAN_ENTRIES
+from kernel_sandbox.limits import (
+    E2B_ENTRY_METADATA_BYTES,
+    E2B_MAX_PROCESSES,
+    E2B_MAX_WATCHERS,
+    E2B_WATCH_SCAN_ENTRIES,
+)
 from tests.integration.serving import Server
 from tests.integration.test_e2b import run_client
 
@@ -219,3 +225,56 @@ def test_a_wrong_api_key_is_refused_in_e2bs_error_shape(server: Server, e2b_pyth
     # the SDK reads E2B's {"code", "message"} (on any other body it failed: KeyError 'code')
     refused = ["AuthenticationException", True]
     assert out == {"create": refused, "list": refused}
+
+
+METADATA = r"""
+import json, time
+from e2b import Sandbox
+from e2b.sandbox.filesystem.filesystem import WriteEntry
+out = {}
+sb = Sandbox.create(timeout=120)
+out["written"] = sb.files.write("m.txt", "x", metadata={"Author": "mish"}).metadata
+out["stat"] = sb.files.get_info("m.txt").metadata
+out["renamed"] = sb.files.rename("m.txt", "n.txt").metadata
+out["listed"] = [e.metadata for e in sb.files.list(".") if e.name == "n.txt"]
+out["overwritten"] = sb.files.write("n.txt", "y").metadata, sb.files.get_info("n.txt").metadata
+many = sb.files.write_files([WriteEntry(path="a1", data="1"), WriteEntry(path="a2", data="2")],
+                            metadata={"k": "v"})
+out["many"] = [sb.files.get_info(w.path).metadata for w in many]
+# set beside the SDK, past what an entry shows: the entry shows the cap's worth
+sb.commands.run("python3 -c \"import os\nfor i in range(10): "
+                "os.setxattr('/home/user/a1', 'user.e2b.k%d' % i, b'v' * 200)\"")
+out["big"] = sum(len(k) + len(v) for k, v in sb.files.get_info("a1").metadata.items())
+try:
+    sb.files.write("b", "x", metadata={"huge": "v" * 2000})
+    out["refused"] = "allowed"
+except Exception as exc:
+    out["refused"] = [type(exc).__name__, "E2B_ENTRY_METADATA_BYTES" in str(exc)]
+handle = sb.files.watch_dir(".", include_entry=True, allow_network_mounts=True)
+sb.files.write("w.txt", "abc", metadata={"t": "1"})
+for _ in range(50):
+    events = [e for e in handle.get_new_events() if e.type.value == "write"]
+    if events:
+        break
+    time.sleep(0.1)
+entry = events[0].entry
+out["event_entry"] = [entry.name, entry.path, entry.type.value, entry.size]
+handle.stop()
+sb.kill()
+print(json.dumps(out))
+"""
+
+
+def test_file_metadata_is_kept_as_xattrs_and_watch_events_carry_entries(
+    server: Server, e2b_python: Path
+) -> None:
+    out = run_client(e2b_python, server, METADATA)
+    # envd 0.6.2's metadata: X-Metadata-* headers at upload, user.e2b.* xattrs after
+    assert out["written"] == out["stat"] == out["renamed"] == {"author": "mish"}
+    assert out["listed"] == [{"author": "mish"}]
+    assert out["overwritten"] == [None, None]  # a new upload replaces the file and its xattrs
+    assert out["many"] == [{"k": "v"}, {"k": "v"}]
+    assert 0 < out["big"] <= E2B_ENTRY_METADATA_BYTES  # 2000+ bytes set, the cap's worth shown
+    assert out["refused"] == ["InvalidArgumentException", True], out["refused"]
+    # envd 0.6.3's entries in watch events
+    assert out["event_entry"] == ["w.txt", "/home/user/w.txt", "file", 3]

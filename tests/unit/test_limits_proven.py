@@ -37,6 +37,10 @@ PROOFS: dict[str, list[str]] = {
     "DRAIN_BYTES": [
         "tests/unit/test_server_unit.py::test_a_refused_body_is_drained_only_up_to_the_drain_cap"
     ],
+    "E2B_ENTRY_METADATA_BYTES": [
+        "tests/integration/test_e2b_envd.py::"
+        "test_file_metadata_is_kept_as_xattrs_and_watch_events_carry_entries"
+    ],
     "E2B_LIST_LIMIT": [E2B_CAPS],
     "E2B_MAX_DEPTH": [E2B_CAPS],
     "E2B_MAX_PROCESSES": [E2B_CAPS],

@@ -8,16 +8,21 @@ target once whole.  An upload is either ``application/octet-stream`` (``?path=``
 ``Content-Encoding: gzip`` body is inflated as it comes, the cap counting what it
 inflates to) or ``multipart/form-data`` with up to ``E2B_MAX_UPLOAD_FILES`` files,
 each named by its path.  ``username`` is accepted and every transfer is the sandbox
-user's.  Errors have envd's shape, ``{"code", "message"}``.
+user's.  An upload's ``X-Metadata-*`` headers are its files' metadata, kept as envd keeps
+it, in ``user.e2b.*`` xattrs (keys lowercased; at most ``E2B_ENTRY_METADATA_BYTES``); a
+file uploaded again is a new file, without the old one's.  Errors have envd's shape,
+``{"code", "message"}``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import zlib
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Annotated, Any
 
+from connectrpc.errors import ConnectError
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse
 from starlette.datastructures import UploadFile
@@ -29,10 +34,11 @@ from ...errors import (
     SandboxFileNotFoundError,
     SandboxNotFoundError,
 )
-from ...limits import E2B_MAX_UPLOAD_FILES
+from ...limits import E2B_ENTRY_METADATA_BYTES, E2B_MAX_UPLOAD_FILES
 from ..deps import Opts, status_of
 from ..downloads import file_response
 from .control import registry
+from .filesystem import helper
 from .models import e2b_error
 from .state import ENVD_PORT
 
@@ -54,8 +60,36 @@ def _error(exc: SandboxError) -> Response:
     return e2b_error(status_of(exc), str(exc))
 
 
-def _written(path: str) -> dict[str, str]:
-    return {"name": path.rsplit("/", 1)[-1], "type": "file", "path": path}
+_META_HEADER = "x-metadata-"
+_META_KEY = re.compile(r"[A-Za-z0-9!#$%&'*+.^_`|~-]+\Z")
+_META_VALUE = re.compile(r"[\x20-\x7e]*\Z")
+
+
+def _metadata(request: Request) -> dict[str, str]:
+    """The upload's ``X-Metadata-*`` headers (keys lowercased, as envd's), checked."""
+    found = {
+        name[len(_META_HEADER) :].lower(): value
+        for name, value in request.headers.items()
+        if name.lower().startswith(_META_HEADER)
+    }
+    for key, value in found.items():
+        if not _META_KEY.match(key) or not _META_VALUE.match(value):
+            raise ValueError(
+                f"invalid metadata {key!r}: keys are HTTP tokens, values printable ASCII"
+            )
+    if sum(len(k) + len(v) for k, v in found.items()) > E2B_ENTRY_METADATA_BYTES:
+        raise ValueError(
+            f"the metadata is larger than {E2B_ENTRY_METADATA_BYTES} bytes (keys and values; "
+            "the server's cap, E2B_ENTRY_METADATA_BYTES)"
+        )
+    return found
+
+
+def _written(path: str, metadata: dict[str, str]) -> dict[str, Any]:
+    made: dict[str, Any] = {"name": path.rsplit("/", 1)[-1], "type": "file", "path": path}
+    if metadata:
+        made["metadata"] = metadata
+    return made
 
 
 @router.get("/health", response_model=None)
@@ -123,6 +157,22 @@ async def upload(
     files = lease.sandbox.files
     kind = request.headers.get("content-type", "")
     written: list[dict[str, Any]] = []
+
+    async def wrote(target: str) -> None:
+        # a new file (the upload renamed over the old one): no stale metadata to clear
+        resolved = lease.sandbox.resolve_path(target)
+        if metadata:
+            try:
+                await helper(lease.sandbox, "setmeta", resolved, 1, metadata=metadata)
+            except ConnectError as exc:  # xattrs refused by the sandbox's filesystem
+                message = f"cannot set the metadata of {resolved}: {exc.message}"
+                raise FileOperationError(message) from exc
+        written.append(_written(resolved, metadata))
+
+    try:
+        metadata = _metadata(request)
+    except ValueError as exc:  # envd's answer to bad metadata
+        return e2b_error(400, str(exc))
     try:
         async with reg.tenancy.use(record.owner, lease.id):
             if kind.startswith("multipart/form-data"):
@@ -135,7 +185,7 @@ async def upload(
                         await files.write_stream(
                             target, _upload_file(part), max_bytes=opts.max_upload_bytes
                         )
-                        written.append(_written(lease.sandbox.resolve_path(target)))
+                        await wrote(target)
             else:
                 if not path:
                     raise FileOperationError("the path query parameter is required")
@@ -143,7 +193,7 @@ async def upload(
                 if request.headers.get("content-encoding", "").lower() == "gzip":
                     body = _inflated(body)
                 await files.write_stream(path, body, max_bytes=opts.max_upload_bytes)
-                written.append(_written(lease.sandbox.resolve_path(path)))
+                await wrote(path)
     except zlib.error as exc:
         return e2b_error(400, f"the gzip body could not be inflated: {exc}")
     except SandboxError as exc:

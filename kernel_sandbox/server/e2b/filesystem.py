@@ -14,7 +14,9 @@ way), dropping the oldest past that.  Events are named as envd's (fsnotify's) ar
 file the file API wrote is created, chmod-ed and written, as envd's upload makes it; a
 recursive watcher lists a directory that appears (at most ``E2B_WATCH_SCAN_ENTRIES``
 entries) so what was made in it before its own watch began is told as created.  Entries
-of symlinks carry their target's type and the path they resolve to, as envd's do.
+of symlinks carry their target's type and the path they resolve to, as envd's do; every
+entry carries its metadata (its ``user.e2b.*`` xattrs, up to ``E2B_ENTRY_METADATA_BYTES``)
+and, asked with ``include_entry``, each event its entry where the path still exists.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from ...errors import SandboxError, SandboxFileNotFoundError
 from ...kernel.programs import program
 from ...limits import (
     E2B_ENTRY_BYTES,
+    E2B_ENTRY_METADATA_BYTES,
     E2B_FILE_OP_DEADLINE,
     E2B_LIST_LIMIT,
     E2B_MAX_DEPTH,
@@ -91,6 +94,7 @@ def entry_info(found: dict[str, Any], sandbox: AsyncSandbox) -> pb.EntryInfo:
         group=E2B_USER if group == ours else group,
         modified_time=Timestamp.from_nanos(int(found["mtime_ns"])),
         symlink_target=str(target) if target is not None else None,
+        metadata={str(k): str(v) for k, v in (found.get("metadata") or {}).items()},
     )
 
 
@@ -107,7 +111,13 @@ def _refusal(code: int, stderr: str, path: str) -> ConnectError:
 
 async def helper(sandbox: AsyncSandbox, op: str, path: str, most: int, **fields: Any) -> list[Any]:
     """Run one op of the helper as the sandbox user; its JSON lines (at most ``most``)."""
-    spec = {"op": op, "path": path, "protected": list(sandbox.host.protected_paths), **fields}
+    spec = {
+        "op": op,
+        "path": path,
+        "protected": list(sandbox.host.protected_paths),
+        "meta_bytes": E2B_ENTRY_METADATA_BYTES,
+        **fields,
+    }
     try:
         result = await sandbox.host.exec(
             ["sh", "-c", _RUN, _PROGRAM, json.dumps(spec)],
@@ -126,11 +136,14 @@ async def helper(sandbox: AsyncSandbox, op: str, path: str, most: int, **fields:
 class Watcher:
     """One directory watched inside the sandbox (a process running inotify)."""
 
-    def __init__(self, sandbox: AsyncSandbox, path: str, recursive: bool, keep: int) -> None:
+    def __init__(
+        self, sandbox: AsyncSandbox, path: str, recursive: bool, keep: int, entries: bool = False
+    ) -> None:
         self.id = secrets.token_hex(8)
         self.path = path
         self._sandbox = sandbox
         self._recursive = recursive
+        self._entries = entries
         #: Events not taken yet (non-streaming watchers), the oldest dropped past ``keep``.
         self.kept: collections.deque[pb.FilesystemEvent] = collections.deque(maxlen=keep)
         self.queue: asyncio.Queue[pb.FilesystemEvent | None] = asyncio.Queue(E2B_SUBSCRIBER_QUEUE)
@@ -150,6 +163,8 @@ class Watcher:
             "path": self.path,
             "recursive": self._recursive,
             "scan": E2B_WATCH_SCAN_ENTRIES,
+            "entry": self._entries,
+            "meta_bytes": E2B_ENTRY_METADATA_BYTES,
             "protected": list(self._sandbox.host.protected_paths),
         }
         try:
@@ -183,7 +198,9 @@ class Watcher:
             if "name" not in found:
                 continue  # the helper's heartbeat
             event = pb.FilesystemEvent(
-                name=str(found["name"]), type=_EVENTS.get(str(found["type"]), pb.EventType.WRITE)
+                name=str(found["name"]),
+                type=_EVENTS.get(str(found["type"]), pb.EventType.WRITE),
+                entry=entry_info(found["entry"], self._sandbox) if "entry" in found else None,
             )
             if self._streaming:
                 await self.queue.put(event)
@@ -275,7 +292,11 @@ class FilesystemService(Filesystem):
         return pb.RemoveResponse()
 
     async def _watcher(
-        self, record: E2bSandbox, sandbox: AsyncSandbox, path: str, recursive: bool, keep: int
+        self,
+        record: E2bSandbox,
+        sandbox: AsyncSandbox,
+        request: pb.WatchDirRequest | pb.CreateWatcherRequest,
+        keep: int,
     ) -> Watcher:
         if len(record.watchers) >= E2B_MAX_WATCHERS:
             raise ConnectError(
@@ -283,7 +304,9 @@ class FilesystemService(Filesystem):
                 f"this sandbox has {E2B_MAX_WATCHERS} watchers already (the server's cap, "
                 "E2B_MAX_WATCHERS); stop one first",
             )
-        watcher = Watcher(sandbox, _path(sandbox, path), recursive, keep)
+        # allow_network_mounts: nothing is refused here for being a network mount
+        path = _path(sandbox, request.path)
+        watcher = Watcher(sandbox, path, request.recursive, keep, request.include_entry)
         record.watchers[watcher.id] = watcher
         try:
             await watcher.start()
@@ -301,7 +324,7 @@ class FilesystemService(Filesystem):
         """A directory's events as they happen, until the client closes the stream."""
         record, lease = resolve(self.registry, ctx)
         async with self.registry.tenancy.use(record.owner, lease.id):
-            watcher = await self._watcher(record, lease.sandbox, request.path, request.recursive, 0)
+            watcher = await self._watcher(record, lease.sandbox, request, 0)
             try:
                 start = pb.WatchDirResponse.StartEvent()
                 yield pb.WatchDirResponse(event=Oneof(field="start", value=start))  # type: ignore[arg-type]
@@ -326,9 +349,7 @@ class FilesystemService(Filesystem):
     ) -> pb.CreateWatcherResponse:
         """Start a watcher whose events ``GetWatcherEvents`` collects."""
         record, lease = resolve(self.registry, ctx)
-        watcher = await self._watcher(
-            record, lease.sandbox, request.path, request.recursive, E2B_WATCHER_EVENTS
-        )
+        watcher = await self._watcher(record, lease.sandbox, request, E2B_WATCHER_EVENTS)
         return pb.CreateWatcherResponse(watcher_id=watcher.id)
 
     async def get_watcher_events(

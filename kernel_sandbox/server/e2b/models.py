@@ -32,9 +32,9 @@ __all__ = [
 ]
 
 #: The envd version this server speaks for: default user, stdin, CloseStdin, octet-stream
-#: uploads, recursive watch; not file metadata (xattrs, 0.6.2) nor entries in watch
-#: events (0.6.3), which the SDK then refuses by itself with a clear error.
-ENVD_VERSION = "0.6.1"
+#: uploads, recursive watch, file metadata (``user.e2b.*`` xattrs, 0.6.2), entries in
+#: watch events (0.6.3), watching with ``allow_network_mounts`` (0.6.4).
+ENVD_VERSION = "0.6.4"
 
 
 def e2b_error(status: int, message: str) -> JSONResponse:
