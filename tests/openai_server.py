@@ -375,7 +375,6 @@ class ScriptedOpenAIServer:
             "usage": usage,
         }
 
-
     def response(self, reply: Reply, model: str) -> dict[str, Any]:
         """The full Responses API ``response`` body for a reply."""
         message = reply.message or {"role": "assistant", "content": ""}

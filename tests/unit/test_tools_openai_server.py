@@ -193,9 +193,7 @@ def test_responses_api_serves_function_calls_then_text_from_the_script(
 def test_responses_api_streams_events_ending_in_the_whole_response(
     server: ScriptedOpenAIServer,
 ) -> None:
-    server.add(
-        tool_calls(call("python_executor", {"code": "x * 2"}, id="s1"), content="a" * 40)
-    )
+    server.add(tool_calls(call("python_executor", {"code": "x * 2"}, id="s1"), content="a" * 40))
     events = list(client_for(server).responses.create(model="m", input="go", stream=True))
     kinds = [e.type for e in events]
     assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
