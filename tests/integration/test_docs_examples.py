@@ -118,9 +118,10 @@ def _tool_texts(server: ScriptedOpenAIServer) -> str:
 
 
 def _answer_from_the_kernel(request: RecordedRequest) -> Any:
-    """The model's answer: what the kernel printed for ``x * 2`` (the last result)."""
-    last = request.tool_texts()[-1]
-    return text("x * 2 is 42" if re.search(r"\b42\b", last) else f"no 42 in {last}")
+    """The model's answer: what the kernel gave for ``x * 2`` (the last result)."""
+    last = request.tool_texts()[-1]  # our ToolResult's JSON, or MCP's text of the cell
+    got = re.search(r'"output":"42"|^42$', last, re.M)
+    return text("x * 2 is 42" if got else f"no 42 in {last}")
 
 
 def test_the_langchain_page_program_runs(
