@@ -19,6 +19,14 @@ returning one.  When the script runs out the server answers 500 with a message s
 so a test fails loudly rather than hanging.  ``stream=True`` requests get the same reply
 as server-sent events.  Tools sent with ``strict: true`` are checked against the rules of
 strict mode and rejected with a 400, as the real API does.
+
+``POST /v1/responses`` (the Responses API: the Agents SDK's default model, pydantic-ai's
+``openai:`` models) takes the next item of the same script: a text reply becomes a
+``message`` output item, each tool call a ``function_call`` item; streamed, the
+``response.*`` events with the full response in ``response.completed``.  The results of
+earlier calls are the request's ``function_call_output`` input items
+(:attr:`RecordedRequest.function_outputs`); :meth:`RecordedRequest.tool_texts` reads
+them from either API.
 """
 
 from __future__ import annotations
@@ -149,6 +157,31 @@ class RecordedRequest:
             out.append(json.loads(content))
         return out
 
+    @property
+    def input(self) -> list[dict[str, Any]]:
+        """The ``input`` items of a Responses request (a bare string as one user message)."""
+        items = (self.body or {}).get("input") or []
+        return [{"role": "user", "content": items}] if isinstance(items, str) else list(items)
+
+    @property
+    def function_outputs(self) -> list[dict[str, Any]]:
+        """The ``function_call_output`` items of a Responses request (earlier results)."""
+        return [i for i in self.input if i.get("type") == "function_call_output"]
+
+    def tool_texts(self) -> list[str]:
+        """Every tool result the model was sent, as text (image parts dropped), from
+        either API."""
+        contents = [m.get("content") for m in self.tool_messages]
+        contents += [i.get("output") for i in self.function_outputs]
+        out = []
+        for content in contents:
+            if isinstance(content, list):
+                content = "".join(
+                    p.get("text", "") for p in content if p.get("type") in ("text", "input_text")
+                )
+            out.append(str(content))
+        return out
+
 
 # -- strict-mode checks -------------------------------------------------------------
 
@@ -211,6 +244,21 @@ def _tool_problems(tools: list[Any]) -> list[str]:
             problems += strict_schema_problems(
                 fn.get("parameters"), f"tools[{i}].function.parameters"
             )
+    return problems
+
+
+def _response_tool_problems(tools: list[Any]) -> list[str]:
+    """The Responses API's shape: ``{"type": "function", "name", "parameters", "strict"}``
+    (other tool types, hosted or custom, are taken as they come)."""
+    problems = []
+    for i, tool in enumerate(tools):
+        if not isinstance(tool, dict) or not isinstance(tool.get("type"), str):
+            problems.append(f"tools[{i}]: expected an object with a 'type'")
+        elif tool["type"] == "function":
+            if not isinstance(tool.get("name"), str) or not tool["name"]:
+                problems.append(f"tools[{i}].name: missing")
+            if tool.get("strict"):
+                problems += strict_schema_problems(tool.get("parameters"), f"tools[{i}].parameters")
     return problems
 
 
@@ -287,13 +335,19 @@ class ScriptedOpenAIServer:
         with self._lock:
             return [r for r in self.requests if r.path.endswith("/chat/completions")]
 
+    @property
+    def responses_requests(self) -> list[RecordedRequest]:
+        """Recorded ``/responses`` requests, in order."""
+        with self._lock:
+            return [r for r in self.requests if r.path.endswith("/responses")]
+
     def _next(self, request: RecordedRequest) -> Reply:
         with self._lock:
             self.requests.append(request)
             item = self._script.pop(0) if self._script else None
         if item is None:
-            n = len(self.chat_requests)
-            return error(500, f"scripted server: no reply left for chat request #{n}")
+            n = len(self.requests)
+            return error(500, f"scripted server: no reply left for request #{n}")
         if not callable(item):
             return item
         try:
@@ -319,6 +373,53 @@ class ScriptedOpenAIServer:
                 }
             ],
             "usage": usage,
+        }
+
+    def response(self, reply: Reply, model: str) -> dict[str, Any]:
+        """The full Responses API ``response`` body for a reply."""
+        message = reply.message or {"role": "assistant", "content": ""}
+        output: list[dict[str, Any]] = []
+        if message.get("content") or not message.get("tool_calls"):
+            part = {"type": "output_text", "text": message.get("content") or "", "annotations": []}
+            output.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{next(_ids)}",
+                    "role": "assistant",
+                    "status": "completed",
+                    "content": [part],
+                }
+            )
+        for tc in message.get("tool_calls") or []:
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_{next(_ids)}",
+                    "call_id": tc["id"],
+                    "name": tc["function"]["name"],
+                    "arguments": tc["function"]["arguments"],
+                    "status": "completed",
+                }
+            )
+        chat = reply.usage or {}
+        inp, out = chat.get("prompt_tokens", 10), chat.get("completion_tokens", 5)
+        return {
+            "id": f"resp_{next(_ids)}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "model": model,
+            "status": "completed",
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "usage": {
+                "input_tokens": inp,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens": out,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": inp + out,
+            },
         }
 
 
@@ -357,13 +458,16 @@ class _Handler(BaseHTTPRequestHandler):
         request = RecordedRequest(
             "POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body
         )
-        if not self.path.rstrip("/").endswith("/chat/completions"):
+        route = self.path.rstrip("/")
+        responses = route.endswith("/responses")
+        if not responses and not route.endswith("/chat/completions"):
             with self.server_ref._lock:
                 self.server_ref.requests.append(request)
             self._send_json(404, {"error": {"message": f"no route {self.path}"}})
             return
         if self.server_ref.check_strict_tools:
-            problems = _tool_problems(request.tools)
+            check = _response_tool_problems if responses else _tool_problems
+            problems = check(request.tools)
             if problems:
                 with self.server_ref._lock:
                     self.server_ref.requests.append(request)
@@ -378,6 +482,13 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(reply.status, reply.body or {}, reply.headers)
             return
         model = (body or {}).get("model") or self.server_ref.model
+        if responses:
+            response = reply.body or self.server_ref.response(reply, model)
+            if (body or {}).get("stream"):
+                self._send_events(_response_events(response))
+            else:
+                self._send_json(200, response, reply.headers)
+            return
         completion = reply.body or self.server_ref.completion(reply, model)
         if (body or {}).get("stream"):
             self._stream(completion)
@@ -424,13 +535,52 @@ class _Handler(BaseHTTPRequestHandler):
             }
         )
         chunks.append({**base, "choices": [], "usage": completion.get("usage")})
+        self._send_events(chunks, done=True)
+
+    def _send_events(self, events: list[dict[str, Any]], *, done: bool = False) -> None:
+        """Server-sent events: each a ``data:`` line (Responses events also named by
+        ``event:``), then ``[DONE]`` for Chat Completions."""
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
         self.send_header("Connection", "close")
         self.end_headers()
-        for chunk in chunks:
-            self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-        self.wfile.write(b"data: [DONE]\n\n")
+        for event in events:
+            name = f"event: {event['type']}\n" if "sequence_number" in event else ""
+            self.wfile.write(f"{name}data: {json.dumps(event)}\n\n".encode())
+        if done:
+            self.wfile.write(b"data: [DONE]\n\n")
         self.wfile.flush()
         self.close_connection = True
+
+
+def _response_events(response: dict[str, Any]) -> list[dict[str, Any]]:
+    """A Responses API response as its stream: ``response.created``, each output item
+    added, its text or arguments in deltas, done, then ``response.completed``."""
+    events: list[dict[str, Any]] = []
+
+    def add(kind: str, **fields: Any) -> None:
+        events.append({"type": kind, "sequence_number": len(events), **fields})
+
+    started = {**response, "status": "in_progress", "output": []}
+    add("response.created", response=started)
+    add("response.in_progress", response=started)
+    for index, item in enumerate(response["output"]):
+        at = {"output_index": index, "item_id": item["id"]}
+        if item["type"] == "message":
+            add("response.output_item.added", output_index=index, item={**item, "content": []})
+            text = item["content"][0]["text"]
+            empty = {"type": "output_text", "text": "", "annotations": []}
+            add("response.content_part.added", **at, content_index=0, part=empty)
+            for start in range(0, len(text), 16):
+                piece = text[start : start + 16]
+                add("response.output_text.delta", **at, content_index=0, delta=piece, logprobs=[])
+            add("response.output_text.done", **at, content_index=0, text=text, logprobs=[])
+            add("response.content_part.done", **at, content_index=0, part=item["content"][0])
+        else:
+            add("response.output_item.added", output_index=index, item={**item, "arguments": ""})
+            add("response.function_call_arguments.delta", **at, delta=item["arguments"])
+            add("response.function_call_arguments.done", **at, arguments=item["arguments"])
+        add("response.output_item.done", output_index=index, item=item)
+    add("response.completed", response=response)
+    return events

@@ -24,6 +24,7 @@ import os
 import shlex
 import time
 import uuid
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,10 +38,17 @@ with require_extra("openai-agents", "kernel_sandbox.integrations.openai_agents")
     from agents.sandbox.errors import (
         ExecTimeoutError,
         ExecTransportError,
+        WorkspaceArchiveReadError,
         WorkspaceArchiveWriteError,
         WorkspaceReadNotFoundError,
     )
-    from agents.sandbox.session import SandboxSession, SandboxSessionState
+    from agents.sandbox.materialization import MaterializationResult
+    from agents.sandbox.session import (
+        Dependencies,
+        Instrumentation,
+        SandboxSession,
+        SandboxSessionState,
+    )
     from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
     from agents.sandbox.session.pty_output import collect_pty_output
     from agents.sandbox.session.pty_types import (
@@ -49,6 +57,10 @@ with require_extra("openai-agents", "kernel_sandbox.integrations.openai_agents")
         clamp_pty_yield_time_ms,
         process_id_to_prune_from_meta,
         resolve_pty_write_yield_time_ms,
+    )
+    from agents.sandbox.session.runtime_helpers import (
+        RESOLVE_WORKSPACE_PATH_HELPER,
+        RuntimeHelperScript,
     )
     from agents.sandbox.session.sandbox_client import BaseSandboxClient, BaseSandboxClientOptions
     from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
@@ -80,6 +92,11 @@ log = logging.getLogger(__name__)
 
 #: Where the workspace tar is staged inside the sandbox while it is persisted/hydrated.
 _ARCHIVE = "/tmp/.kernel-sandbox-workspace.tar"
+
+#: The sandboxes this process's clients hold, by id: a resume of one of them (its state
+#: handed to a run while its first session is still open) takes the same sandbox, as no
+#: second owner can adopt it beside this one.
+_LIVE: weakref.WeakValueDictionary[str, AsyncSandbox] = weakref.WeakValueDictionary()
 
 
 def tool_output(result: ToolResult) -> list[ToolOutputText | ToolOutputImage]:
@@ -300,21 +317,48 @@ class KernelSandboxSession(BaseSandboxSession):
         await process.kill()  # ended: waits until it is recorded
         return PtyExecUpdate(None, output, process.exit_code, tokens)
 
+    # Paths: the SDK's check inside the sandbox (its helper resolves symlinks there), as
+    # its remote providers do, so a link in the workspace cannot lead a read, write,
+    # listing or removal outside the root and its grants.
+    def _runtime_helpers(self) -> tuple[RuntimeHelperScript, ...]:
+        return (RESOLVE_WORKSPACE_PATH_HELPER,)
+
+    def _current_runtime_helper_cache_key(self) -> object | None:
+        return self.state.sandbox_id
+
+    async def _validate_path_access(self, path: Path | str, *, for_write: bool = False) -> Path:
+        return await self._validate_remote_path_access(path, for_write=for_write)
+
+    async def _apply_manifest(
+        self, *, only_ephemeral: bool = False, provision_accounts: bool = True
+    ) -> MaterializationResult:
+        _refuse_accounts(self.state.manifest)
+        return await super()._apply_manifest(
+            only_ephemeral=only_ephemeral, provision_accounts=provision_accounts
+        )
+
+    async def provision_manifest_accounts(self) -> None:
+        _refuse_accounts(self.state.manifest)
+        await super().provision_manifest_accounts()
+
     async def read(self, path: Path, *, user: str | User | None = None) -> io.IOBase:
-        target = self.normalize_path(path)
+        target = await self._validate_path_access(path)
         try:
             return io.BytesIO(await self.sandbox.files.read(str(target)))
         except SandboxError as exc:
             if not await self.sandbox.files.exists(str(target)):
-                raise WorkspaceReadNotFoundError(path=Path(path)) from exc
-            raise
+                raise WorkspaceReadNotFoundError(path=Path(path), cause=exc) from exc
+            raise WorkspaceArchiveReadError(path=Path(path), cause=exc) from exc
 
     async def write(self, path: Path, data: io.IOBase, *, user: str | User | None = None) -> None:
         payload = data.read()
-        target = self.normalize_path(path, for_write=True)
-        await self.sandbox.files.write(
-            str(target), payload if isinstance(payload, bytes | str) else bytes(payload)
-        )
+        target = await self._validate_path_access(path, for_write=True)
+        try:
+            await self.sandbox.files.write(
+                str(target), payload if isinstance(payload, bytes | str) else bytes(payload)
+            )
+        except SandboxError as exc:
+            raise WorkspaceArchiveWriteError(path=target, cause=exc) from exc
 
     async def running(self) -> bool:
         return not self.sandbox.closed
@@ -368,11 +412,21 @@ class KernelSandboxSession(BaseSandboxSession):
         await self.sandbox.close()
 
 
+def _refuse_accounts(manifest: Manifest) -> None:
+    if manifest.users or manifest.groups:
+        raise ValueError(
+            "KernelSandboxSession does not support manifest users or groups: a sandbox runs "
+            "everything as its one unprivileged user, which cannot add accounts"
+        )
+
+
 class KernelSandboxClient(BaseSandboxClient[KernelSandboxClientOptions | None]):
     """Sandbox Agents' client for kernel_sandbox sandboxes (each run recorded).
 
     ``record_dir`` is where each sandbox's session notebook goes (default
     ``sessions_dir("agents-sessions")``, under ``~/.local/share/kernel-sandbox``).
+    ``instrumentation`` and ``dependencies`` are the SDK's, as every shipped client takes
+    them: the sandbox events' sinks, and the values its capabilities resolve per session.
     """
 
     backend_id = "kernel_sandbox"
@@ -383,7 +437,11 @@ class KernelSandboxClient(BaseSandboxClient[KernelSandboxClientOptions | None]):
         *,
         record_dir: str | os.PathLike[str] | None = None,
         snapshot_store: SnapshotStore | None = None,
+        instrumentation: Instrumentation | None = None,
+        dependencies: Dependencies | None = None,
     ) -> None:
+        self._instrumentation = instrumentation
+        self._dependencies = dependencies
         default = sessions_dir("agents-sessions")
         self.record_dir = Path(record_dir) if record_dir is not None else default
         self.snapshot_store = snapshot_store or default_store()
@@ -397,6 +455,14 @@ class KernelSandboxClient(BaseSandboxClient[KernelSandboxClientOptions | None]):
     ) -> SandboxSession:
         options = options or KernelSandboxClientOptions()
         manifest = self._validate_manifest_for_create(manifest or Manifest())
+        _refuse_accounts(manifest)  # before a sandbox is made for it
+        shared = [g.path for g in manifest.extra_path_grants if g.host_path is not None]
+        if shared:
+            raise ValueError(
+                f"KernelSandboxClient does not support sandbox path grant host_path for "
+                f"{shared[0]!r}: no host directory is mounted into a running sandbox; omit "
+                "host_path (a path of the sandbox itself) or copy the files in"
+            )
         session_id = uuid.uuid4()
         config = {**options.config, "working_dir": manifest.root}
         sandbox = await AsyncSandbox.create(SandboxConfig(**config), host=options.host)
@@ -411,12 +477,22 @@ class KernelSandboxClient(BaseSandboxClient[KernelSandboxClientOptions | None]):
             notebook=str(notebook),
             kernel_state=options.kernel_state,
         )
-        return self._wrap_session(self._session(state, sandbox))
+        return self._wrap_session(
+            self._session(state, sandbox), instrumentation=self._instrumentation
+        )
 
     def _session(
         self, state: KernelSandboxSessionState, sandbox: AsyncSandbox
     ) -> KernelSandboxSession:
-        recorder = NotebookRecorder.attach(sandbox, state.notebook, title="OpenAI Agents SDK run")
+        _LIVE[sandbox.id] = sandbox
+        recorder = next(
+            (
+                r
+                for r in sandbox.listeners
+                if isinstance(r, NotebookRecorder) and str(r.path) == state.notebook
+            ),
+            None,
+        ) or NotebookRecorder.attach(sandbox, state.notebook, title="OpenAI Agents SDK run")
         return KernelSandboxSession(
             state=state, sandbox=sandbox, recorder=recorder, store=self.snapshot_store
         )
@@ -429,12 +505,18 @@ class KernelSandboxClient(BaseSandboxClient[KernelSandboxClientOptions | None]):
         return session
 
     async def resume(self, state: SandboxSessionState) -> SandboxSession:
-        """The same sandbox while it runs (variables kept); else a new one restored
+        """The same sandbox while it runs (variables kept) — this process's own object
+        for it when one of its sessions holds it, else adopted —; else a new one restored
         from the kernel's last snapshot (variables and files back, where it has one)
         that the SDK then hydrates from the state's workspace snapshot."""
         if not isinstance(state, KernelSandboxSessionState):
             raise TypeError("KernelSandboxClient.resume expects a KernelSandboxSessionState")
         config = SandboxConfig(**state.config)
+        live = _LIVE.get(state.sandbox_id)
+        if live is not None and not live.closed:
+            return self._wrap_session(
+                self._session(state, live), instrumentation=self._instrumentation
+            )
         try:
             sandbox = await AsyncSandbox.adopt(state.sandbox_id, config, host=state.host)
         except SandboxNotFoundError:
@@ -442,7 +524,9 @@ class KernelSandboxClient(BaseSandboxClient[KernelSandboxClientOptions | None]):
             state = state.model_copy(
                 update={"sandbox_id": sandbox.id, "workspace_root_ready": False}
             )
-        return self._wrap_session(self._session(state, sandbox))
+        return self._wrap_session(
+            self._session(state, sandbox), instrumentation=self._instrumentation
+        )
 
     async def _restored(
         self, state: KernelSandboxSessionState, config: SandboxConfig

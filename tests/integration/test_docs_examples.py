@@ -1,10 +1,12 @@
 """The first programs a newcomer runs: the README's example, the getting-started page's,
-and the LangChain and smolagents pages' on a scripted model (the Agents SDK's and
-pydantic-ai's programs name OpenAI's Responses API, which the scripted server does not
-serve; their adapters are tested in ``test_integrations_*.py``).
+and the framework pages' (LangChain, smolagents, the OpenAI Agents SDK, pydantic-ai) on
+a scripted model — the last two on the Responses API, the one their default OpenAI
+models use.
 
 Each runs as a user would run it, in a separate Python process; whatever sandbox it
-leaves behind (it should leave none) is removed by its owner pid and fails the test.
+leaves behind (it should leave none) is removed and fails the test: by its owner pid,
+or — for a sandbox of a server the program started (``kernel-sandbox mcp``) — one that
+appeared during the run and whose owner has ended.
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
 
-from tests.openai_server import ScriptedOpenAIServer, call, text, tool_calls
+from tests.openai_server import RecordedRequest, ScriptedOpenAIServer, call, text, tool_calls
 
 pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
+OWNER = "kernel-sandbox.owner-pid"
 
 
 def python_block(page: Path, needle: str) -> str:
@@ -33,8 +37,24 @@ def python_block(page: Path, needle: str) -> str:
     return found[0]
 
 
+def _orphans(engine: docker.DockerClient, before: set[str]) -> list[Any]:
+    """Our containers made since ``before`` whose owner process has ended."""
+    out = []
+    for container in engine.containers.list(all=True, filters={"label": OWNER}):
+        if container.id in before:
+            continue
+        try:
+            os.kill(int(container.labels.get(OWNER, "0")), 0)
+        except (ProcessLookupError, ValueError):
+            out.append(container)
+        except PermissionError:
+            pass
+    return out
+
+
 def run_program(code: str, tmp_path: Path, engine: docker.DockerClient) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    before = {c.id for c in engine.containers.list(all=True, filters={"label": OWNER})}
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
         cwd=tmp_path,
@@ -49,9 +69,8 @@ def run_program(code: str, tmp_path: Path, engine: docker.DockerClient) -> str:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        left = engine.containers.list(
-            all=True, filters={"label": f"kernel-sandbox.owner-pid={proc.pid}"}
-        )
+        left = engine.containers.list(all=True, filters={"label": f"{OWNER}={proc.pid}"})
+        left += [c for c in _orphans(engine, before) if c.id not in {x.id for x in left}]
         for container in left:
             container.remove(force=True)
     assert not left, "the example left its sandbox behind"
@@ -95,13 +114,14 @@ def scripted_openai(monkeypatch: pytest.MonkeyPatch) -> Iterator[ScriptedOpenAIS
 
 
 def _tool_texts(server: ScriptedOpenAIServer) -> str:
-    out = []
-    for message in server.chat_requests[-1].tool_messages:
-        content = message.get("content")
-        if isinstance(content, list):
-            content = "".join(p.get("text", "") for p in content if p.get("type") == "text")
-        out.append(str(content))
-    return "\n".join(out)
+    return "\n".join(server.requests[-1].tool_texts())
+
+
+def _answer_from_the_kernel(request: RecordedRequest) -> Any:
+    """The model's answer: what the kernel gave for ``x * 2`` (the last result)."""
+    last = request.tool_texts()[-1]  # our ToolResult's JSON, or MCP's text of the cell
+    got = re.search(r'"output":"42"|^42$', last, re.M)
+    return text("x * 2 is 42" if got else f"no 42 in {last}")
 
 
 def test_the_langchain_page_program_runs(
@@ -130,3 +150,57 @@ def test_the_smolagents_page_program_runs(
     answer, notebook = out.strip().splitlines()[-2:]
     assert answer == "49" and notebook.startswith("notebook: ")
     assert Path(notebook.removeprefix("notebook: ")).exists()
+
+
+def _two_dependent_calls(server: ScriptedOpenAIServer, tool: str) -> None:
+    """``x = 21`` in one call, ``x * 2`` in the next (needs the first's state), then an
+    answer made from the second's result."""
+    server.add(
+        tool_calls(call(tool, {"code": "x = 21"})),
+        tool_calls(call(tool, {"code": "x * 2"})),
+        _answer_from_the_kernel,
+    )
+
+
+def test_the_openai_agents_page_program_runs(
+    docker_engine: docker.DockerClient,
+    tmp_path: Path,
+    scripted_openai: ScriptedOpenAIServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The page's Sandbox Agent program, unchanged: the SDK's default model (the
+    Responses API) at ``OPENAI_BASE_URL``, its ``KernelSandboxClient`` run recorded
+    under ``XDG_DATA_HOME``."""
+    monkeypatch.setenv("OPENAI_AGENTS_DISABLE_TRACING", "1")  # no traces leave the machine
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    _two_dependent_calls(scripted_openai, "python_executor")
+    code = python_block(ROOT / "docs" / "how-to" / "openai-agents.md", "KernelSandboxClient()")
+    out = run_program(code, tmp_path, docker_engine)
+    assert out.strip() == "x * 2 is 42", out
+    requests = scripted_openai.responses_requests
+    assert len(requests) == 3 and not scripted_openai.chat_requests
+    assert "python_executor" in {t.get("name") for t in requests[0].tools}
+    notebooks = list((tmp_path / "data" / "kernel-sandbox" / "agents-sessions").glob("*.ipynb"))
+    assert len(notebooks) == 1
+    assert "x * 2" in notebooks[0].read_text()
+
+
+def test_the_pydantic_ai_page_program_runs(
+    docker_engine: docker.DockerClient,
+    tmp_path: Path,
+    scripted_openai: ScriptedOpenAIServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The page's first program, unchanged: ``"openai:gpt-4.1"`` (pydantic-ai's Responses
+    model) at ``OPENAI_BASE_URL``, ``kernel-sandbox mcp`` over stdio as its toolset."""
+    _two_dependent_calls(scripted_openai, "run_python")
+    code = python_block(ROOT / "docs" / "how-to" / "pydantic-ai.md", "StdioTransport(")
+    bin_dir = Path(sys.executable).parent  # where `kernel-sandbox` is installed
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    out = run_program(code, tmp_path, docker_engine)
+    assert out.strip() == "x * 2 is 42", out
+    requests = scripted_openai.responses_requests
+    assert len(requests) == 3 and not scripted_openai.chat_requests
+    assert "run_python" in {t.get("name") for t in requests[0].tools}
+    notebook = tmp_path / "pydantic-ai-session.ipynb"
+    assert notebook.exists() and "x * 2" in notebook.read_text()

@@ -3,6 +3,7 @@ client against the local OpenAI-compatible server, real sandbox, real notebook).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
@@ -22,8 +23,15 @@ from agents import (
     set_tracing_disabled,
 )
 from agents.mcp import MCPServerStreamableHttp
-from agents.sandbox import SandboxAgent, SandboxRunConfig
+from agents.sandbox import Manifest, SandboxAgent, SandboxRunConfig
 from agents.sandbox.capabilities import Shell
+from agents.sandbox.errors import (
+    InvalidManifestPathError,
+    WorkspaceArchiveWriteError,
+    WorkspaceReadNotFoundError,
+)
+from agents.sandbox.types import User
+from agents.sandbox.workspace_paths import SandboxPathGrant
 from agents.tool import ToolOutputImage
 from openai import AsyncOpenAI
 
@@ -319,3 +327,47 @@ async def test_pty_processes_end_with_their_status_and_are_bounded(
         left = await session.exec("grep -l '^sleep' /proc/[0-9]*/cmdline 2>/dev/null | wc -l")
         assert left.stdout.strip() == b"0"  # every process gone from the sandbox
     await client.delete(session)
+
+
+async def test_paths_stay_in_the_workspace_and_what_we_cannot_do_is_refused(
+    docker_engine: object, tmp_path: Path
+) -> None:
+    """A symlink made in the sandbox cannot lead the SDK's file calls out of the
+    workspace (the SDK's own check, run inside the sandbox); a failed write is the SDK's
+    error; manifest accounts and host-path grants are refused, not half done; a second
+    session on the state of a live one (a resume in the same process) is the same
+    sandbox."""
+    client = KernelSandboxClient(
+        record_dir=tmp_path, snapshot_store=LocalSnapshotStore(tmp_path / "snapshots")
+    )
+    options = KernelSandboxClientOptions(config={"labels": TEST_LABEL})
+    session = await client.create(options=options)
+    async with session:
+        made = await session.exec("ln -s /etc link && mkdir docs && echo x > inside.txt")
+        assert made.ok(), made.stderr
+        for attempt in (
+            session.read(Path("link/passwd")),
+            session.write(Path("link/evil"), io.BytesIO(b"x")),
+            session.ls("link"),
+            session.mkdir("link/nested", parents=True),
+            session.rm("link/passwd"),
+        ):
+            with pytest.raises(InvalidManifestPathError, match="must not escape root"):
+                await attempt
+        assert (await session.read(Path("inside.txt"))).read() == b"x\n"
+        with pytest.raises(WorkspaceArchiveWriteError):
+            await session.write(Path("docs"), io.BytesIO(b"a directory is no file"))
+        with pytest.raises(WorkspaceReadNotFoundError):
+            await session.read(Path("missing.txt"))
+
+        again = await client.resume(session.state)
+        assert again._inner.sandbox is session._inner.sandbox  # type: ignore[attr-defined]
+        await session.exec("touch from-first")
+        assert (await again.exec("ls from-first")).ok()
+    await client.delete(session)
+
+    with pytest.raises(ValueError, match="does not support manifest users or groups"):
+        await client.create(manifest=Manifest(users=[User(name="someone")]), options=options)
+    grant = SandboxPathGrant(path="/mnt/shared", host_path=str(tmp_path))
+    with pytest.raises(ValueError, match="does not support sandbox path grant host_path"):
+        await client.create(manifest=Manifest(extra_path_grants=(grant,)), options=options)

@@ -1,9 +1,10 @@
 """The Agents SDK's own sandbox scenarios, on our client, through the SDK's public API.
 
-The SDK's sandbox tests live only in its repository (the wheel ships ``agents.testing``,
-a scripted model and a scripted sandbox double, not the tests); they are not
-parametrised over a client but built on its ``UnixLocalSandboxClient``.  These are the
-scenarios of theirs that hold for any provider, run the same way (``Runner``, the
+The SDK's sandbox tests themselves run unmodified on our client in
+``test_agents_sdk_suite.py`` (from its source distribution; the wheel ships only
+``agents.testing``); they are not parametrised over a client but built on its
+``UnixLocalSandboxClient``, and some of the scenarios that hold for any provider assert
+that client's name.  These are such scenarios, run the same way (``Runner``, the
 ``ScriptedModel`` of ``agents.testing``, the ``Shell`` and ``Filesystem`` capabilities,
 ``RunState`` pause and resume), on :class:`KernelSandboxClient` and real sandboxes:
 

@@ -1,7 +1,8 @@
 """The scripted OpenAI-compatible server, driven by the real openai client.
 
 The agent-loop and tools tests rely on it, so its behaviour is pinned here: parallel
-tool calls, retried errors, streaming, strict-mode checks of the tools sent.
+tool calls, retried errors, streaming, strict-mode checks of the tools sent; the same
+script served as the Responses API.
 """
 
 from __future__ import annotations
@@ -154,3 +155,73 @@ def test_a_schema_that_breaks_strict_mode_is_rejected_with_400(
 def test_models_endpoint_lists_the_model(server: ScriptedOpenAIServer) -> None:
     models = client_for(server).models.list()
     assert [m.id for m in models] == ["scripted-model"]
+
+
+# -- the Responses API ------------------------------------------------------------------
+
+
+def test_responses_api_serves_function_calls_then_text_from_the_script(
+    server: ScriptedOpenAIServer,
+) -> None:
+    server.add(
+        tool_calls(call("python_executor", {"code": "x = 21"}, id="r1"), content="first"),
+        lambda request: text(f"the tool said {request.tool_texts()[0]}"),
+    )
+    client = client_for(server)
+    first = client.responses.create(model="m", input="go")
+    assert first.status == "completed" and first.output_text == "first"
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert [(c.call_id, c.name, json.loads(c.arguments)) for c in calls] == [
+        ("r1", "python_executor", {"code": "x = 21"})
+    ]
+    assert first.usage is not None and first.usage.total_tokens == 15
+    second = client.responses.create(
+        model="m",
+        input=[
+            {"role": "user", "content": "go"},
+            {"type": "function_call_output", "call_id": "r1", "output": "42"},
+        ],
+    )
+    assert second.output_text == "the tool said 42"
+    recorded = server.responses_requests
+    assert [r.input[0] for r in recorded] == [{"role": "user", "content": "go"}] * 2
+    assert recorded[1].function_outputs == [
+        {"type": "function_call_output", "call_id": "r1", "output": "42"}
+    ]
+
+
+def test_responses_api_streams_events_ending_in_the_whole_response(
+    server: ScriptedOpenAIServer,
+) -> None:
+    server.add(tool_calls(call("python_executor", {"code": "x * 2"}, id="s1"), content="a" * 40))
+    events = list(client_for(server).responses.create(model="m", input="go", stream=True))
+    kinds = [e.type for e in events]
+    assert kinds[0] == "response.created" and kinds[-1] == "response.completed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    assert deltas == "a" * 40
+    args = [e.arguments for e in events if e.type == "response.function_call_arguments.done"]
+    assert [json.loads(a) for a in args] == [{"code": "x * 2"}]
+    final = events[-1].response  # type: ignore[union-attr]
+    assert final.output_text == "a" * 40 and [i.type for i in final.output] == [
+        "message",
+        "function_call",
+    ]
+
+
+def test_responses_api_checks_strict_function_tools(
+    server: ScriptedOpenAIServer, idle_sandbox: AsyncSandbox
+) -> None:
+    tools = ToolSet(idle_sandbox).schemas("responses")
+    server.add(text("fine"))
+    client = client_for(server)
+    reply = client.responses.create(model="m", input="hi", tools=tools)  # type: ignore[arg-type]
+    assert reply.output_text == "fine"
+    bad = {
+        "type": "function",
+        "name": "f",
+        "strict": True,
+        "parameters": {"type": "object", "properties": {"a": {"type": "string"}}},
+    }
+    with pytest.raises(openai.BadRequestError, match="additionalProperties"):
+        client.responses.create(model="m", input="hi", tools=[bad])  # type: ignore[list-item]
