@@ -53,6 +53,9 @@ Interface history (hosts outside this package are written against it):
   :meth:`KernelHost.resume_checkpoint` and :meth:`KernelHost.restore_checkpoint`
   (additive; the defaults say the host cannot): exact snapshots, the whole sandbox by
   its runtime's checkpoint.
+* 2.9 — added :meth:`KernelHost.election` and :class:`Election` (additive; the default
+  is None: the host's engine elects nobody): one holder at a time among processes
+  that share a name (server replicas' reaper), by the engine's own primitive.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ import socket
 from collections.abc import AsyncIterable, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..config import KERNEL_PYTHON, LABEL_PREFIX
 from ..errors import KernelError, SnapshotError
@@ -81,6 +84,7 @@ __all__ = [
     "HOSTS_GROUP",
     "REMOVED_REASON",
     "ConnectionInfo",
+    "Election",
     "ExecResult",
     "HostState",
     "KernelHost",
@@ -99,6 +103,19 @@ REMOVED_REASON = (
     "its container was removed from outside (e.g. `docker rm -f`), so its files and "
     "variables are gone; create a new sandbox"
 )
+
+
+class Election(Protocol):
+    """One holder at a time among processes that share a name (see
+    :meth:`KernelHost.election`)."""
+
+    async def hold(self) -> bool:
+        """Take or renew the holding; whether this process holds it now.  Call it more
+        often than the duration the election was made with, to keep it."""
+
+    async def release(self) -> None:
+        """Give the holding up if this process has it (the next candidate need not
+        wait for it to run out)."""
 
 
 @dataclass(frozen=True)
@@ -493,6 +510,13 @@ class KernelHost(abc.ABC):
         if left:
             log.warning("%d sandboxes left on host %r: it cannot remove them", len(left), cls.name)
         return 0
+
+    @classmethod
+    def election(cls, name: str, identity: str, duration: int) -> Election | None:
+        """An election among the processes that use this engine under ``name``, this
+        one known as ``identity``, each holding lasting ``duration`` seconds (None: the
+        engine has no such primitive; callers fall back to their own)."""
+        return None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.sandbox_id} {self.resource_id or '-'}>"

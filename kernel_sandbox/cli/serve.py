@@ -222,6 +222,14 @@ def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ..
     help="Server processes behind the one port (uses more cores); any serves any "
     "sandbox. They share --record-dir, which must be on this host.",
 )
+@click.option(
+    "--replica",
+    is_flag=True,
+    help="One of several replicas of this server (the pods of a Deployment): they share "
+    "--name, --record-dir and --snapshot-dir on a shared volume; any serves any sandbox, "
+    "none removes sandboxes when it starts or stops, one at a time reaps (on Kubernetes "
+    "the holder of a Lease).",
+)
 @click.option("--no-mcp", is_flag=True, help="Do not serve MCP at /mcp.")
 def serve(
     host: str,
@@ -260,6 +268,7 @@ def serve(
     snapshot_dir: Path | None,
     e2b_templates: tuple[str, ...],
     workers: int,
+    replica: bool,
     no_mcp: bool,
 ) -> None:
     """Serve sandboxes over HTTP: ms-enclave's REST API, /v1 (streaming) and MCP at /mcp."""
@@ -309,6 +318,7 @@ def serve(
         pause_after=pause_after,
         e2b_templates=_templates(e2b_templates),
         workers=workers,
+        replica=replica,
     )
     if snapshot_dir is not None:
         settings = settings.model_copy(update={"snapshot_dir": snapshot_dir})

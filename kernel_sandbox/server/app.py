@@ -143,8 +143,8 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
     )
     hosts = allowed_hosts_for(settings.host, settings.allowed_hosts)
     guarded = BrowserGuard(AuthMiddleware(inner, keyring, token_paths=(e2b.SANDBOX_PREFIX,)), hosts)
-    if settings.workers > 1:
+    if settings.workers > 1 or settings.replica:
         from .workers import WorkerHeader
 
-        return WorkerHeader(guarded)
+        return WorkerHeader(guarded, replica=settings.replica)
     return guarded

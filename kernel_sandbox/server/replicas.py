@@ -17,11 +17,17 @@ the file is gone (deleted or reaped by another worker).  An exclusive ``flock`` 
 held around every recorded call, from before the kernel runs it until its cell is on
 disk, so the notebook's cells follow the calls' order whichever worker ran them (the
 notebook's own writer rule, :mod:`kernel_sandbox.notebook.shared`, keeps every cell of
-every writer).  The holder writes its pid into it and empties it before it lets go:
-a worker that takes the lock and finds a pid left knows a worker died mid-call, and
-interrupts the call nobody waits for any more.  Each release rewrites the file, so its
+every writer).  The holder writes its :func:`identity` into it and empties it before it
+lets go: a worker that takes the lock and finds another's left knows a worker died
+mid-call, and interrupts the call nobody waits for any more.  Each release rewrites the file, so its
 mtime is when the sandbox was last used, the clock the reaper reads (a worker's own
 ``last_used`` only knows its own calls).
+
+Replicas (``serve --replica``: the pods of a Deployment, or servers on several hosts)
+follow the same rules on a shared volume (an NFS-like ReadWriteMany volume keeps
+``flock`` across hosts; a hostPath on one node does as the kernel's own).  Only the
+reaper's election differs on Kubernetes: a ``coordination.k8s.io`` Lease
+(:class:`kernel_sandbox.backends.kubernetes.lease.LeaseElection`), not the lock file.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ import contextlib
 import fcntl
 import os
 import re
+import secrets
+import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -45,6 +53,7 @@ __all__ = [
     "drop",
     "guest_claim",
     "holder_died",
+    "identity",
     "idle_for",
     "is_live",
     "live_states",
@@ -60,6 +69,19 @@ REAPER_LOCK = ".reaper.lock"
 _NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")
 #: Seconds between two tries of a busy call lock: first, then at most (doubling).
 LOCK_POLL = (0.001, 0.02)
+#: Bytes of a holder's identity read back from a state file.
+_IDENTITY_BYTES = 256
+_identities: dict[int, str] = {}
+
+
+def identity() -> str:
+    """This process among every server process on every host: its host name (a pod's
+    name), pid and a nonce drawn once per process (a container started again in the
+    same pod has the same name and pid 1)."""
+    pid = os.getpid()
+    if pid not in _identities:  # per pid: a forked worker draws its own
+        _identities[pid] = f"{socket.gethostname()}:{pid}:{secrets.token_hex(4)}"
+    return _identities[pid]
 
 
 def state_path(record_dir: Path, owner: str, sandbox_id: object) -> Path | None:
@@ -155,7 +177,7 @@ async def call_lock(path: Path, wait: float, *, block: bool = True) -> AsyncIter
         except FileNotFoundError:  # deleted while we waited
             raise SandboxNotFoundError(f"sandbox {path.stem!r} is gone") from None
         died = _left_by_dead_holder(fd)
-        mine = str(os.getpid()).encode()
+        mine = identity().encode()
         os.pwrite(fd, mine, 0)
         os.ftruncate(fd, len(mine))
         try:
@@ -168,11 +190,11 @@ async def call_lock(path: Path, wait: float, *, block: bool = True) -> AsyncIter
 
 
 def _left_by_dead_holder(fd: int) -> bool:
-    """Whether the (locked) state file holds the pid of a holder that died mid-call: a
-    live holder empties the file before it lets go (checking the pid would race: a
-    killed worker is a zombie until it is reaped)."""
-    holder = os.pread(fd, 32, 0).strip()
-    return holder.isdigit() and int(holder) != os.getpid()
+    """Whether the (locked) state file names a holder that died mid-call: a live holder
+    empties the file before it lets go (checking the pid would race: a killed worker is
+    a zombie until it is reaped; and it could be another host's)."""
+    holder = os.pread(fd, _IDENTITY_BYTES, 0).strip()
+    return bool(holder) and holder != identity().encode()
 
 
 def holder_died(path: Path) -> bool:

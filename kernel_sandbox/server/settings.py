@@ -193,9 +193,19 @@ class ServerSettings(BaseModel):
         "serves any sandbox, sharing record_dir (see kernel_sandbox.server.replicas).",
     )
 
+    replica: bool = Field(
+        default=False,
+        description="One of several replicas of this server (`serve --replica`: the pods "
+        "of a Deployment), sharing its name, record_dir and snapshot_dir on a shared "
+        "volume: any replica serves any sandbox, none removes sandboxes when it starts "
+        "or stops, and one at a time (a Kubernetes Lease on the kubernetes host, else a "
+        "lock file in record_dir) reaps idle sandboxes and removes orphans (see "
+        "kernel_sandbox.server.replicas).",
+    )
+
     @model_validator(mode="after")
     def _check_workers(self) -> ServerSettings:
-        if self.workers > 1:
+        if self.workers > 1 or self.replica:
             for name, unsupported in (
                 ("pool_size", self.pool_size),
                 ("pause_after", self.pause_after),
@@ -203,8 +213,8 @@ class ServerSettings(BaseModel):
             ):
                 if unsupported:
                     raise ValueError(
-                        f"{name} is not supported with several workers yet; run one "
-                        "worker, or leave it unset"
+                        f"{name} is not supported with several workers or replicas "
+                        "yet; run one worker, or leave it unset"
                     )
         return self
 

@@ -40,6 +40,7 @@ from ..notebook.recorder import NotebookRecorder
 from ..sandbox import AsyncSandbox
 from . import replicas
 from .durable import Durability, Paused
+from .election import ReaperElection, orphans
 from .image_queue import ImageQueue
 from .labels import SERVER_ID_LABEL, SERVER_KEY_LABEL, SERVER_LABEL
 from .policy import client_config
@@ -136,6 +137,7 @@ class Tenancy:
         self._pools: dict[str, list[str]] = {}  # owner -> ids of its ms-enclave pool
         self._pool_free: dict[str, asyncio.Queue[str]] = {}
         self._reaper: asyncio.Task[None] | None = None
+        self._election: ReaperElection | None = None
         self._creating: dict[str, int] = {}
         self._images = ImageQueue()
         self._adopting: dict[str, asyncio.Lock] = {}
@@ -175,13 +177,17 @@ class Tenancy:
             await restore_all(self, found)
         await self.durable.load()
         idle = min(t for t in (self.settings.idle_timeout, self.settings.pause_after, 1e9) if t)
-        if self.settings.idle_timeout or self.settings.pause_after:
-            self._reaper = asyncio.create_task(self._reap_forever(idle))
+        tick = min(30.0, max(idle / 4, 0.2))
+        if self.shared:  # one pass at a time, by the process whose turn it is
+            self._election = ReaperElection(self.settings, tick)
+        # replicas reap orphans even with no idle timeout: a killed replica leaves them
+        if self.settings.idle_timeout or self.settings.pause_after or self.settings.replica:
+            self._reaper = asyncio.create_task(self._reap_forever(tick))
 
     @property
     def shared(self) -> bool:
-        """Several workers serve the sandboxes (see :mod:`.replicas`)."""
-        return self.settings.workers > 1
+        """Several workers or replicas serve the sandboxes (see :mod:`.replicas`)."""
+        return self.settings.workers > 1 or self.settings.replica
 
     async def stop(self) -> None:
         """Remove every sandbox (a graceful stop; a killed server leaves them labelled).
@@ -192,6 +198,8 @@ class Tenancy:
             self._reaper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._reaper
+        if self._election is not None:
+            await self._election.release()
         if self.shared:
             for lease in list(self._leases.values()):
                 await self._let_go(lease)
@@ -200,9 +208,9 @@ class Tenancy:
         await self.manager.stop()
         self._leases.clear()
 
-    async def _reap_forever(self, idle: float) -> None:
+    async def _reap_forever(self, tick: float) -> None:
         while True:
-            await asyncio.sleep(min(30.0, max(idle / 4, 0.2)))
+            await asyncio.sleep(tick)
             try:
                 await self.reap_idle()
             except Exception:  # the reaper must outlive any one failure
@@ -212,10 +220,10 @@ class Tenancy:
         """Pause every sandbox unused for ``pause_after`` seconds (when set), else remove
         every one unused for ``idle_timeout``; returns their ids."""
         limit = self.settings.pause_after or self.settings.idle_timeout
-        if not limit:
-            return []
         if self.shared:
             return await self._reap_shared(limit)
+        if not limit:
+            return []
         now = time.monotonic()
         pausing = bool(self.settings.pause_after)
         idle = [  # a sandbox from the warm pool is removed when idle, never paused
@@ -235,33 +243,46 @@ class Tenancy:
                 await self._remove(lease, "idle timeout")
         return [lease.id for lease in idle]
 
-    async def _reap_shared(self, limit: float) -> list[str]:
-        """Several workers: the one holding the reaper's lock removes every sandbox no
-        worker used for ``limit`` seconds and none is calling now (its call lock is
-        free); the others let go of the sandboxes another worker removed."""
-        with replicas.reaper_turn(self.settings.record_dir) as mine:
+    async def _reap_shared(self, limit: float | None) -> list[str]:
+        """Several workers or replicas: the one whose turn it is (:mod:`.election`)
+        removes every sandbox no process used for ``limit`` seconds (None: never) and
+        none is calling now (its call lock is free), then the orphans; the others let
+        go of the sandboxes another process removed."""
+        from .restart import leftovers, remove_one
+
+        assert self._election is not None
+        async with self._election.turn() as mine:
             if not mine:
                 for lease in list(self._leases.values()):
                     if lease.state is not None and not replicas.is_live(lease.state):
                         await self._let_go(lease)
                 return []
-            reaped = []
-            for owner, sid, state in replicas.live_states(self.settings.record_dir):
-                idle = replicas.idle_for(state)
-                held = self._leases.get(sid)
-                if idle is None or idle <= limit or (held is not None and held.busy):
-                    continue
-                try:
-                    async with replicas.call_lock(state, 0, block=False):
-                        lease = held or await self._adopt_shared(owner, sid, state)
-                        log.info("removing sandbox %s of key %s: idle", sid, owner)
-                        await self._remove(lease, "idle timeout")
-                except CapacityError:  # a call began meanwhile
-                    continue
-                except SandboxNotFoundError:  # gone meanwhile, or no container to adopt
-                    replicas.drop(state)
-                reaped.append(sid)
+            reaped = await self._reap_idle_shared(limit) if limit else []
+            for row in orphans(self.settings, await leftovers(self.settings.name)):
+                log.warning("removing sandbox %s: no server process serves it", row.sandbox_id)
+                with contextlib.suppress(SandboxError):
+                    await remove_one(self.settings.name, row.sandbox_id)
             return reaped
+
+    async def _reap_idle_shared(self, limit: float) -> list[str]:
+        """Remove the sandboxes no process used for ``limit`` seconds (this one's turn)."""
+        reaped = []
+        for owner, sid, state in replicas.live_states(self.settings.record_dir):
+            idle = replicas.idle_for(state)
+            held = self._leases.get(sid)
+            if idle is None or idle <= limit or (held is not None and held.busy):
+                continue
+            try:
+                async with replicas.call_lock(state, 0, block=False):
+                    lease = held or await self._adopt_shared(owner, sid, state)
+                    log.info("removing sandbox %s of key %s: idle", sid, owner)
+                    await self._remove(lease, "idle timeout")
+            except CapacityError:  # a call began meanwhile
+                continue
+            except SandboxNotFoundError:  # gone meanwhile, or no container to adopt
+                replicas.drop(state)
+            reaped.append(sid)
+        return reaped
 
     async def _let_go(self, lease: Lease) -> None:
         """Stop serving a sandbox here without removing it (another worker serves it,
@@ -312,7 +333,9 @@ class Tenancy:
                         lease.claim = replicas.guest_claim(item.run_dir, item.container_sandbox_id)
                     lease.state = state
                     log.info(
-                        "serving sandbox %s (key %s) made by another worker", sandbox_id, owner
+                        "serving sandbox %s (key %s) made by another server process",
+                        sandbox_id,
+                        owner,
                     )
                 return lease
             finally:

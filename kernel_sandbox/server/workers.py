@@ -41,7 +41,8 @@ __all__ = ["WORKER_HEADER", "WorkerHeader", "finish_all", "prepare", "run_worker
 
 log = logging.getLogger(__name__)
 
-#: Response header naming the worker (its pid) that answered, with several workers.
+#: Response header naming the worker that answered, with several workers (its pid) or
+#: replicas (``host:pid``, the host a replica's pod name).
 WORKER_HEADER = "x-kernel-sandbox-worker"
 #: A worker that dies sooner than this after its start waits this long before the next.
 RESPAWN_PAUSE = 1.0
@@ -50,9 +51,10 @@ RESPAWN_PAUSE = 1.0
 class WorkerHeader:
     """Adds :data:`WORKER_HEADER` to every response (which worker answered)."""
 
-    def __init__(self, app: ASGIApp) -> None:
+    def __init__(self, app: ASGIApp, *, replica: bool = False) -> None:
         self.app = app
-        self.value = str(os.getpid()).encode()
+        pid = str(os.getpid())
+        self.value = (f"{socket.gethostname()}:{pid}" if replica else pid).encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -136,7 +138,9 @@ def run_workers(
     import uvicorn
 
     sock: socket.socket = bind.bind_socket()
-    if _in_child(lambda: asyncio.run(prepare(settings))) != 0:
+    # a replica's workers are some of the server's processes: neither the restart
+    # policy nor the final removal is theirs to apply (see ServerSettings.replica)
+    if not settings.replica and _in_child(lambda: asyncio.run(prepare(settings))) != 0:
         raise SystemExit("applying --on-restart failed (see above); nothing was started")
     children: dict[int, float] = {}  # pid -> when it started
     stopping = False
@@ -184,4 +188,5 @@ def run_workers(
         if not stopping:
             spawn()
     sock.close()
-    _in_child(lambda: asyncio.run(finish_all(settings)))
+    if not settings.replica:
+        _in_child(lambda: asyncio.run(finish_all(settings)))

@@ -7,8 +7,11 @@
 #   scripts/k8s/cluster.sh load IMAGE...   # copy images from Docker into its containerd
 #
 # etcd + kube-apiserver + controller-manager + scheduler + a private containerd (own
-# socket, root and state) + kubelet + a CNI bridge, all on 127.0.0.1; Docker's engine
-# is never touched (no restart, no config change). Adapted from the reference bring-up in
+# socket, root and state) + kubelet + a CNI bridge, all on 127.0.0.1 (the API server also
+# on the bridge's gateway address, so pods reach it there: no kube-proxy routes the
+# `kubernetes` Service; deploy/kubernetes-local points the in-cluster server at it), and
+# a directory for the in-cluster server's shared volume ($RUN/shared, uid 1000); Docker's
+# engine is never touched (no restart, no config change). Adapted from the reference bring-up in
 # ../shared/k8s (its README lists the traps this script works around).
 #
 # Binaries: ../shared/k8s/bin/*.xz (or $K8S_SHARED) when present; otherwise built from
@@ -32,6 +35,7 @@ PKI=$RUN/pki
 SOCK=$RUN/containerd/containerd.sock
 BRIDGE=${K8S_BRIDGE:-ksk8s0}
 POD_CIDR=${K8S_POD_CIDR:-10.244.78.0/24}   # docker0=172.17/16, br-*=172.18+/16
+POD_GATEWAY=${POD_CIDR%.*}.1   # the bridge's address: pods reach the API server there
 NODE=localhost
 ETCD_PORT=22379; ETCD_PEER=22380; API_PORT=26443; KUBELET_PORT=21250; KUBELET_HEALTH=21248
 CM_PORT=20257; SCHED_PORT=20259
@@ -92,9 +96,12 @@ setup() { # binaries into $BIN (idempotent)
 prepare() {
   rm -rf "$RUN"
   mkdir -p "$PKI" "$RUN/containerd" "$RUN/cni/net.d" "$RUN/cni/ipam" "$RUN/kubelet" "$RUN/logs" "$RUN/opt"
+  # the in-cluster server's shared volume (deploy/kubernetes-local: a hostPath PV), as
+  # its pods' user (1000) owns it: a hostPath is mounted as the node has it
+  install -d -o 1000 -g 1000 -m 0700 "$RUN/shared"
   openssl req -x509 -newkey rsa:2048 -nodes -keyout "$PKI/ca.key" -out "$PKI/ca.crt" -days 30 -subj /CN=kernel-sandbox-ca 2>/dev/null
   gen_cert apiserver kube-apiserver "" server \
-    "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.96.0.1"
+    "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:10.96.0.1,IP:$POD_GATEWAY"
   gen_cert admin admin system:masters client
   gen_cert node system:node:$NODE system:nodes client
   gen_cert apiserver-kubelet kube-apiserver-kubelet-client system:masters client
@@ -228,7 +235,7 @@ up() {
   start containerd containerd --config "$RUN/containerd/config.toml"
   wait_for etcd 60 curl -sf http://127.0.0.1:$ETCD_PORT/health
   start apiserver "$BIN/kube-apiserver" --etcd-servers=http://127.0.0.1:$ETCD_PORT \
-    --bind-address=127.0.0.1 --secure-port=$API_PORT --insecure-port=0 \
+    --bind-address=0.0.0.0 --advertise-address=127.0.0.1 --secure-port=$API_PORT --insecure-port=0 \
     --client-ca-file="$PKI/ca.crt" --tls-cert-file="$PKI/apiserver.crt" --tls-private-key-file="$PKI/apiserver.key" \
     --kubelet-client-certificate="$PKI/apiserver-kubelet.crt" --kubelet-client-key="$PKI/apiserver-kubelet.key" \
     --kubelet-preferred-address-types=Hostname,InternalIP \

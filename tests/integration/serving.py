@@ -97,3 +97,25 @@ class Server:
 def client(server: Server, key: str | None = KEY_A) -> httpx2.AsyncClient:
     headers = {"X-API-Key": key} if key else {}
     return httpx2.AsyncClient(base_url=server.url, headers=headers, timeout=120)
+
+
+def text(response: httpx2.Response) -> str:
+    """What the call printed and returned, as text."""
+    assert response.status_code == 200, response.text
+    parts = []
+    for out in response.json()["outputs"]:
+        if out.get("output_type") == "stream":
+            parts.append(out["text"])
+        elif "data" in out:
+            parts.append(out["data"].get("text/plain", ""))
+    return "".join(parts).strip()
+
+
+def code_cells(nb: dict[str, object]) -> list[str]:
+    cells = nb["cells"]
+    assert isinstance(cells, list)
+    return [
+        "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
+        for c in cells
+        if c["cell_type"] == "code"
+    ]

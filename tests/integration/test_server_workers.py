@@ -22,7 +22,7 @@ import pytest
 from kernel_sandbox.backends.docker import DockerHost
 from kernel_sandbox.server.auth import key_id
 from kernel_sandbox.server.workers import WORKER_HEADER
-from tests.integration.serving import KEY_A, KEY_B, Server
+from tests.integration.serving import KEY_A, KEY_B, Server, code_cells, text
 from tests.waiting import await_for
 
 pytestmark = pytest.mark.usefixtures("docker_engine")
@@ -48,28 +48,6 @@ async def call(
 
 async def run(server: Server, sid: str, code: str, key: str = KEY_A) -> httpx2.Response:
     return await call(server, "POST", f"/v1/sandboxes/{sid}/python", key, json={"code": code})
-
-
-def text(response: httpx2.Response) -> str:
-    """What the call printed and returned, as text."""
-    assert response.status_code == 200, response.text
-    parts = []
-    for out in response.json()["outputs"]:
-        if out.get("output_type") == "stream":
-            parts.append(out["text"])
-        elif "data" in out:
-            parts.append(out["data"].get("text/plain", ""))
-    return "".join(parts).strip()
-
-
-def code_cells(nb: dict[str, object]) -> list[str]:
-    cells = nb["cells"]
-    assert isinstance(cells, list)
-    return [
-        "".join(c["source"]) if isinstance(c["source"], list) else c["source"]
-        for c in cells
-        if c["cell_type"] == "code"
-    ]
 
 
 async def test_made_by_one_worker_run_by_the_other_one_notebook(server: Server) -> None:
@@ -176,7 +154,7 @@ async def test_worker_killed_mid_call(server: Server) -> None:
         return bool(state.read_text().strip())
 
     await await_for(held, 30, what="the call's worker to hold the lock")
-    victim = int(state.read_text())
+    victim = int(state.read_text().split(":")[1])  # host:pid:nonce
     os.kill(victim, signal.SIGKILL)
     try:  # the caller gets an answer or an error, never silence
         answer = await asyncio.wait_for(slow, 60)

@@ -26,9 +26,11 @@ ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "scripts" / "k8s" / "cluster.sh"
 PYTHON_IMAGE = "kernel-sandbox:python"
 DATASCIENCE_IMAGE = "kernel-sandbox:datascience"
+SERVER_IMAGE = "kernel-sandbox:server"
 
 
-def _cluster_status() -> bool:
+def cluster_running() -> bool:
+    """Whether scripts/k8s/cluster.sh's local cluster runs (on this machine)."""
     return subprocess.run([str(CLUSTER), "status"], capture_output=True).returncode == 0
 
 
@@ -39,7 +41,7 @@ def _kubeconfig() -> tuple[str | None, bool]:
     path = subprocess.run(
         [str(CLUSTER), "kubeconfig"], capture_output=True, text=True
     ).stdout.strip()
-    if _cluster_status():
+    if cluster_running():
         return path, False
     # Only CI starts a cluster of its own here (.ci/run normally did already): on a shared
     # machine a test run must not start one behind its users' backs.
@@ -139,3 +141,22 @@ async def make_sandbox(namespace: str) -> AsyncIterator[Any]:
 
     yield _make
     await asyncio.gather(*(s.close() for s in made), return_exceptions=True)
+
+
+@pytest.fixture(scope="session")
+def server_image(cluster: str) -> str:
+    """kernel-sandbox:server, current with this source, in the cluster's image store.
+
+    Built once (kept while the source is unchanged: the image carries its digest) and
+    loaded into the local cluster's containerd (skipped when loaded already).  A cluster
+    named by KUBECONFIG must have it already (docs/how-to/kubernetes.md).
+    """
+    from kernel_sandbox.backends.docker.images.builder import ImageBuilder
+
+    ImageBuilder().build(["server"])
+    if cluster_running():
+        done = subprocess.run(
+            [str(CLUSTER), "load", SERVER_IMAGE], capture_output=True, text=True, timeout=600
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+    return SERVER_IMAGE

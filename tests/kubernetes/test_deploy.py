@@ -29,6 +29,7 @@ SANDBOX_LIFE = """
 import asyncio
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.backends.kubernetes import KubernetesHost
+from kernel_sandbox.backends.kubernetes.lease import LeaseElection
 
 async def main():
     sb = await AsyncSandbox.create(host="kubernetes", image="kernel-sandbox:python",
@@ -46,6 +47,11 @@ async def main():
         assert await KubernetesHost.gc() == []
     finally:
         await sb.close()
+    # the server replicas' reaper election: made, renewed, refused to another, released
+    one, two = (LeaseElection("kernel-sandbox-reaper-test", who, 30) for who in "ab")
+    assert [await one.hold(), await one.hold(), await two.hold()] == [True, True, False]
+    await one.release()
+    assert await two.hold() and not await one.hold()
     print("life ok")
 
 asyncio.run(main())
@@ -125,9 +131,17 @@ async def test_the_role_suffices_for_a_whole_sandbox_life(kube, namespace, tmp_p
 
 
 def test_the_manifests_are_accepted_by_the_api_server(kube) -> None:
-    """Server-side dry run of everything in deploy/kubernetes and of the host-network
-    overlay (nothing is created)."""
-    files = [str(DEPLOY / n) for n in ("namespace.yaml", "rbac.yaml", "server.yaml")]
+    """Server-side dry run of everything in deploy/kubernetes and of the local overlay
+    (nothing is created).  The base's PodDisruptionBudget is policy/v1, which a cluster
+    before v1.21 (the local one) does not serve: there the overlay's v1beta1 stands in."""
+    names = ("namespace.yaml", "rbac.yaml", "shared-volume.yaml", "server.yaml")
+    files = [str(DEPLOY / n) for n in names]
+    from kubernetes import client
+
+    groups = client.ApisApi(kube.client).get_api_versions().groups
+    policy_v1 = "policy/v1" in {v.group_version for g in groups for v in g.versions}
+    if policy_v1:
+        files.append(str(DEPLOY / "disruption-budget.yaml"))
     kubectl = [KUBECTL, "apply", "--dry-run=server", "-o", "name"]
     ns = subprocess.run([*kubectl, "-f", files[0]], capture_output=True, text=True)
     assert ns.returncode == 0, ns.stderr
@@ -137,7 +151,7 @@ def test_the_manifests_are_accepted_by_the_api_server(kube) -> None:
     try:
         assert created.returncode == 0 or "AlreadyExists" in created.stderr, created.stderr
         rest = subprocess.run(
-            [*kubectl, "-f", files[1], "-f", files[2]], capture_output=True, text=True
+            [*kubectl, *(a for f in files[1:] for a in ("-f", f))], capture_output=True, text=True
         )
         assert rest.returncode == 0, rest.stderr
         kinds = {line.split("/")[0] for line in rest.stdout.split()}
@@ -146,14 +160,17 @@ def test_the_manifests_are_accepted_by_the_api_server(kube) -> None:
             "role.rbac.authorization.k8s.io",
             "deployment.apps",
             "service",
+            "persistentvolumeclaim",
         }
         # both manifest sets as `kubectl apply -k` reads them (the docs' commands)
-        for overlay in ("kubernetes", "kubernetes-host-network"):
+        for overlay in ("kubernetes", "kubernetes-local")[0 if policy_v1 else 1 :]:
             whole = subprocess.run(
                 [*kubectl, "-k", str(DEPLOY.parent / overlay)], capture_output=True, text=True
             )
             assert whole.returncode == 0, f"{overlay}: {whole.stderr}"
-            assert "deployment.apps/kernel-sandbox-server" in whole.stdout.split(), whole.stdout
+            applied = whole.stdout.split()
+            assert "deployment.apps/kernel-sandbox-server" in applied, whole.stdout
+            assert "poddisruptionbudget.policy/kernel-sandbox-server" in applied, whole.stdout
     finally:
         if created.returncode == 0:
             subprocess.run([KUBECTL, "delete", "-f", files[0], "--wait=false"], check=False)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +39,7 @@ async def test_calls_take_turns_and_the_mtime_follows_use(tmp_path: Path) -> Non
         async with replicas.call_lock(path, 10) as died:
             assert not died
             order.append(f"{name} in")
-            assert path.read_text() == str(os.getpid())
+            assert path.read_text() == replicas.identity()
             await asyncio.sleep(0.05)
             order.append(f"{name} out")
 
@@ -60,11 +61,34 @@ async def test_busy_lock_is_refused_without_waiting_and_after_the_wait(tmp_path:
                 pass
 
 
-async def test_a_dead_holder_is_told_and_a_removed_sandbox_is_gone(tmp_path: Path) -> None:
+def _other_identity() -> str:
+    """Another process's identity (one that ended)."""
+    code = "from kernel_sandbox.server import replicas; print(replicas.identity())"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return done.stdout.strip()
+
+
+def test_the_identity_names_host_pid_and_process() -> None:
+    host, pid, nonce = replicas.identity().split(":")
+    assert (host, int(pid)) == (socket.gethostname(), os.getpid()) and len(nonce) == 8
+    assert replicas.identity() == replicas.identity()
+    assert _other_identity() != replicas.identity()
+
+
+@pytest.mark.parametrize("left", ["other", "same pid, restarted", "another pod, same pid"])
+async def test_a_dead_holder_is_told_and_a_removed_sandbox_is_gone(
+    tmp_path: Path, left: str
+) -> None:
     path = _state(tmp_path)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    path.write_text(dead)  # a worker killed inside a call leaves its pid
+    host, pid, _ = replicas.identity().split(":")
+    dead = {  # what a worker killed inside a call leaves
+        "other": _other_identity(),
+        # a server container started again in its pod: same host name, same pid (1)
+        "same pid, restarted": f"{host}:{pid}:00000000",
+        # a replica in another pod: its pid namespace has the same pid
+        "another pod, same pid": f"server-7d9f-x2x:{pid}:12345678",
+    }[left]  # fmt: skip
+    path.write_text(dead)
     assert replicas.holder_died(path)  # a worker adopting it now interrupts first
     assert replicas.holder_died(path)  # looking changes nothing
     async with replicas.call_lock(path, 1) as died:

@@ -86,6 +86,7 @@ class Kube:
         self.client = k8s.ApiClient(configuration)
         self.core = k8s.CoreV1Api(self.client)
         self.networking = k8s.NetworkingV1Api(self.client)
+        self.coordination = k8s.CoordinationV1Api(self.client)
 
     def ws_core(self) -> k8s.CoreV1Api:
         """A CoreV1Api on a fresh client, for one websocket (exec) call."""

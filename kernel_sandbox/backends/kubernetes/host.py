@@ -52,6 +52,7 @@ from .api import ApiException, api_call, kube, removed_error
 from .attach import KERNEL_NUMBER_READ, kernel_number, read_sandbox
 from .cluster import PodState, default_namespace, pod_state
 from .exec import pod_exec
+from .lease import LeaseElection
 
 if TYPE_CHECKING:
     from ...config import SandboxConfig
@@ -477,6 +478,11 @@ class KubernetesHost(KernelHost):
         cls, labels: dict[str, str], *, keep: frozenset[str] = frozenset()
     ) -> int:
         return await cluster.remove_labelled(labels, keep, cls.name)
+
+    @classmethod
+    def election(cls, name: str, identity: str, duration: int) -> LeaseElection:
+        """A ``coordination.k8s.io`` Lease ``name`` in the host's namespace (:mod:`.lease`)."""
+        return LeaseElection(name, identity, duration)
 
 
 def _terminated(term: Any) -> str:
