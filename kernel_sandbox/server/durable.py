@@ -73,6 +73,16 @@ class Durability:
         if self.paused:
             log.warning("%d paused sandboxes are in the store", len(self.paused))
 
+    async def find_paused(self, owner: str, sandbox_id: str) -> Paused | None:
+        """``owner``'s sandbox ``sandbox_id`` if the store holds it paused now (several
+        workers: another may have paused it, or resumed one this one saw paused)."""
+        self.paused.pop(sandbox_id, None)
+        for snap in await self.store_of(owner).list():
+            if snap.paused is not None and _server_id(snap) == sandbox_id:
+                self.paused[sandbox_id] = Paused(sandbox_id, owner, snap)
+                return self.paused[sandbox_id]
+        return None
+
     def paused_of(self, owner: str) -> list[Paused]:
         """The paused sandboxes of one key."""
         return [p for p in self.paused.values() if p.owner == owner]

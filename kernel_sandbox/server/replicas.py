@@ -8,6 +8,7 @@ as adoption after a restart reads them), and the shared record directory has the
     <record dir>/<key id>/<sandbox id>.ipynb   the session notebook; its metadata holds
                                                the sandbox's settings
     <record dir>/<key id>/<sandbox id>.lock    the sandbox's state file (below)
+    <record dir>/<key id>/<sandbox id>.resume  taken by whoever resumes it when paused
     <record dir>/.reaper.lock                  whoever holds it reaps (one pass at a time)
 
 The state file exists while the sandbox lives: a worker asked for a sandbox it does not
@@ -59,11 +60,14 @@ __all__ = [
     "live_states",
     "mark_live",
     "reaper_turn",
+    "resume_turn",
     "state_path",
 ]
 
 #: Suffix of a sandbox's state file, beside its notebook.
 STATE_SUFFIX = ".lock"
+#: Suffix of the lock file a resume of a paused sandbox takes, beside its state file.
+RESUME_SUFFIX = ".resume"
 #: The reaper's lock file in the record directory.
 REAPER_LOCK = ".reaper.lock"
 _NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")
@@ -157,20 +161,8 @@ async def call_lock(path: Path, wait: float, *, block: bool = True) -> AsyncIter
     except FileNotFoundError:
         raise SandboxNotFoundError(f"sandbox {path.stem!r} is gone") from None
     try:
-        deadline = time.monotonic() + wait
-        delay = LOCK_POLL[0]
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if not block or time.monotonic() + delay > deadline:
-                    raise CapacityError(
-                        f"sandbox {path.stem} is busy with a call of another worker (for "
-                        f"{wait:g}s); try again when it ends"
-                    ) from None
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, LOCK_POLL[1])
+        busy = f"sandbox {path.stem} is busy with a call of another worker (for {wait:g}s)"
+        await _flock(fd, wait if block else 0.0, busy + "; try again when it ends")
         try:
             if os.stat(path).st_ino != os.fstat(fd).st_ino:
                 raise FileNotFoundError(path)
@@ -185,6 +177,39 @@ async def call_lock(path: Path, wait: float, *, block: bool = True) -> AsyncIter
         finally:
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)  # no call runs; the mtime says when it was last used
+    finally:
+        os.close(fd)
+
+
+async def _flock(fd: int, wait: float, busy: str) -> None:
+    """Take an exclusive flock on ``fd``, polling for ``wait`` seconds (0: one try);
+    CapacityError(``busy``) when it stays taken."""
+    deadline = time.monotonic() + wait
+    delay = LOCK_POLL[0]
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() + delay > deadline:
+                raise CapacityError(busy) from None
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, LOCK_POLL[1])
+
+
+@contextlib.asynccontextmanager
+async def resume_turn(state: Path, wait: float) -> AsyncIterator[None]:
+    """One process at a time brings a paused sandbox back (or finds it back already):
+    an exclusive flock on ``<sandbox id>.resume`` beside its state file."""
+    fd = os.open(
+        state.with_suffix(RESUME_SUFFIX),
+        os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+        0o600,
+    )
+    try:
+        busy = f"sandbox {state.stem} is being resumed by another worker (for {wait:g}s)"
+        await _flock(fd, wait, busy)
+        yield
     finally:
         os.close(fd)
 

@@ -495,19 +495,37 @@ class Tenancy:
     async def live(self, owner: str, sandbox_id: str) -> Lease:
         """The caller's sandbox, resumed first if it is paused (the call is just slower);
         with several workers, one another worker made is adopted here first."""
-        if self.paused(owner, sandbox_id) is not None:
-            return await self.durable.resume(owner, sandbox_id)
         if not self.shared:
+            if self.paused(owner, sandbox_id) is not None:
+                return await self.durable.resume(owner, sandbox_id)
             return self.get(owner, sandbox_id)
         state = replicas.state_path(self.settings.record_dir, owner, sandbox_id)
-        lease = self._leases.get(sandbox_id) if isinstance(sandbox_id, str) else None
-        if state is None or not replicas.is_live(state):
+        if state is None:
+            raise SandboxNotFoundError(f"no sandbox {sandbox_id!r} for this API key")
+        lease = self._leases.get(sandbox_id)
+        if not replicas.is_live(state):
             if lease is not None and lease.owner == owner:  # another worker removed it
                 await self._let_go(lease)
-            raise SandboxNotFoundError(f"no sandbox {sandbox_id!r} for this API key")
+            return await self._resume_shared(owner, sandbox_id, state)
         if lease is None:
             lease = await self._adopt_shared(owner, sandbox_id, state)
         return self.get(owner, sandbox_id)
+
+    async def _resume_shared(self, owner: str, sandbox_id: str, state: Path) -> Lease:
+        """Several workers: a sandbox no worker serves may be paused (by any of them: the
+        snapshot store is shared); one resumes it, the others then serve what it made."""
+        missing = SandboxNotFoundError(f"no sandbox {sandbox_id!r} for this API key")
+        if await self.durable.find_paused(owner, sandbox_id) is None:
+            raise missing
+        try:
+            async with replicas.resume_turn(state, self.settings.max_timeout):
+                if replicas.is_live(state):  # resumed by another worker meanwhile
+                    return await self._adopt_shared(owner, sandbox_id, state)
+                if await self.durable.find_paused(owner, sandbox_id) is None:
+                    raise missing  # resumed and deleted meanwhile
+                return await self.durable.resume(owner, sandbox_id)
+        except FileNotFoundError:  # the key's directory went: nothing of it is left
+            raise missing from None
 
     async def everyone(self, owner: str) -> list[Lease]:
         """The sandboxes of one key on every worker (adopted here when needed)."""
@@ -594,7 +612,15 @@ class Tenancy:
         except Exception:
             log.warning("could not write the notebook of %s", lease.id, exc_info=True)
         with contextlib.suppress(SandboxError):
-            await self.manager.delete_sandbox(lease.id)
+            await self._delete_container(lease)
+
+    async def _delete_container(self, lease: Lease) -> None:
+        """Remove the sandbox's container, also when this worker serves it as a guest."""
+        await self.manager.delete_sandbox(lease.id)
+        if lease.guest:  # a guest only disconnected: its owner (a worker) lives on
+            from .restart import remove_one
+
+            await remove_one(self.settings.name, lease.sandbox.id)
 
     @contextlib.asynccontextmanager
     async def use(
@@ -674,11 +700,7 @@ class Tenancy:
         except Exception:  # the notebook of every earlier step is on disk already
             log.warning("could not finish the notebook of %s", lease.id, exc_info=True)
         try:
-            await self.manager.delete_sandbox(lease.id)
-            if lease.guest:  # a guest only disconnected: its owner (a worker) lives on
-                from .restart import remove_one
-
-                await remove_one(self.settings.name, lease.sandbox.id)
+            await self._delete_container(lease)
         except SandboxError as exc:
             log.warning("removing sandbox %s: %s", lease.id, exc)
 

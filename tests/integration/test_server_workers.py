@@ -142,6 +142,42 @@ async def test_clients_spreading_calls_keep_every_cell_once_in_order(server: Ser
         assert recorded == ran  # every cell once, in the order the kernel ran them
 
 
+async def test_paused_on_one_worker_resumed_once_by_calls_on_both(server: Server) -> None:
+    made = await call(server, "POST", "/v1/sandboxes", json={})
+    sid = made.json()["id"]
+    # every worker holds it first, so each has it cached when another pauses it
+    seen: set[str] = set()
+    for _ in range(40):
+        r = await run(server, sid, "v = 42; print(v)")
+        assert text(r) == "42"
+        seen.add(r.headers[WORKER_HEADER])
+        if len(seen) == 2:
+            break
+    assert len(seen) == 2
+    paused = await call(server, "POST", f"/v1/sandboxes/{sid}/pause")
+    assert paused.status_code == 200, paused.text
+    rows = await DockerHost.list_sandboxes({"kernel-sandbox.server": server.name})
+    assert rows == []  # its container went
+    # ten calls at once on fresh connections (both workers): one resume, same state
+    answers = await asyncio.gather(*(run(server, sid, "print(v)") for _ in range(10)))
+    assert [text(r) for r in answers] == ["42"] * 10
+    after, calls = {r.headers[WORKER_HEADER] for r in answers}, 10
+    while after != seen and calls < 50:  # both workers serve the resumed one
+        r = await run(server, sid, "print(v)")
+        assert text(r) == "42"
+        after.add(r.headers[WORKER_HEADER])
+        calls += 1
+    assert after == seen
+    rows = await DockerHost.list_sandboxes({"kernel-sandbox.server": server.name})
+    assert len(rows) == 1, rows  # resumed once, not once per worker
+    snaps = (await call(server, "GET", "/v1/snapshots")).json()
+    assert [s for s in snaps if s.get("paused")] == []  # the pause snapshot was consumed
+    nb = (await call(server, "GET", f"/v1/sandboxes/{sid}/notebook")).json()
+    assert code_cells(nb).count("print(v)") == calls
+    assert (await call(server, "DELETE", f"/v1/sandboxes/{sid}")).status_code == 200
+    assert (await run(server, sid, "print(v)")).status_code == 404
+
+
 async def test_worker_killed_mid_call(server: Server) -> None:
     made = await call(server, "POST", "/v1/sandboxes", json={})
     sid = made.json()["id"]
