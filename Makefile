@@ -2,7 +2,7 @@
 PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 
-.PHONY: docs package tiers install engine images run demo test test-unit test-integration test-runsc test-kubernetes cluster-up cluster-down soak lint bench bench-server bench-quick bench-rl
+.PHONY: docs package tiers install engine images run demo test test-unit test-integration test-runsc test-kubernetes cluster-up cluster-down soak lint bench bench-server bench-replicas bench-quick bench-rl
 #: Run a second time under gVisor (runtime="runsc", docs/how-to/gvisor.md): every
 #: hostile-code suite (the glob takes new ones too) and the core sandbox tests.
 RUNSC_TESTS ?= tests/integration/test_hostile*.py tests/integration/test_sandbox.py
@@ -65,6 +65,9 @@ bench-quick:        ## the key ratios in < 2 min; exits 1 if one regressed past 
 
 bench-server:       ## print(1+1) through HTTP and MCP vs in-process; 50 clients on 50 sandboxes
 	$(PYTHON) bench/server.py
+
+bench-replicas:     ## 50 clients on 50 sandboxes through 1, 2, 3 server replicas (Kubernetes) and --workers 1, 2 (Docker)
+	$(PYTHON) bench/replicas.py
 
 bench-rl:           ## evaluation workload: 16 sandboxes x 200 mixed cells, stock ipykernel and peers beside
 	$(PYTHON) bench/rl.py

@@ -29,7 +29,16 @@ from tests.kubernetes.conftest import cluster_running as local_cluster
 from tests.kubernetes.test_deploy import KUBECTL
 from tests.waiting import await_for
 
-__all__ = ["APP", "DEPLOY", "SERVER_IMAGE", "Deployed", "deploy", "local_cluster", "server_pid"]
+__all__ = [
+    "APP",
+    "DEPLOY",
+    "SERVER_IMAGE",
+    "Deployed",
+    "deploy",
+    "local_cluster",
+    "scale",
+    "server_pid",
+]
 
 DEPLOY = ROOT / "deploy" / "kubernetes"
 APP = "app.kubernetes.io/name=kernel-sandbox-server"
@@ -115,6 +124,18 @@ def _ready(kube: Any, namespace: str, replicas: int, restarts: int) -> dict[str,
 def ready_replicas(deployed: Deployed, replicas: int, restarts: int = 0) -> None:
     """Wait for ``replicas`` ready pods again (after a kill, say); updates ``urls``."""
     deployed.urls = _ready(_kube(), deployed.namespace, replicas, restarts)
+
+
+def scale(deployed: Deployed, replicas: int) -> None:
+    """Scale the server's Deployment to ``replicas`` and wait until they are ready
+    (bench/replicas.py: the same sandboxes through 1, 2, then 3 replicas)."""
+    done = subprocess.run(
+        [KUBECTL, "scale", "deployment/kernel-sandbox-server", "-n", deployed.namespace,
+         f"--replicas={replicas}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    ready_replicas(deployed, replicas)
 
 
 @contextlib.contextmanager

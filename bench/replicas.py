@@ -1,0 +1,432 @@
+"""Server replicas on Kubernetes and ``--workers`` on Docker, in one run (issue 27).
+
+    KUBECONFIG=... python bench/replicas.py              # 30 clients, 20 s per configuration
+    python bench/replicas.py --clients 50 --seconds 20 --parts kubernetes,docker
+
+30 clients by default, not the issue's 50: each sandbox pod requests 50m CPU
+(backends/kubernetes/manifests.py CPU_REQUEST) and each server replica 100m, so a 2-core
+node schedules at most 34 sandboxes beside 3 replicas (the 35th stays Pending:
+"Insufficient cpu").  Give ``--clients 50`` on a node with 3 or more cores.
+
+Kubernetes (the cluster KUBECONFIG names, else scripts/k8s/cluster.sh's): deploy/kubernetes
+(``kubernetes-local`` on a loopback API server) applied into a namespace of its own with
+one replica (tests/kubernetes/deployment.py), N sandboxes created through it; then N
+clients, each on its own sandbox, call ``print(1+1)`` for a fixed time, each call on the
+next replica in turn (round-robin from the client's own offset, so every replica takes
+an equal share); the Deployment is scaled to 2, then 3 replicas and the same sandboxes
+measured again.  Replicas are reached at their pod IPs, one kept-alive connection pool
+per replica.  Each time a replica is added, every sandbox is called on it one after
+another: its first call there (the sandbox adopted on demand: labels, the kernel's
+Secret, the state file and notebook on the shared volume), a second (cached), and one
+on the replica that created it.
+
+Docker: ``serve --workers 1`` then ``--workers 2`` (bench/workers.py's server), the same
+load on one URL (the kernel hands connections to the workers), and bench/workers.py's
+creator / first / later call elsewhere probes.
+
+While each load runs, the CPU used (cores) is read from the cgroups (cgroup v1
+cpuacct): the sandbox pods or containers, the server pods (on Docker: the server's
+processes), this client, and the whole machine (/proc/stat).  Everything the run makes
+is removed: the namespace, its PersistentVolume, the shared directory on the node, the
+Docker sandboxes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
+
+import httpx2  # noqa: E402
+from server import KEY, pct, start_server  # noqa: E402
+from workers import elsewhere, free_port  # noqa: E402
+
+from kernel_sandbox.server.restart import remove_leftovers  # noqa: E402
+from kernel_sandbox.server.workers import WORKER_HEADER  # noqa: E402
+
+CODE = {"code": "print(1+1)"}
+#: The server's limits, above the clients (the defaults: 64 sandboxes, 16 per key).
+LIMITS = ("--max-sandboxes", "120", "--max-sandboxes-per-key", "120",
+          "--max-calls-per-key", "400")  # fmt: skip
+CPUACCT = Path("/sys/fs/cgroup/cpuacct")
+
+
+# -- CPU ------------------------------------------------------------------------------
+
+
+def _cgroup_ns(path: Path) -> int:
+    try:
+        return int((path / "cpuacct.usage").read_text())
+    except OSError:
+        return 0
+
+
+def _pod_cgroup(uid: str) -> Path | None:
+    for qos in ("", "burstable/", "besteffort/"):
+        for name in (f"pod{uid}", f"pod{uid.replace('-', '_')}"):
+            path = CPUACCT / "kubepods" / f"{qos}{name}"
+            if path.is_dir():
+                return path
+    return None
+
+
+def _machine_busy_s() -> float:
+    """Seconds of CPU the whole machine spent busy (all cores), from /proc/stat."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def _process_tree_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and its live descendants (the Docker server's workers)."""
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = (int(fields[11]) + int(fields[12])) / tick
+    tree, grew = {pid}, True
+    while grew:
+        more = {p for p, parent in parents.items() if parent in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(times.get(p, 0.0) for p in tree)
+
+
+class Cpu:
+    """Cores used between :meth:`start` and :meth:`stop`, by group (name -> sampler of
+    CPU seconds so far)."""
+
+    def __init__(self, groups: dict[str, Callable[[], float]]) -> None:
+        self.groups = {"machine": _machine_busy_s, "client": time.process_time, **groups}
+
+    def start(self) -> None:
+        self.t0 = time.perf_counter()
+        self.begin = {name: sample() for name, sample in self.groups.items()}
+
+    def stop(self) -> dict[str, float]:
+        wall = time.perf_counter() - self.t0
+        used = {n: (s() - self.begin[n]) / wall for n, s in self.groups.items()}
+        used["other"] = used["machine"] - sum(v for n, v in used.items() if n != "machine")
+        return {f"{name}_cores": round(value, 3) for name, value in used.items()}
+
+
+# -- load -----------------------------------------------------------------------------
+
+
+async def load(
+    pools: list[httpx2.AsyncClient], sids: list[str], seconds: float, cpu: Cpu
+) -> dict[str, Any]:
+    """Each sandbox's client calls ``print(1+1)`` for ``seconds``, each call on the next
+    replica (pool) in turn: calls/s, p50/p99, calls per replica, CPU used."""
+    latencies: list[float] = []
+    by_replica: dict[str, int] = {}
+    failed: list[str] = []
+
+    async def client(i: int, sid: str) -> None:
+        n = i
+        while time.perf_counter() < deadline:
+            pool = pools[n % len(pools)]
+            n += 1
+            t = time.perf_counter()
+            r = await pool.post(f"/v1/sandboxes/{sid}/python", json=CODE)
+            took = time.perf_counter() - t
+            if r.status_code != 200 or r.json()["outputs"][0].get("text") != "2\n":
+                failed.append(f"{r.status_code} {r.text[:200]}")
+                continue
+            latencies.append(took)
+            who = r.headers.get(WORKER_HEADER, "the server")
+            by_replica[who] = by_replica.get(who, 0) + 1
+
+    cpu.start()
+    started = time.perf_counter()
+    deadline = started + seconds
+    await asyncio.gather(*(client(i, sid) for i, sid in enumerate(sids)))
+    wall = time.perf_counter() - started
+    used = cpu.stop()
+    assert not failed, f"{len(failed)} calls failed, first: {failed[0]}"
+    return {
+        "clients": len(sids),
+        "seconds": round(wall, 2),
+        "calls": len(latencies),
+        "calls_per_s": len(latencies) / wall,
+        "p50_ms": pct(latencies, 50),
+        "p99_ms": pct(latencies, 99),
+        "calls_by_answerer": by_replica,
+        "cpu": used,
+    }
+
+
+def pool(url: str) -> httpx2.AsyncClient:
+    return httpx2.AsyncClient(
+        base_url=url,
+        headers={"X-API-Key": KEY},
+        timeout=120,
+        limits=httpx2.Limits(max_connections=200, max_keepalive_connections=200),
+    )
+
+
+async def create_sandboxes(c: httpx2.AsyncClient, n: int) -> list[str]:
+    gate = asyncio.Semaphore(8)
+
+    async def one() -> str:
+        async with gate:
+            made = await c.post("/v1/sandboxes", json={})
+            assert made.status_code == 200, made.text
+            sid = str(made.json()["id"])
+            assert (await c.post(f"/v1/sandboxes/{sid}/python", json=CODE)).status_code == 200
+            return sid
+
+    return list(await asyncio.gather(*(one() for _ in range(n))))
+
+
+async def delete_sandboxes(c: httpx2.AsyncClient, sids: list[str]) -> None:
+    gate = asyncio.Semaphore(8)
+
+    async def one(sid: str) -> None:
+        async with gate:
+            await c.delete(f"/v1/sandboxes/{sid}")
+
+    await asyncio.gather(*(one(s) for s in sids))
+
+
+async def timed(c: httpx2.AsyncClient, sid: str) -> float:
+    t = time.perf_counter()
+    r = await c.post(f"/v1/sandboxes/{sid}/python", json=CODE)
+    took = time.perf_counter() - t
+    assert r.status_code == 200, r.text
+    return took
+
+
+async def on_new_replica(
+    creator: httpx2.AsyncClient, new: httpx2.AsyncClient, sids: list[str]
+) -> dict[str, list[float]]:
+    """Every sandbox called on the replica just added, one call at a time: the first
+    there, a second (cached), one on the creator."""
+    seen: dict[str, list[float]] = {"first": [], "cached": [], "creator": []}
+    for sid in sids:
+        seen["first"].append(await timed(new, sid))
+        seen["cached"].append(await timed(new, sid))
+        seen["creator"].append(await timed(creator, sid))
+    return seen
+
+
+def p50s(seen: dict[str, list[float]]) -> dict[str, float]:
+    out = {f"{k}_p50_ms": statistics.median(v) * 1000 for k, v in seen.items()}
+    out.update({f"{k}_p99_ms": pct(v, 99) for k, v in seen.items()})
+    out["first_added_p50_ms"] = out["first_p50_ms"] - out["cached_p50_ms"]
+    out["calls"] = len(seen["first"])
+    return out
+
+
+# -- Kubernetes -----------------------------------------------------------------------
+
+
+def _kubeconfig() -> None:
+    if not os.environ.get("KUBECONFIG"):
+        cluster = ROOT / "scripts" / "k8s" / "cluster.sh"
+        done = subprocess.run([str(cluster), "kubeconfig"], capture_output=True, text=True)
+        os.environ["KUBECONFIG"] = done.stdout.strip()
+
+
+@contextlib.contextmanager
+def own_namespace(name: str) -> Iterator[str]:
+    from kernel_sandbox.backends.kubernetes.api import kube
+
+    core = kube().core
+    core.create_namespace({"metadata": {"name": name, "labels": {"kernel-sandbox-bench": "1"}}})
+    try:
+        yield name
+    finally:
+        core.delete_namespace(name, grace_period_seconds=0)
+
+
+async def kubernetes(args: argparse.Namespace) -> dict[str, Any]:
+    _kubeconfig()
+    from kernel_sandbox.backends.kubernetes.api import kube
+    from tests.kubernetes.deployment import APP, deploy, scale
+
+    core = kube().core
+    figures: dict[str, Any] = {"runs": [], "elsewhere": {}}
+    server_args = (*LIMITS, "--idle-timeout", "900")
+    # deploy() and scale() wait with asyncio.run of their own: in a thread here
+    stack = contextlib.ExitStack()
+    ns = stack.enter_context(own_namespace(f"ks-bench-{os.getpid()}"))
+    try:
+        deployed = await asyncio.to_thread(
+            lambda: stack.enter_context(deploy(ns, 1, [KEY], args=server_args))
+        )
+
+        def pods_cpu(selector: str) -> Callable[[], float]:
+            uids = [
+                p.metadata.uid for p in core.list_namespaced_pod(ns, label_selector=selector).items
+            ]
+            paths = [p for p in map(_pod_cgroup, uids) if p is not None]
+            assert paths, f"no cgroups for pods {selector}"
+            return lambda: sum(map(_cgroup_ns, paths)) / 1e9
+
+        ((creator_pod, creator_url),) = deployed.urls.items()
+        pools = {creator_pod: pool(creator_url)}
+        t = time.perf_counter()
+        sids = await create_sandboxes(pools[creator_pod], args.clients)
+        figures["create_s"] = time.perf_counter() - t
+        sandboxes_cpu = pods_cpu("kernel-sandbox=true")
+        try:
+            for replicas in args.replicas:
+                if replicas > len(pools):
+                    await asyncio.to_thread(scale, deployed, replicas)
+                    for name, url in deployed.urls.items():
+                        if name not in pools:
+                            pools[name] = pool(url)
+                            seen = await on_new_replica(pools[creator_pod], pools[name], sids)
+                            figures["elsewhere"][name] = seen
+                cpu = Cpu({"sandboxes": sandboxes_cpu, "servers": pods_cpu(APP)})
+                run = await load(list(pools.values())[:replicas], sids, args.seconds, cpu)
+                run["replicas"] = replicas
+                run["load_1min"] = os.getloadavg()[0]
+                figures["runs"].append(run)
+            await delete_sandboxes(pools[creator_pod], sids)
+        finally:
+            await asyncio.gather(*(p.aclose() for p in pools.values()))
+    finally:
+        await asyncio.to_thread(stack.close)
+    merged: dict[str, list[float]] = {"first": [], "cached": [], "creator": []}
+    for seen in figures["elsewhere"].values():
+        for k, v in seen.items():
+            merged[k] += v
+    figures["elsewhere"] = p50s(merged) if merged["first"] else {}
+    return figures
+
+
+# -- Docker ---------------------------------------------------------------------------
+
+
+def _containers_cpu(name: str) -> Callable[[], float]:
+    done = subprocess.run(
+        ["docker", "ps", "-q", "--no-trunc", "--filter", f"label=kernel-sandbox.server={name}"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    paths = [CPUACCT / "docker" / cid for cid in done.stdout.split()]
+    return lambda: sum(map(_cgroup_ns, paths)) / 1e9
+
+
+async def docker(args: argparse.Namespace) -> dict[str, Any]:
+    figures: dict[str, Any] = {"runs": []}
+    for workers in args.workers:
+        port, name = free_port(), f"bench-replicas-{os.getpid()}-{workers}"
+        proc = start_server(port, name, extra=("--workers", str(workers), *LIMITS))
+        url = f"http://127.0.0.1:{port}"
+        try:
+            async with pool(url) as c:
+                sids = await create_sandboxes(c, args.clients)
+                cpu = Cpu(
+                    {
+                        "sandboxes": _containers_cpu(name),
+                        "servers": lambda pid=proc.pid: _process_tree_s(pid),
+                    }
+                )
+                run = await load([c], sids, args.seconds, cpu)
+                run["workers"] = workers
+                run["load_1min"] = os.getloadavg()[0]
+                await delete_sandboxes(c, sids)
+            if workers > 1:
+                run["elsewhere"] = await elsewhere(url, args.probes)
+            figures["runs"].append(run)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(120)
+            await remove_leftovers(name)
+    return figures
+
+
+# -- report ---------------------------------------------------------------------------
+
+
+def table(figures: dict[str, Any]) -> str:
+    rows = [
+        "| through | calls/s | ratio | p50 ms | p99 ms "
+        "| cores: sandboxes / servers / client / other |",
+        "|---|---|---|---|---|---|",
+    ]
+    for part, key, label in (
+        ("kubernetes", "replicas", "replica"),
+        ("docker", "workers", "worker"),
+    ):
+        runs = figures.get(part, {}).get("runs", [])
+        for run in runs:
+            c = run["cpu"]
+            n = run[key]
+            rows.append(
+                f"| {part}: {n} {label}{'s' if n > 1 else ''} | {run['calls_per_s']:.0f} | "
+                f"{run['calls_per_s'] / runs[0]['calls_per_s']:.2f}x | {run['p50_ms']:.0f} | "
+                f"{run['p99_ms']:.0f} | {c['sandboxes_cores']:.2f} / {c['servers_cores']:.2f} / "
+                f"{c['client_cores']:.2f} / {c['other_cores']:.2f} |"
+            )
+    out = ["\n".join(rows)]
+    seen = figures.get("kubernetes", {}).get("elsewhere")
+    if seen:
+        out.append(
+            f"kubernetes, one call at a time ({seen['calls']} sandboxes x each added replica): "
+            f"on the creating replica p50 {seen['creator_p50_ms']:.1f} ms, first call on another "
+            f"{seen['first_p50_ms']:.1f} ms (p99 {seen['first_p99_ms']:.1f}), then cached "
+            f"{seen['cached_p50_ms']:.1f} ms: +{seen['first_added_p50_ms']:.1f} ms once"
+        )
+    for run in figures.get("docker", {}).get("runs", []):
+        if "elsewhere" in run:
+            e = run["elsewhere"]
+            out.append(
+                f"docker --workers {run['workers']}, a new connection per call ({e['probes']} "
+                f"probes): creator p50 {e['creator_p50_ms']:.1f} ms, first call elsewhere "
+                f"{e['first_elsewhere_p50_ms']:.1f} ms, later {e['later_elsewhere_p50_ms']:.1f} "
+                f"ms: +{e['first_elsewhere_added_ms']:.1f} ms once"
+            )
+    return "\n\n".join(out)
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    figures: dict[str, Any] = {"cpus": os.cpu_count(), "clients": args.clients}
+    parts = args.parts.split(",")
+    if "kubernetes" in parts:
+        figures["kubernetes"] = await kubernetes(args)
+    if "docker" in parts:
+        figures["docker"] = await docker(args)
+    return figures
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=30)
+    parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--probes", type=int, default=10)
+    parser.add_argument("--parts", default="kubernetes,docker")
+    figures = asyncio.run(main(parser.parse_args()))
+    print(table(figures))
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    path = out / f"replicas-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps(figures, indent=2))
+    print(f"\nwritten: {path.relative_to(ROOT)}")
