@@ -153,8 +153,9 @@ async def load(
             t = time.perf_counter()
             r = await pool.post(f"/v1/sandboxes/{sid}/python", json=CODE)
             took = time.perf_counter() - t
-            if r.status_code != 200 or r.json()["outputs"][0].get("text") != "2\n":
-                failed.append(f"{r.status_code} {r.text[:200]}")
+            outputs = r.json().get("outputs") if r.status_code == 200 else None
+            if not outputs or outputs[0].get("text") != "2\n":
+                failed.append(f"{r.status_code} {r.headers.get(WORKER_HEADER)} {r.text[:300]}")
                 continue
             latencies.append(took)
             who = r.headers.get(WORKER_HEADER, "the server")
@@ -166,7 +167,6 @@ async def load(
     await asyncio.gather(*(client(i, sid) for i, sid in enumerate(sids)))
     wall = time.perf_counter() - started
     used = cpu.stop()
-    assert not failed, f"{len(failed)} calls failed, first: {failed[0]}"
     return {
         "clients": len(sids),
         "seconds": round(wall, 2),
@@ -175,6 +175,9 @@ async def load(
         "p50_ms": pct(latencies, 50),
         "p99_ms": pct(latencies, 99),
         "calls_by_answerer": by_replica,
+        #: answers other than 200 with "2\n" (not counted above), and the first few
+        "wrong": len(failed),
+        "wrong_first": failed[:3],
         "cpu": used,
     }
 
@@ -367,8 +370,8 @@ async def docker(args: argparse.Namespace) -> dict[str, Any]:
 def table(figures: dict[str, Any]) -> str:
     rows = [
         "| through | calls/s | ratio | p50 ms | p99 ms "
-        "| cores: sandboxes / servers / client / other |",
-        "|---|---|---|---|---|---|",
+        "| cores: sandboxes / servers / client / other | wrong answers |",
+        "|---|---|---|---|---|---|---|",
     ]
     for part, key, label in (
         ("kubernetes", "replicas", "replica"),
@@ -382,7 +385,7 @@ def table(figures: dict[str, Any]) -> str:
                 f"| {part}: {n} {label}{'s' if n > 1 else ''} | {run['calls_per_s']:.0f} | "
                 f"{run['calls_per_s'] / runs[0]['calls_per_s']:.2f}x | {run['p50_ms']:.0f} | "
                 f"{run['p99_ms']:.0f} | {c['sandboxes_cores']:.2f} / {c['servers_cores']:.2f} / "
-                f"{c['client_cores']:.2f} / {c['other_cores']:.2f} |"
+                f"{c['client_cores']:.2f} / {c['other_cores']:.2f} | {run['wrong']} |"
             )
     out = ["\n".join(rows)]
     seen = figures.get("kubernetes", {}).get("elsewhere")
@@ -407,11 +410,14 @@ def table(figures: dict[str, Any]) -> str:
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     figures: dict[str, Any] = {"cpus": os.cpu_count(), "clients": args.clients}
-    parts = args.parts.split(",")
-    if "kubernetes" in parts:
-        figures["kubernetes"] = await kubernetes(args)
-    if "docker" in parts:
-        figures["docker"] = await docker(args)
+    out = HERE / "results"
+    out.mkdir(exist_ok=True)
+    path = out / f"replicas-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    for part, measure in (("kubernetes", kubernetes), ("docker", docker)):
+        if part in args.parts.split(","):
+            figures[part] = await measure(args)
+            path.write_text(json.dumps(figures, indent=2))  # each part as soon as it is done
+    print(f"written: {path.relative_to(ROOT)}")
     return figures
 
 
@@ -425,8 +431,3 @@ if __name__ == "__main__":
     parser.add_argument("--parts", default="kubernetes,docker")
     figures = asyncio.run(main(parser.parse_args()))
     print(table(figures))
-    out = HERE / "results"
-    out.mkdir(exist_ok=True)
-    path = out / f"replicas-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps(figures, indent=2))
-    print(f"\nwritten: {path.relative_to(ROOT)}")
