@@ -57,7 +57,11 @@ async def fork(sandbox_id: str, body: ForkRequest, ten: Ten, key: Key) -> list[S
 @router.post("/sandboxes/{sandbox_id}/pause")
 async def pause(sandbox_id: str, ten: Ten, key: Key) -> dict[str, Any]:
     """Save the sandbox and remove its container; any later call resumes it (on any
-    worker or replica: its calls wait, holding its call lock, until it is saved)."""
+    worker or replica: its calls wait, holding its call lock, until it is saved).  A
+    sandbox paused already answers its pause snapshot."""
+    paused = ten.paused(key, sandbox_id)
+    if paused is not None:
+        return paused.snapshot.to_json()
     async with ten.use(key, sandbox_id, serial=True) as lease:
         snap = await ten.durable.pause(lease)
     return snap.to_json()

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import xml.etree.ElementTree as ET
@@ -42,6 +43,33 @@ class Outcomes:
     def timed_out(self) -> set[str]:
         """The tests pytest-timeout stopped."""
         return {name for name, text in self.messages.items() if "Timeout" in text}
+
+
+#: Where fetched suites are kept between runs.
+CACHE = Path(os.environ.get("KS_SUITES_CACHE", "/tmp/ks-suites"))
+
+
+def fetch_sdist(project: str, version: str, probe: str) -> Path:
+    """``project`` ``version``'s source distribution (the package index's, by pip),
+    unpacked in :data:`CACHE` once: the directory, in which ``probe`` must exist."""
+    from tests.conftest import require
+
+    stem = f"{project.replace('-', '_')}-{version}"
+    where = CACHE / stem
+    if (where / probe).exists():
+        return where
+    CACHE.mkdir(parents=True, exist_ok=True)
+    sdist = CACHE / f"{stem}.tar.gz"
+    if not sdist.exists():
+        got = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+             f"{project}=={version}", "-d", str(CACHE)],
+            capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        require(sdist.exists(), f"cannot fetch {project} {version}'s sources: {got.stderr[-800:]}")
+    with tarfile.open(sdist) as tar:
+        tar.extractall(CACHE, filter="data")
+    return where
 
 
 def install_ours(

@@ -19,21 +19,16 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import os
-import subprocess
-import sys
-import tarfile
 import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import require
-from tests.integration.suites import containers_left, run_suite
+from tests.integration.suites import containers_left, fetch_sdist, run_suite
 
 pytestmark = pytest.mark.integration
 
 HERE = Path(__file__).resolve().parent
-CACHE = Path(os.environ.get("KS_SUITES_CACHE", "/tmp/ks-suites"))
 #: The SDK's files with tests that make sessions on the client under test (a run over
 #: all of ``tests/sandbox`` finds no others: the rest are unit tests on fakes).
 FILES = [
@@ -185,25 +180,6 @@ _na(
 )
 
 
-def _fetch_suite(version: str) -> Path:
-    """openai-agents ``version``'s source distribution, unpacked in the cache."""
-    where = CACHE / f"openai_agents-{version}"
-    if (where / "tests" / "sandbox").is_dir():
-        return where
-    CACHE.mkdir(parents=True, exist_ok=True)
-    sdist = CACHE / f"openai_agents-{version}.tar.gz"
-    if not sdist.exists():
-        got = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-             f"openai-agents=={version}", "-d", str(CACHE)],
-            capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        require(sdist.exists(), f"cannot fetch openai-agents {version}'s sources: {got.stderr}")
-    with tarfile.open(sdist) as tar:
-        tar.extractall(CACHE, filter="data")
-    return where
-
-
 def _junit_name(nodeid: str) -> str:
     """``tests/sandbox/f.py::C::t`` as the JUnit report names it."""
     *path, test = nodeid.split("::")
@@ -216,7 +192,9 @@ def _short(nodeid: str) -> str:
 
 @pytest.mark.timeout(1500)
 def test_the_sdk_sandbox_suite_passes_on_our_client(docker_engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
-    suite = _fetch_suite(importlib.metadata.version("openai-agents"))
+    suite = fetch_sdist(
+        "openai-agents", importlib.metadata.version("openai-agents"), "tests/sandbox"
+    )
     label = f"{os.getpid()}-{time.monotonic_ns()}"
     report = tmp_path / "ours.json"
     root = HERE.parents[1]

@@ -16,21 +16,18 @@ import importlib.util
 import os
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import require
-from tests.integration.suites import compare, containers_left, install_ours, run_suite
+from tests.integration.suites import compare, containers_left, fetch_sdist, install_ours, run_suite
 
 pytestmark = pytest.mark.integration
 
 #: The image of our kernel: the datascience image has ipywidgets (the widget tests).
 IMAGE = "kernel-sandbox:datascience"
-#: Where fetched suites are kept between runs.
-CACHE = Path(os.environ.get("KS_SUITES_CACHE", "/tmp/ks-suites"))
 
 #: Tests whose premise a sandbox refuses by design.
 NOT_APPLICABLE = {
@@ -57,25 +54,6 @@ IPYTHON_VERSIONED = {
 }
 
 
-def _fetch_suite(version: str) -> Path:
-    """nbclient ``version``'s source distribution, unpacked in the cache (made once)."""
-    where = CACHE / f"nbclient-{version}"
-    if (where / "tests" / "test_client.py").exists():
-        return where
-    CACHE.mkdir(parents=True, exist_ok=True)
-    sdist = CACHE / f"nbclient-{version}.tar.gz"
-    if not sdist.exists():
-        got = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-             f"nbclient=={version}", "-d", str(CACHE)],
-            capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
-        require(sdist.exists(), f"cannot fetch nbclient {version}'s sources: {got.stderr[-800:]}")
-    with tarfile.open(sdist) as tar:
-        tar.extractall(CACHE, filter="data")
-    return where
-
-
 def _ipython_major(argv: list[str]) -> str:
     out = subprocess.run(
         [*argv, "-c", "import IPython; print(IPython.version_info[0])"],
@@ -91,7 +69,7 @@ def test_nbclient_suite_passes_as_on_stock(docker_engine, tmp_path: Path) -> Non
             importlib.util.find_spec(module) is not None,
             f"{module} (nbclient's test dependencies) is missing: pip install -e '.[dev]'",
         )
-    suite = _fetch_suite(importlib.metadata.version("nbclient"))
+    suite = fetch_sdist("nbclient", importlib.metadata.version("nbclient"), "tests/test_client.py")
     label = f"{os.getpid()}-{time.monotonic_ns()}"
     ours = install_ours(tmp_path / "ours", IMAGE, label)
     stock = {"JUPYTER_PATH": str(tmp_path / "empty")}

@@ -88,6 +88,7 @@ async def test_a_paused_sandbox_survives_sigkill_and_forks_are_independent(
 
         snap = await sb.pause()
         assert snap.paused is not None
+        assert (await sb.pause()).id == snap.id  # paused already: the same snapshot
         server.kill()  # SIGKILL: the pause is all that is left of it, on disk
         server.start()
         store_a = RemoteSnapshots(server.url, api_key=KEY_A)

@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from kernel_sandbox.backends.base import SandboxRecord
 from kernel_sandbox.errors import CapacityError, SandboxNotFoundError
 from kernel_sandbox.server import replicas
+from kernel_sandbox.server.election import ORPHAN_GRACE, lease_name, orphans
+from kernel_sandbox.server.labels import SERVER_ID_LABEL, SERVER_KEY_LABEL
 from kernel_sandbox.server.settings import ServerSettings
 
 
@@ -134,3 +137,40 @@ def test_several_workers_refuse_what_they_do_not_share_yet(unsupported: dict[str
     ServerSettings(workers=1, **unsupported)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="not supported with several workers"):
         ServerSettings(workers=2, **unsupported)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not supported with several workers or replicas"):
+        ServerSettings(replica=True, **unsupported)  # type: ignore[arg-type]
+
+
+def test_orphans_are_labelled_sandboxes_no_process_serves_once_old_enough(
+    tmp_path: Path,
+) -> None:
+    settings = ServerSettings(record_dir=tmp_path, replica=True)
+    now = 10_000.0
+    old, young = now - ORPHAN_GRACE - 1, now - ORPHAN_GRACE + 60
+
+    def row(sid: str, created: float | None, owner: str | None = "abcd") -> SandboxRecord:
+        labels = {"kernel-sandbox.id": f"c-{sid}", SERVER_ID_LABEL: sid}
+        if owner is not None:
+            labels[SERVER_KEY_LABEL] = owner
+        return SandboxRecord("docker", sid, sid, "img", "running", labels, created)
+
+    served = replicas.state_path(tmp_path, "abcd", "served")
+    assert served is not None
+    served.parent.mkdir()
+    replicas.mark_live(served)
+    rows = [
+        row("served", old),  # a live state file: some process serves it
+        row("gone", old),  # none: its state file was dropped, or never written
+        row("making", young),  # none yet: a create may still be under way
+        row("unowned", old, owner=None),  # no owner label: nobody can serve it
+        row("unknown", None),  # the engine does not say when: left alone
+        row("../x", old),  # an id that could be a path has no state file
+    ]
+    assert [r.resource_id for r in orphans(settings, rows, now)] == ["gone", "unowned", "../x"]
+
+
+def test_the_lease_name_is_a_dns_name() -> None:
+    assert lease_name("default") == "kernel-sandbox-reaper-default"
+    name = lease_name("My_Server.prod/eu" + "x" * 80)
+    assert name.startswith("kernel-sandbox-reaper-my-server-prod-eu") and len(name) <= 63
+    assert lease_name("__") == "kernel-sandbox-reaper-server"

@@ -20,6 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from kubernetes import client as k8s
 
@@ -60,12 +61,7 @@ class LeaseElection:
         """Take or renew the Lease; whether this process holds it now."""
         api = kube().coordination
         try:
-            lease = await api_call(
-                "reading the Lease " + self.name,
-                api.read_namespaced_lease,
-                self.name,
-                self.namespace,
-            )
+            lease = await self._read(api)
         except ApiException as exc:
             if exc.status != 404:
                 raise
@@ -93,12 +89,7 @@ class LeaseElection:
         candidate takes it at its next try rather than after a duration."""
         api = kube().coordination
         try:
-            lease = await api_call(
-                "reading the Lease " + self.name,
-                api.read_namespaced_lease,
-                self.name,
-                self.namespace,
-            )
+            lease = await self._read(api)
         except ApiException:
             return
         if lease.spec is None or lease.spec.holder_identity != self.identity:
@@ -106,6 +97,12 @@ class LeaseElection:
         lease.spec.holder_identity = None
         lease.spec.lease_duration_seconds = 1
         await self._write(api, lease)
+
+    async def _read(self, api: k8s.CoordinationV1Api) -> Any:
+        """The Lease (the client's model: typed Any, as :func:`.api.api_call` says)."""
+        return await api_call(
+            "reading the Lease " + self.name, api.read_namespaced_lease, self.name, self.namespace
+        )
 
     async def _create(self, api: k8s.CoordinationV1Api) -> bool:
         now = _now()
