@@ -22,7 +22,10 @@ every writer).  The holder writes its :func:`identity` into it and empties it be
 lets go: a worker that takes the lock and finds another's left knows a worker died
 mid-call, and interrupts the call nobody waits for any more.  Each release rewrites the file, so its
 mtime is when the sandbox was last used, the clock the reaper reads (a worker's own
-``last_used`` only knows its own calls).
+``last_used`` only knows its own calls).  Its first line is the sandbox's *generation*,
+drawn when it became live: a sandbox paused and resumed (or restored) is another
+kernel under the same id, so a worker whose cached copy names another generation lets
+it go and attaches to the new one (:func:`generation`).
 
 Replicas (``serve --replica``: the pods of a Deployment, or servers on several hosts)
 follow the same rules on a shared volume (an NFS-like ReadWriteMany volume keeps
@@ -52,7 +55,9 @@ __all__ = [
     "STATE_SUFFIX",
     "call_lock",
     "drop",
+    "generation",
     "guest_claim",
+    "holder",
     "holder_died",
     "identity",
     "idle_for",
@@ -75,6 +80,8 @@ _NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")
 LOCK_POLL = (0.001, 0.02)
 #: Bytes of a holder's identity read back from a state file.
 _IDENTITY_BYTES = 256
+#: Bytes of a state file's first line: its generation (16 hex digits) and a newline.
+_GENERATION_BYTES = 17
 _identities: dict[int, str] = {}
 
 
@@ -98,10 +105,47 @@ def state_path(record_dir: Path, owner: str, sandbox_id: object) -> Path | None:
     return record_dir / owner / f"{sandbox_id}{STATE_SUFFIX}"
 
 
-def mark_live(path: Path) -> None:
-    """The sandbox lives (call once its notebook's directory exists)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    os.close(fd)
+def mark_live(path: Path) -> str:
+    """The sandbox lives (call once its notebook's directory exists); returns its
+    generation (the one it has already when its state file exists: a restart's)."""
+    drawn = secrets.token_hex(_GENERATION_BYTES // 2)
+    made = path.with_name(f".{path.name}.{drawn}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(made, flags, 0o600)
+    try:
+        os.write(fd, f"{drawn}\n".encode())
+        os.close(fd)
+        os.link(made, path)  # whole or not at all, and never over another's
+    except FileExistsError:
+        return generation(path) or ""
+    finally:
+        os.unlink(made)
+    return drawn
+
+
+def generation(path: Path) -> str | None:
+    """The generation of the sandbox's state file ("" in one without); None when it is
+    gone."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        return _generation(fd).decode()
+    finally:
+        os.close(fd)
+
+
+def _generation(fd: int) -> bytes:
+    head = os.pread(fd, _GENERATION_BYTES, 0)
+    if len(head) == _GENERATION_BYTES and head.endswith(b"\n"):
+        return head[:-1]
+    return b""
+
+
+def _holder_at(fd: int) -> int:
+    """Where a holder's identity starts in the state file: after its generation."""
+    return _GENERATION_BYTES if _generation(fd) else 0
 
 
 def is_live(path: Path) -> bool:
@@ -169,14 +213,14 @@ async def call_lock(path: Path, wait: float, *, block: bool = True) -> AsyncIter
         except FileNotFoundError:  # deleted while we waited
             raise SandboxNotFoundError(f"sandbox {path.stem!r} is gone") from None
         died = _left_by_dead_holder(fd)
-        mine = identity().encode()
-        os.pwrite(fd, mine, 0)
-        os.ftruncate(fd, len(mine))
+        at, mine = _holder_at(fd), identity().encode()
+        os.pwrite(fd, mine, at)
+        os.ftruncate(fd, at + len(mine))
         try:
             yield died
         finally:
             with contextlib.suppress(OSError):
-                os.ftruncate(fd, 0)  # no call runs; the mtime says when it was last used
+                os.ftruncate(fd, at)  # no call runs; the mtime says when it was last used
     finally:
         os.close(fd)
 
@@ -218,8 +262,25 @@ def _left_by_dead_holder(fd: int) -> bool:
     """Whether the (locked) state file names a holder that died mid-call: a live holder
     empties the file before it lets go (checking the pid would race: a killed worker is
     a zombie until it is reaped; and it could be another host's)."""
-    holder = os.pread(fd, _IDENTITY_BYTES, 0).strip()
-    return bool(holder) and holder != identity().encode()
+    holder = _holder(fd)
+    return bool(holder) and holder != identity()
+
+
+def _holder(fd: int) -> str:
+    return os.pread(fd, _IDENTITY_BYTES, _holder_at(fd)).strip().decode(errors="replace")
+
+
+def holder(path: Path) -> str:
+    """The identity of the process in a call to the sandbox now, or of one that died in
+    it ("" when none; also when the sandbox is gone)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return ""
+    try:
+        return _holder(fd)
+    finally:
+        os.close(fd)
 
 
 def holder_died(path: Path) -> bool:

@@ -78,8 +78,10 @@ class Lease:
     pooled: bool = False
     #: The /v1 Python call running now, for the live page: code and outputs so far.
     running: dict[str, Any] | None = None
-    #: With several workers: the sandbox's state file (:mod:`.replicas`).
+    #: With several workers: the sandbox's state file (:mod:`.replicas`) and the
+    #: generation this lease serves (another after a pause and resume).
     state: Path | None = None
+    generation: str = ""
     #: With several workers: this worker's calls queue here before the call lock.
     serial: asyncio.Lock = field(default_factory=asyncio.Lock)
     #: Attached beside a live owner (another worker): it cannot restart the kernel, and
@@ -254,8 +256,11 @@ class Tenancy:
         async with self._election.turn() as mine:
             if not mine:
                 for lease in list(self._leases.values()):
-                    if lease.state is not None and not replicas.is_live(lease.state):
-                        await self._let_go(lease)
+                    state = lease.state
+                    if state is None or lease.busy:
+                        continue
+                    if replicas.generation(state) != lease.generation:
+                        await self._let_go(lease)  # removed (or resumed) elsewhere
                 return []
             reaped = await self._reap_idle_shared(limit) if limit else []
             for row in orphans(self.settings, await leftovers(self.settings.name)):
@@ -310,7 +315,7 @@ class Tenancy:
         if self.shared:
             lease.state = replicas.state_path(self.settings.record_dir, lease.owner, lease.id)
             if lease.state is not None:
-                replicas.mark_live(lease.state)
+                lease.generation = replicas.mark_live(lease.state)
 
     async def _adopt_shared(self, owner: str, sandbox_id: str, state: Path) -> Lease:
         """Serve here ``owner``'s sandbox another worker made (once per worker)."""
@@ -320,6 +325,9 @@ class Tenancy:
             try:
                 lease = self._leases.get(sandbox_id)
                 if lease is None:
+                    # read before looking for its kernel: were it resumed in between,
+                    # the next call finds the generations differ and looks again
+                    generation = replicas.generation(state) or ""
                     item = await find_restorable(self.settings, owner, sandbox_id)
                     if item is None:
                         raise SandboxNotFoundError(f"no sandbox {sandbox_id!r} for this API key")
@@ -331,7 +339,7 @@ class Tenancy:
                     except KernelError:
                         lease = await self.adopt(item, interrupt=stuck, note=None, own=False)
                         lease.claim = replicas.guest_claim(item.run_dir, item.container_sandbox_id)
-                    lease.state = state
+                    lease.state, lease.generation = state, generation
                     log.info(
                         "serving sandbox %s (key %s) made by another server process",
                         sandbox_id,
@@ -503,9 +511,11 @@ class Tenancy:
         if state is None:
             raise SandboxNotFoundError(f"no sandbox {sandbox_id!r} for this API key")
         lease = self._leases.get(sandbox_id)
-        if not replicas.is_live(state):
-            if lease is not None and lease.owner == owner:  # another worker removed it
-                await self._let_go(lease)
+        generation = replicas.generation(state)
+        if lease is not None and lease.owner == owner and lease.generation != generation:
+            await self._let_go(lease)  # another worker removed it (and maybe resumed it)
+            lease = None
+        if generation is None:
             return await self._resume_shared(owner, sandbox_id, state)
         if lease is None:
             lease = await self._adopt_shared(owner, sandbox_id, state)

@@ -20,6 +20,7 @@ import httpx2
 import pytest
 
 from kernel_sandbox.backends.docker import DockerHost
+from kernel_sandbox.server import replicas
 from kernel_sandbox.server.auth import key_id
 from kernel_sandbox.server.workers import WORKER_HEADER
 from tests.integration.serving import KEY_A, KEY_B, Server, code_cells, text
@@ -187,10 +188,10 @@ async def test_worker_killed_mid_call(server: Server) -> None:
 
     def held() -> bool:  # the worker in the call holds the lock
         assert not slow.done()
-        return bool(state.read_text().strip())
+        return bool(replicas.holder(state))
 
     await await_for(held, 30, what="the call's worker to hold the lock")
-    victim = int(state.read_text().split(":")[1])  # host:pid:nonce
+    victim = int(replicas.holder(state).split(":")[1])  # host:pid:nonce
     os.kill(victim, signal.SIGKILL)
     try:  # the caller gets an answer or an error, never silence
         answer = await asyncio.wait_for(slow, 60)

@@ -42,13 +42,13 @@ async def test_calls_take_turns_and_the_mtime_follows_use(tmp_path: Path) -> Non
         async with replicas.call_lock(path, 10) as died:
             assert not died
             order.append(f"{name} in")
-            assert path.read_text() == replicas.identity()
+            assert replicas.holder(path) == replicas.identity()
             await asyncio.sleep(0.05)
             order.append(f"{name} out")
 
     await asyncio.gather(call("a"), call("b"))
     assert order in (["a in", "a out", "b in", "b out"], ["b in", "b out", "a in", "a out"])
-    assert path.read_text() == ""  # nobody in a call
+    assert replicas.holder(path) == ""  # nobody in a call
     idle = replicas.idle_for(path)
     assert idle is not None and idle < 60
 
@@ -91,7 +91,7 @@ async def test_a_dead_holder_is_told_and_a_removed_sandbox_is_gone(
         # a replica in another pod: its pid namespace has the same pid
         "another pod, same pid": f"server-7d9f-x2x:{pid}:12345678",
     }[left]  # fmt: skip
-    path.write_text(dead)
+    path.write_text(path.read_text() + dead)  # after its generation
     assert replicas.holder_died(path)  # a worker adopting it now interrupts first
     assert replicas.holder_died(path)  # looking changes nothing
     async with replicas.call_lock(path, 1) as died:
@@ -114,6 +114,26 @@ async def test_a_dead_holder_is_told_and_a_removed_sandbox_is_gone(
     assert not replicas.is_live(path) and replicas.idle_for(path) is None
     assert not replicas.holder_died(path)
     assert replicas.live_states(tmp_path) == []
+
+
+async def test_a_sandbox_made_live_again_has_another_generation(tmp_path: Path) -> None:
+    path = _state(tmp_path)
+    first = replicas.generation(path)
+    assert first and len(first) == 16
+    assert replicas.mark_live(path) == first  # a restart marks it again: the same
+    async with replicas.call_lock(path, 1):
+        assert replicas.generation(path) == first  # a call keeps it
+        assert replicas.holder(path) == replicas.identity()
+    assert replicas.generation(path) == first and replicas.holder(path) == ""
+    replicas.drop(path)  # paused, say
+    assert replicas.generation(path) is None
+    again = replicas.mark_live(path)  # and resumed: another kernel under the same id
+    assert again != first and replicas.generation(path) == again
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no temporary left
+    path.write_text("")  # made by an earlier version: no generation, holders at 0
+    assert replicas.generation(path) == ""
+    async with replicas.call_lock(path, 1):
+        assert path.read_text() == replicas.identity()
 
 
 def test_one_reaper_at_a_time(tmp_path: Path) -> None:
