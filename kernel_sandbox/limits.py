@@ -567,9 +567,10 @@ REPLY_TEXT_CHARS = 8 * 1024
 #: Seconds past ``interrupt_grace`` an interrupted kernel may go on sending (output it
 #: queued before the interrupt) before it counts as stuck.
 DRAIN_LIMIT = 10.0
-#: Seconds an execute_reply may lag behind the ``idle`` status that follows it.  An
-#: ``idle`` without a reply in this time was forged by the code (it can publish on
-#: iopub with the request's id), and the call goes on.
+#: Seconds an execute_reply (read from shell) may lag behind the ``idle`` status that
+#: follows it (read from iopub); the call ends when it comes.  An ``idle`` without a
+#: reply in this time was forged by the code (it can publish on iopub with the
+#: request's id), and the call goes on.
 REPLY_AFTER_IDLE = 1.0
 #: Messages (per channel) each host socket queues before the kernel's side has to hold (or drop)
 #: them: whatever the host does not read costs at most this many messages, each at

@@ -10,9 +10,11 @@ iopub to the **deadline**, then to what the read gave:
   it is ``stuck`` however much it still sends.
 - **message** of this request: an output is collected (and shown to ``on_output`` until
   the interrupt); an ``idle`` status ends the call once the execute_reply is read. The
-  kernel replies before it goes idle, so the reply is normally queued already; an idle
-  that comes first may be forged by the code (it can publish with the request's id), so
-  the reply is waited for ``REPLY_AFTER_IDLE`` seconds and the call goes on.  (A kernel
+  kernel replies before it goes idle, so the reply is normally queued already, or
+  follows on shell within moments (the two sockets are read apart); it is waited for
+  ``REPLY_AFTER_IDLE`` seconds and ends the call when it comes.  An idle without a reply
+  by then was forged by the code (it can publish with the request's id): the call goes
+  on.  (A kernel
   whose idle may pass its outputs, Deno's, has its idle held by the sandbox's relay.)
 - **silence** (nothing for ``LIVENESS_POLL`` seconds): dropped connections are reopened;
   once replied, silence ends the call (its idle was lost) unless a big message is still
@@ -168,14 +170,12 @@ class Call:
         """An iopub message of this request: an output, or the status that may end it."""
         if msg["header"]["msg_type"] == "status":
             if msg["content"].get("execution_state") == "idle":
-                if self.reply is None:
-                    self.reply = await self._ended(0)
+                if self.reply is None:  # shell is read apart: it may lag the idle by a hair
+                    self.reply = await self._ended(REPLY_AFTER_IDLE)
                 if self.reply is not None:
                     return self.finish()
-                self.reply = await self._ended(REPLY_AFTER_IDLE)
-                if self.reply is None:
-                    self._relink()
-                    log.warning("ignored an idle status without an execute_reply")
+                self._relink()
+                log.warning("ignored an idle status without an execute_reply")
             return None
         shown = self.collector.add(msg)
         # Once interrupted, the queued backlog is drained at full speed: a slow
