@@ -165,8 +165,8 @@ async def test_special_file_downloads_are_bounded_without_a_traceback(server: Se
             # the last piece of it: so under gVisor, whose pipe hands over larger pieces)
             try:
                 whole = await a.get(f"/v1/sandboxes/{sid}/file", params={"path": "big"})
-            except httpx2.RemoteProtocolError:
-                cut += 1
+            except (httpx2.RemoteProtocolError, httpx2.ReadError):  # closed short: a FIN,
+                cut += 1  # or (seen under gVisor, whose kernel times it otherwise) a reset
             else:
                 assert whole.status_code == 200, whole.text[:300]
                 assert len(whole.content) == int(whole.headers["content-length"])
