@@ -68,14 +68,23 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("-v", "--verbose", is_flag=True, help="Show debug logging and full tracebacks.")
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+    default="warning",
+    show_default=True,
+    envvar="KERNEL_SANDBOX_LOG_LEVEL",
+    help="What is logged (-v: debug); info adds each sandbox's start, adoption, pause, "
+    "reaping and removal.",
+)
 @click.pass_context
-def cli(ctx: click.Context, verbose: bool) -> None:
+def cli(ctx: click.Context, verbose: bool, log_level: str) -> None:
     """kernel-sandbox: stateful, safe Python sandboxes for LLM agents."""
     import logging
 
     ctx.ensure_object(dict)
     ctx.obj["verbose"] = verbose
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING)
+    logging.basicConfig(level=logging.DEBUG if verbose else log_level.upper())
 
 
 def main(argv: list[str] | None = None) -> Any:

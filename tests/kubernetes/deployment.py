@@ -44,6 +44,8 @@ DEPLOY = ROOT / "deploy" / "kubernetes"
 APP = "app.kubernetes.io/name=kernel-sandbox-server"
 #: The local cluster's directory for shared volumes (scripts/k8s/cluster.sh: $RUN/shared).
 SHARED_ROOT = Path(os.environ.get("K8S_BASE", "/tmp/kernel-sandbox-k8s")) / "run" / "shared"
+#: Where the replicas' logs are kept when a deployment is taken down.
+LOGS = SHARED_ROOT.parent.parent / "logs"
 
 
 @dataclass
@@ -88,6 +90,10 @@ def _rendered(
             doc["spec"]["replicas"] = replicas
             (container,) = doc["spec"]["template"]["spec"]["containers"]
             container["command"] += args
+            # what each replica did, for a failure's post-mortem (_keep_logs)
+            container.setdefault("env", []).append(
+                {"name": "KERNEL_SANDBOX_LOG_LEVEL", "value": "info"}
+            )
     return docs
 
 
@@ -167,6 +173,7 @@ def deploy(
         assert done.returncode == 0, done.stderr
         yield Deployed(namespace, keys, _ready(kube, namespace, replicas, 0), shared)
     finally:
+        _keep_logs(namespace)
         subprocess.run(
             [KUBECTL, "delete", "--ignore-not-found", "--wait=true", "-f", "-"],
             input=applied,
@@ -186,6 +193,19 @@ def deploy(
             )
         if shared is not None:
             shutil.rmtree(shared, ignore_errors=True)
+
+
+def _keep_logs(namespace: str) -> None:
+    """The replicas' logs, kept for a failure's post-mortem (printed: a failing test
+    shows what its fixture printed) and in ``LOGS/<namespace>.log``."""
+    done = subprocess.run(
+        [KUBECTL, "logs", "-n", namespace, "-l", APP, "--prefix", "--tail=-1",
+         "--max-log-requests=10"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    LOGS.mkdir(parents=True, exist_ok=True)
+    (LOGS / f"{namespace}.log").write_text(done.stdout + done.stderr)
+    print(f"\n[server logs: {LOGS / namespace}.log]\n{(done.stdout + done.stderr)[-4000:]}")
 
 
 def server_pid(pod: str) -> int:
