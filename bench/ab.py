@@ -12,9 +12,12 @@ and the medians are compared.  Three measures:
         kernels, dockerd, containerd, the new containers' shims, the owning process
     python bench/ab.py calls --old /work/main -n 16 --seconds 5 --rounds 3
         x += 1 on n sandboxes, one caller each: calls/s and the owning process's CPU a call
+    python bench/ab.py paced --old /work/main -n 200 --gap 0.7 --rounds 1
+        print(1+1) on one sandbox, n calls --gap seconds apart (an agent's pace, not a
+        loop's): p50, p99, max and the calls over 100 ms (a call that waits for a poll)
 
 ``--new`` defaults to this checkout.  The one-checkout parts run as
-``python bench/ab.py _cold|_start|_calls ...`` in a child with ``PYTHONPATH`` set.
+``python bench/ab.py _cold|_start|_calls|_paced ...`` in a child with ``PYTHONPATH`` set.
 """
 
 from __future__ import annotations
@@ -153,6 +156,26 @@ async def _calls(image: str, n: int, seconds: float) -> dict[str, float]:
         await asyncio.gather(*(s.close() for s in sandboxes))
 
 
+async def _paced(image: str, n: int, gap: float) -> dict[str, float]:
+    from kernel_sandbox.sandbox import AsyncSandbox
+
+    async with await AsyncSandbox.create(_config(image)) as sandbox:
+        await sandbox.run_python("1")
+        took = []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await sandbox.run_python("print(1+1)")
+            took.append(1000 * (time.perf_counter() - t0))
+            await asyncio.sleep(gap)
+    took.sort()
+    return {
+        "p50_ms": statistics.median(took),
+        "p99_ms": took[max(0, round(0.99 * n) - 1)],
+        "max_ms": took[-1],
+        "over_100_ms": sum(t > 100 for t in took),
+    }
+
+
 def _child(tree: str, *args: str) -> Any:
     env = dict(os.environ, PYTHONPATH=tree)
     done = subprocess.run(
@@ -171,7 +194,8 @@ def _docker_true(image: str) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("part", choices=("cold", "start", "calls", "_cold", "_start", "_calls"))
+    parts = ("cold", "start", "calls", "paced")
+    p.add_argument("part", choices=(*parts, *(f"_{part}" for part in parts)))
     p.add_argument("--old", default="/work/main", help="the checkout to compare against")
     p.add_argument("--new", default=str(Path(__file__).resolve().parents[1]))
     p.add_argument("--image", default=IMAGE)
@@ -180,12 +204,14 @@ def main() -> None:
     p.add_argument("-n", type=int, default=16, help="sandboxes (start, calls)")
     p.add_argument("-c", type=int, default=16, help="starting at a time (start)")
     p.add_argument("--seconds", type=float, default=5.0, help="driving time (calls)")
+    p.add_argument("--gap", type=float, default=0.7, help="seconds between calls (paced)")
     a = p.parse_args()
     if a.part.startswith("_"):
         runs = {
             "_cold": lambda: _cold(a.image, a.per_round),
             "_start": lambda: _start(a.image, a.n, a.c),
             "_calls": lambda: _calls(a.image, a.n, a.seconds),
+            "_paced": lambda: _paced(a.image, a.n, a.gap),
         }
         print(json.dumps(asyncio.run(runs[a.part]())))
         return
@@ -200,7 +226,16 @@ def main() -> None:
             results[name] += _child(trees[name], "_cold", "--image", a.image, *per_round)
             docker += [_docker_true(a.image) for _ in range(a.per_round)]
         else:
-            args = ["-n", str(a.n), "-c", str(a.c), "--seconds", str(a.seconds)]
+            args = [
+                "-n",
+                str(a.n),
+                "-c",
+                str(a.c),
+                "--seconds",
+                str(a.seconds),
+                "--gap",
+                str(a.gap),
+            ]
             row = _child(trees[name], f"_{a.part}", "--image", a.image, *args)
             results[name].append(row)
             print(name, {k: round(v, 3) for k, v in row.items()}, flush=True)
