@@ -14,8 +14,8 @@ iopub to the **deadline**, then to what the read gave:
   follows on shell within moments (the two sockets are read apart); it is waited for
   ``REPLY_AFTER_IDLE`` seconds and ends the call when it comes.  An idle without a reply
   by then was forged by the code (it can publish with the request's id): the call goes
-  on.  (A kernel
-  whose idle may pass its outputs, Deno's, has its idle held by the sandbox's relay.)
+  on.  (A kernel whose idle may pass its outputs, Deno's, has its idle held by the
+  sandbox's relay.)
 - **silence** (nothing for ``LIVENESS_POLL`` seconds): dropped connections are reopened;
   once replied, silence ends the call (its idle was lost) unless a big message is still
   arriving; before the reply, a reply read now ends it at the next silence (the idle is

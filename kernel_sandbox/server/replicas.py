@@ -44,8 +44,9 @@ import re
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from .. import rundirs
 from ..errors import CapacityError, SandboxNotFoundError
@@ -83,6 +84,7 @@ _IDENTITY_BYTES = 256
 #: Bytes of a state file's first line: its generation (16 hex digits) and a newline.
 _GENERATION_BYTES = 17
 _identities: dict[int, str] = {}
+T = TypeVar("T")
 
 
 def identity() -> str:
@@ -113,8 +115,10 @@ def mark_live(path: Path) -> str:
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(made, flags, 0o600)
     try:
-        os.write(fd, f"{drawn}\n".encode())
-        os.close(fd)
+        try:
+            os.write(fd, f"{drawn}\n".encode())
+        finally:
+            os.close(fd)
         os.link(made, path)  # whole or not at all, and never over another's
     except FileExistsError:
         return generation(path) or ""
@@ -123,17 +127,22 @@ def mark_live(path: Path) -> str:
     return drawn
 
 
-def generation(path: Path) -> str | None:
-    """The generation of the sandbox's state file ("" in one without); None when it is
-    gone."""
+def _read(path: Path, read: Callable[[int], T], missing: T) -> T:
+    """``read`` of the state file's descriptor; ``missing`` when the sandbox is gone."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        return None
+        return missing
     try:
-        return _generation(fd).decode()
+        return read(fd)
     finally:
         os.close(fd)
+
+
+def generation(path: Path) -> str | None:
+    """The generation of the sandbox's state file ("" in one without); None when it is
+    gone."""
+    return _read(path, lambda fd: _generation(fd).decode(), None)
 
 
 def _generation(fd: int) -> bytes:
@@ -212,8 +221,9 @@ async def call_lock(path: Path, wait: float, *, block: bool = True) -> AsyncIter
                 raise FileNotFoundError(path)
         except FileNotFoundError:  # deleted while we waited
             raise SandboxNotFoundError(f"sandbox {path.stem!r} is gone") from None
-        died = _left_by_dead_holder(fd)
-        at, mine = _holder_at(fd), identity().encode()
+        at = _holder_at(fd)
+        died = _left_by_dead_holder(fd, at)
+        mine = identity().encode()
         os.pwrite(fd, mine, at)
         os.ftruncate(fd, at + len(mine))
         try:
@@ -258,29 +268,23 @@ async def resume_turn(state: Path, wait: float) -> AsyncIterator[None]:
         os.close(fd)
 
 
-def _left_by_dead_holder(fd: int) -> bool:
+def _left_by_dead_holder(fd: int, at: int) -> bool:
     """Whether the (locked) state file names a holder that died mid-call: a live holder
     empties the file before it lets go (checking the pid would race: a killed worker is
-    a zombie until it is reaped; and it could be another host's)."""
-    holder = _holder(fd)
+    a zombie until it is reaped; and it could be another host's).  ``at``: where its
+    identity starts (:func:`_holder_at`)."""
+    holder = _holder(fd, at)
     return bool(holder) and holder != identity()
 
 
-def _holder(fd: int) -> str:
-    return os.pread(fd, _IDENTITY_BYTES, _holder_at(fd)).strip().decode(errors="replace")
+def _holder(fd: int, at: int) -> str:
+    return os.pread(fd, _IDENTITY_BYTES, at).strip().decode(errors="replace")
 
 
 def holder(path: Path) -> str:
     """The identity of the process in a call to the sandbox now, or of one that died in
     it ("" when none; also when the sandbox is gone)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return ""
-    try:
-        return _holder(fd)
-    finally:
-        os.close(fd)
+    return _read(path, lambda fd: _holder(fd, _holder_at(fd)), "")
 
 
 def holder_died(path: Path) -> bool:
@@ -296,7 +300,7 @@ def holder_died(path: Path) -> bool:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:  # a call holds it: its holder lives
             return False
-        return _left_by_dead_holder(fd)
+        return _left_by_dead_holder(fd, _holder_at(fd))
     finally:
         os.close(fd)
 

@@ -203,9 +203,10 @@ def _keep_logs(namespace: str) -> None:
          "--max-log-requests=10"],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
+    said, kept = done.stdout + done.stderr, LOGS / f"{namespace}.log"
     LOGS.mkdir(parents=True, exist_ok=True)
-    (LOGS / f"{namespace}.log").write_text(done.stdout + done.stderr)
-    print(f"\n[server logs: {LOGS / namespace}.log]\n{(done.stdout + done.stderr)[-4000:]}")
+    kept.write_text(said)
+    print(f"\n[server logs: {kept}]\n{said[-4000:]}")
 
 
 def server_pid(pod: str) -> int:
