@@ -34,6 +34,15 @@ __all__ = [
 
 _UPLOAD = re.compile(r"^/(v1/sandboxes/[^/]+/file|sandbox/[^/]+/archive|e2b/sandbox/files)$")
 _TRUE = frozenset({"1", "true", "on", "yes"})
+#: envd's Connect routes, whose clients read errors in Connect's shape only.
+_CONNECT = re.compile(r"^/e2b/sandbox/(process\.Process|filesystem\.Filesystem)/")
+#: A middleware's status as Connect's code, and the HTTP status Connect gives that code.
+_CONNECT_ERRORS = {
+    401: ("unauthenticated", 401),
+    403: ("permission_denied", 403),
+    413: ("resource_exhausted", 429),
+    429: ("resource_exhausted", 429),
+}
 
 
 def is_upload_path(path: str) -> bool:
@@ -94,8 +103,13 @@ async def send_json_error(
     """Answer ``{"detail": ...}`` with ``status`` from a raw ASGI middleware (before any
     route runs), with ``headers`` besides its type and length.  Under ``/e2b/`` (the
     request's ``scope``) the answer is E2B's own shape, ``{"code": status, "message":
-    ...}``, which E2B's SDK reads (it fails on any other)."""
-    if scope is not None and str(scope.get("path", "")).startswith("/e2b/"):
+    ...}``, which E2B's SDK reads (it fails on any other); on envd's Connect routes it is
+    Connect's, ``{"code": "resource_exhausted", "message": ...}`` at Connect's status."""
+    path = "" if scope is None else str(scope.get("path", ""))
+    if _CONNECT.match(path) and status in _CONNECT_ERRORS:
+        code, status = _CONNECT_ERRORS[status]
+        body = json.dumps({"code": code, "message": detail}).encode()
+    elif path.startswith("/e2b/"):
         body = json.dumps({"code": status, "message": detail}).encode()
     else:
         body = json.dumps({"detail": detail}).encode()

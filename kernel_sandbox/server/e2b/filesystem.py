@@ -53,7 +53,7 @@ from ...limits import (
 from ...sandbox import AsyncSandbox
 from .envd.filesystem import filesystem_pb as pb
 from .envd.filesystem.filesystem_connect import Filesystem, FilesystemASGIApplication
-from .rpc import connect_error, resolve
+from .rpc import CODECS, connect_error, resolve
 from .state import E2bRegistry, E2bSandbox
 
 __all__ = ["FilesystemService", "Watcher", "build_filesystem_app", "entry_info"]
@@ -389,4 +389,6 @@ def _path(sandbox: AsyncSandbox, path: str) -> str:
 
 def build_filesystem_app(registry: E2bRegistry, read_max_bytes: int) -> FilesystemASGIApplication:
     """The service as an ASGI app (Connect over HTTP/1.1, JSON and protobuf bodies)."""
-    return FilesystemASGIApplication(FilesystemService(registry), read_max_bytes=read_max_bytes)
+    return FilesystemASGIApplication(
+        FilesystemService(registry), read_max_bytes=read_max_bytes, codecs=CODECS
+    )

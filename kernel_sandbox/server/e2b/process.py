@@ -45,7 +45,7 @@ from ...processes import take_frames
 from ..tenancy import Lease
 from .envd.process import process_pb as pb
 from .envd.process.process_connect import Process, ProcessASGIApplication
-from .rpc import connect_error, resolve
+from .rpc import CODECS, connect_error, resolve
 from .state import E2bRegistry, E2bSandbox
 
 __all__ = ["Command", "ProcessService", "build_process_app"]
@@ -452,4 +452,6 @@ async def _stream(
 
 def build_process_app(registry: E2bRegistry, read_max_bytes: int) -> ProcessASGIApplication:
     """The service as an ASGI app (Connect over HTTP/1.1, JSON and protobuf bodies)."""
-    return ProcessASGIApplication(ProcessService(registry), read_max_bytes=read_max_bytes)
+    return ProcessASGIApplication(
+        ProcessService(registry), read_max_bytes=read_max_bytes, codecs=CODECS
+    )

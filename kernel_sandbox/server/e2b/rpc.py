@@ -6,7 +6,9 @@ E2B's SDK maps onto its own exceptions (``NOT_FOUND`` -> ``NotFoundException``,
 ``INVALID_ARGUMENT`` -> ``InvalidArgumentException``, ``UNAUTHENTICATED`` ->
 ``AuthenticationException``, ...).  Connect's own runtime (``connectrpc``, the library
 E2B's SDK speaks through) handles the wire: JSON or protobuf bodies, envelopes,
-server streams, deadlines, and the cap on a request message's size.
+server streams, deadlines, and the cap on a request message's size.  A body that
+does not decode is the caller's ``INVALID_ARGUMENT`` (:data:`CODECS`), as envd's
+connect-go says it, not the ``unknown`` (HTTP 500) of an exception nobody meant.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from connectrpc.code import Code
+from connectrpc.codec import Codec, proto_binary_codec, proto_json_codec
 from connectrpc.errors import ConnectError
 from connectrpc.request import RequestContext
 
@@ -28,7 +31,37 @@ from ...errors import (
 from ..tenancy import Lease
 from .state import ENVD_PORT, E2bRegistry, E2bSandbox
 
-__all__ = ["connect_error", "resolve"]
+__all__ = ["CODECS", "connect_error", "resolve"]
+
+
+class _CallersCodec:
+    """One of Connect's codecs, whose failure to decode a request is the caller's."""
+
+    def __init__(self, codec: Codec[Any, Any]) -> None:
+        self._codec = codec
+
+    def name(self) -> str:
+        return self._codec.name()
+
+    def encode(self, message: Any) -> bytes:
+        return self._codec.encode(message)
+
+    def decode(self, data: bytes | bytearray, message_class: type[Any]) -> Any:
+        try:
+            return self._codec.decode(data, message_class)
+        except ConnectError:
+            raise
+        except Exception as exc:  # anything the decoder of a client's bytes raises
+            raise ConnectError(
+                Code.INVALID_ARGUMENT, f"unmarshal into {message_class.__name__}: {exc}"
+            ) from exc
+
+
+#: The codecs both services speak (protobuf and JSON), bad bodies answered as bad input.
+CODECS: tuple[Codec[Any, Any], ...] = (
+    _CallersCodec(proto_binary_codec()),
+    _CallersCodec(proto_json_codec()),
+)
 
 
 def connect_error(exc: SandboxError) -> ConnectError:
