@@ -24,7 +24,12 @@ from kernel_sandbox.backends.docker.images import (
 from kernel_sandbox.backends.docker.images import builder as builder_mod
 from kernel_sandbox.backends.docker.images import wheels as wheels_mod
 from kernel_sandbox.backends.docker.images.accounts import sandbox_account
-from kernel_sandbox.backends.docker.images.builder import ImageBuilder, images_dir
+from kernel_sandbox.backends.docker.images.builder import (
+    IMAGE_SOURCE_LABEL,
+    ImageBuilder,
+    images_dir,
+    source_digest,
+)
 from kernel_sandbox.backends.docker.images.confined import StepResult
 from kernel_sandbox.backends.docker.images.derive import (
     DERIVED_FROM,
@@ -188,6 +193,48 @@ def test_plan_puts_what_an_image_needs_first() -> None:
     assert builder.tag("standin") == "python:3.11-slim"
     with pytest.raises(ImageError, match="known: python, datascience"):
         builder.plan(["gpu"])
+
+
+def test_an_images_source_digest_follows_its_files_and_its_parents(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    for name in ("python", "datascience", "r"):
+        (tmp_path / name / "build-extras" / "wheels").mkdir(parents=True)
+        (tmp_path / name / "Dockerfile").write_text(f"FROM x\n# {name}\n")
+    monkeypatch.setenv("KERNEL_SANDBOX_IMAGES", str(tmp_path))
+    before = {name: source_digest(name) for name in ("python", "datascience", "r")}
+    (tmp_path / "python" / "build-extras" / "wheels" / "a.whl").write_bytes(b"PK")
+    assert {name: source_digest(name) for name in before} == before  # the builder's extras
+    (tmp_path / "datascience" / "requirements.txt").write_text("numpy\n")
+    assert source_digest("datascience") != before["datascience"]
+    assert source_digest("python") == before["python"]
+    (tmp_path / "python" / "Dockerfile").write_text("FROM x\nRUN apt-get install git\n")
+    assert source_digest("python") != before["python"]
+    assert source_digest("r") != before["r"]  # built on python: built again too
+
+
+def test_an_image_built_from_other_source_is_built_again(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    labels = {"ks-test:python": {IMAGE_SOURCE_LABEL: source_digest("python")}}
+    labels["ks-test:datascience"] = {IMAGE_SOURCE_LABEL: "an older one"}
+    monkeypatch.setattr(
+        builder_mod,
+        "image_exists",
+        lambda client, tag: {"Id": tag, "Config": {"Labels": labels[tag]}},
+    )
+    built: list[str] = []
+    monkeypatch.setattr(
+        ImageBuilder, "build_from_dir", lambda self, name: built.append(name) or name
+    )
+    said: list[str] = []
+    builder = ImageBuilder(repository="ks-test", progress=said.append)
+    builder._client = object()  # type: ignore[assignment]
+    reports = builder.build(["datascience"])
+    assert [(r.tag, r.action) for r in reports] == [
+        ("ks-test:python", "present"),
+        ("ks-test:datascience", "built"),
+    ]
+    assert built == ["datascience"]
+    assert "ks-test:datascience was built from other source: rebuilding it" in " ".join(said)
 
 
 def test_base_needs_root_and_debootstrap(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -4,11 +4,14 @@
 that image can be neither found nor pulled (air-gapped sites), or with ``airgapped``,
 a Debian base is made with debootstrap instead.  ``kernel-sandbox:datascience`` is
 built on ``kernel-sandbox:python``.  pip never needs the network inside a build:
-wheels are downloaded by the host's pip (see :mod:`.wheels`).
+wheels are downloaded by the host's pip (see :mod:`.wheels`).  Each of our images is
+labelled with a digest of its source (:func:`source_digest`); one whose label differs
+(its Dockerfile changed, or a parent's did) is built again by ``build``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shutil
@@ -19,7 +22,7 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import docker
 import docker.errors
@@ -35,12 +38,14 @@ from .wheels import Progress, build_context, complete_wheels, probe_python, whee
 __all__ = [
     "BASE_TAG",
     "IMAGE_NAMES",
+    "IMAGE_SOURCE_LABEL",
     "STANDIN_TAG",
     "BuildReport",
     "ImageBuilder",
     "image_exists",
     "images_dir",
     "run_build",
+    "source_digest",
 ]
 
 log = logging.getLogger("kernel_sandbox.images")
@@ -62,6 +67,8 @@ IMAGE_NAMES: dict[str, str | None] = {
     "javascript": "python",
     "polyglot": "r",
 }
+#: The label that says from what source (``images/NAME`` and its parents') an image was built.
+IMAGE_SOURCE_LABEL = f"{LABEL_PREFIX}.image-source"
 #: What ``build`` builds when given no names: the default sandbox image and its parent.
 DEFAULT_IMAGES = ("python", "datascience")
 #: Images whose build installs Debian packages (apt over plain HTTP, signed lists: the
@@ -75,6 +82,22 @@ HELPER_NAMES = ("base", "standin", "server")
 #: What a helper is built on, when it is one of ours.
 HELPER_PARENTS = {"server": "python"}
 PipMode = Literal["host", "build"]
+
+
+def source_digest(name: str) -> str:
+    """A digest of ``images/NAME``'s files (the builder's ``build-extras`` aside) and of
+    its parent's source: it changes when the image, or one it is built on, would build
+    differently."""
+    digest = hashlib.sha256()
+    parent = IMAGE_NAMES[name]
+    if parent is not None:
+        digest.update(source_digest(parent).encode())
+    directory = images_dir() / name
+    for path in sorted(directory.rglob("*")):
+        relative = path.relative_to(directory)
+        if path.is_file() and relative.parts[0] != "build-extras":
+            digest.update(f"\0{relative}\0".encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -149,10 +172,13 @@ class ImageBuilder:
         for name in self.plan(requested):
             tag = self.tag(name)
             info = image_exists(self.client, tag)
+            if info is not None and name == "server" and not server_is_current(_labels(info)):
+                self.progress(f"==> {tag} was built from other source: rebuilding it")
+                info = None
             if (
                 info is not None
-                and name == "server"
-                and not server_is_current((info.get("Config") or {}).get("Labels"))
+                and name in IMAGE_NAMES
+                and _labels(info).get(IMAGE_SOURCE_LABEL) != source_digest(name)
             ):
                 self.progress(f"==> {tag} was built from other source: rebuilding it")
                 info = None
@@ -205,6 +231,7 @@ class ImageBuilder:
             tag=self.tag(name),
             progress=self.progress,
             buildargs=buildargs,
+            labels={IMAGE_SOURCE_LABEL: source_digest(name)},
             network_mode=network_mode,
         )
 
@@ -289,6 +316,10 @@ class ImageBuilder:
             labels={STANDIN_LABEL: f"made from {base}, not the upstream image"},
             network_mode="none",
         )
+
+
+def _labels(info: dict[str, Any]) -> dict[str, str]:
+    return dict((info.get("Config") or {}).get("Labels") or {})
 
 
 def _run_logged(argv: list[str], progress: Progress) -> None:
