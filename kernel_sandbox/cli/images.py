@@ -61,7 +61,7 @@ def build(
     """Build NAMES (default: python datascience) if missing; also: base, standin, server.
 
     \b
-    python       kernel-sandbox:python       Python 3.11, ipykernel, user sandbox
+    python       kernel-sandbox:python       Python 3.11, ipykernel, git, user sandbox
     datascience  kernel-sandbox:datascience  + numpy, pandas, matplotlib, scipy, ...
     r            kernel-sandbox:r            + R, IRkernel, ggplot2, dplyr, tidyr, readr, data.table
     javascript   kernel-sandbox:javascript   + Deno's JavaScript/TypeScript kernel

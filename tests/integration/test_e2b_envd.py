@@ -278,3 +278,31 @@ def test_file_metadata_is_kept_as_xattrs_and_watch_events_carry_entries(
     assert out["refused"] == ["InvalidArgumentException", True], out["refused"]
     # envd 0.6.3's entries in watch events
     assert out["event_entry"] == ["w.txt", "/home/user/w.txt", "file", 3]
+
+
+GIT = r"""
+import json
+from e2b import Sandbox
+sb = Sandbox.create(timeout=120)
+repo = "/home/user/repo"
+sb.git.init(repo, initial_branch="main")
+sb.git.configure_user("Sandbox Bot", "bot@example.com")
+sb.files.write(f"{repo}/README.md", "hello\n")
+sb.git.add(repo, all=True)
+staged = [f.name for f in sb.git.status(repo).file_status]
+sb.git.commit(repo, message="Initial commit")
+status = sb.git.status(repo)
+log = sb.commands.run("git log --format='%s|%an'", cwd=repo).stdout
+out = {"staged": staged, "branch": status.current_branch, "left": len(status.file_status),
+       "log": log.strip()}
+sb.kill()
+print(json.dumps(out))
+"""
+
+
+def test_the_sdks_git_works_in_the_base_template(server: Server, e2b_python: Path) -> None:
+    # E2B's base template has git, and the SDK's sandbox.git runs it as a command
+    out = run_client(e2b_python, server, GIT)
+    assert out["staged"] == ["README.md"]
+    assert out["branch"] == "main" and out["left"] == 0
+    assert out["log"] == "Initial commit|Sandbox Bot"

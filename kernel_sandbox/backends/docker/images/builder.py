@@ -73,7 +73,7 @@ IMAGE_SOURCE_LABEL = f"{LABEL_PREFIX}.image-source"
 DEFAULT_IMAGES = ("python", "datascience")
 #: Images whose build installs Debian packages (apt over plain HTTP, signed lists: the
 #: build gets a network); every other build runs with none.
-APT_IMAGES = frozenset({"r"})
+APT_IMAGES = frozenset({"python", "r"})
 #: npm packages the host fetches into an image's build context (see :mod:`.npm`).
 NPM_PACKAGES = {"javascript": (DENO_PACKAGE,), "polyglot": (DENO_PACKAGE,)}
 #: Names ``build`` accepts besides our images (``server``: ``kernel-sandbox serve`` for a
