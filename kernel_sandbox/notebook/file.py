@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -24,10 +25,9 @@ from typing import Any
 import nbformat
 import orjson
 from nbformat import NotebookNode
-from nbformat.v4 import new_notebook
 
 from . import shared
-from .storage import validate_notebook, write_notebook_atomic
+from .storage import replace_notebook, validate_parts
 from .writer import WRITER
 
 __all__ = ["NotebookFile"]
@@ -111,25 +111,27 @@ class NotebookFile:
         """Write ``nb`` (its first ``valid`` cells known valid); the cells now known valid.
 
         The file is read back only when someone else wrote it since, and only the
-        metadata and the cells not validated before are validated.
+        metadata and the cells not validated before are validated: neither ours from
+        earlier writes nor theirs, which the merge validated.
         """
         with shared.locked(self.path):
-            # A person attached to the sandbox may have appended cells: keep them (shared.py)
+            checked = {id(cell) for cell in nb.cells[:valid]}
+            # Another process may have written cells since: keep them (shared.py)
             if self._written is None or self._written != _stamp(self.path):
-                ids = [cell.get("id") for cell in nb.cells]
-                shared.merge_foreign(nb, self.path)
-                if [cell.get("id") for cell in nb.cells] != ids:
-                    valid = 0
-            validate_notebook(new_notebook(metadata=nb.metadata, cells=nb.cells[valid:]))
-            write_notebook_atomic(nb, self.path, validate=False)
-            self._written = _stamp(self.path)
+                checked.update(id(cell) for cell in shared.merge_foreign(nb, self.path))
+            fresh = [cell for cell in nb.cells if id(cell) not in checked]
+            validate_parts(nb.metadata, fresh, nb.get("nbformat_minor", 5))
+            self._written = _stamp_of(replace_notebook(nb, self.path))
         return len(nb.cells)
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:
     """What tells one version of a file from another (a rename makes a new inode)."""
     try:
-        info = path.stat()
+        return _stamp_of(path.stat())
     except OSError:
         return None
+
+
+def _stamp_of(info: os.stat_result) -> tuple[int, int, int]:
     return (info.st_ino, info.st_size, info.st_mtime_ns)

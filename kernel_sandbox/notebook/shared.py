@@ -2,13 +2,20 @@
 
 The sandbox's :class:`~kernel_sandbox.notebook.NotebookRecorder` rewrites its notebook
 atomically after every step, from the cells it holds in memory.  A person attached to
-the same kernel (``kernel-sandbox attach``) records their cells into the same file.
-Two writers stay safe by one rule: every write happens under an exclusive ``flock`` on
-the notebook's directory and starts from what is on disk, so no writer ever drops a cell it
-did not make.  The person's console appends its cells to the file as it is (a
+the same kernel (``kernel-sandbox attach``) records their cells into the same file, and
+with several server workers or replicas every process that serves the sandbox does.
+Writers stay safe by one rule: every write happens under an exclusive ``flock`` on the
+notebook and starts from what is on disk, so no writer ever drops a cell it did not
+make.  The person's console appends its cells to the file as it is (a
 read-append-replace under the lock); the recorder, before each rewrite, merges in the
 cells on disk it does not hold (by cell id, in their place).  Each write is still an
 atomic replace, so a reader (or a crash) never sees half a notebook.
+
+The lock is the notebook file itself (no lock file is left beside a user's notebook):
+a writer locks the file the path names, and goes on only if the path still names that
+file once it holds the lock (a writer before it may have replaced it); a notebook not
+written yet is created under a ``flock`` on its directory.  So writes of different
+notebooks never wait for each other, whichever directory they share.
 
 How an attaching process finds the notebook: the recorder, once it records a sandbox,
 leaves a pointer in the user's private runtime directory (``<sandbox id>.notebook``,
@@ -22,51 +29,134 @@ import fcntl
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import nbformat
+import orjson
 from nbformat import NotebookNode
+from nbformat.v4.rwbase import rejoin_lines, strip_transient
 
+from ..errors import NotebookError
 from ..limits import NOTEBOOK_POINTER_CHARS
 from ..rundirs import runtime_root
-from .storage import read_notebook, write_notebook_atomic
+from .storage import read_notebook, validate_parts, write_notebook_atomic
 
 __all__ = ["append_cells", "find_notebook", "locked", "merge_foreign", "point_to"]
 
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """Hold the notebook's write lock for the block: a ``flock`` on its directory (no
-    lock file left beside it; notebooks in one directory take turns, each write is short)."""
+    """Hold the write lock of the notebook at ``path`` for the block (see the module):
+    an exclusive ``flock`` on the file it names, or on its directory while it has none."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    while True:
+        fd, is_file = _lockable(path)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if _still_current(fd, is_file, path):
+                yield
+                return
+        finally:
+            os.close(fd)  # closing releases the lock
+
+
+def _lockable(path: Path) -> tuple[int, bool]:
+    """A descriptor of the notebook (True) or, when there is none, of its directory."""
+    flags = os.O_CLOEXEC
+    try:  # written to: NFS grants an exclusive flock only on a file open for writing
+        return os.open(path, os.O_RDWR | flags), True
+    except FileNotFoundError:
+        return os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | flags), False
+    except PermissionError:  # a read-only notebook of a user's: its rewrite replaces it
+        return os.open(path, os.O_RDONLY | flags), True
+
+
+def _still_current(fd: int, is_file: bool, path: Path) -> bool:
+    """Whether the lock just taken on ``fd`` is the notebook's: the path still names the
+    locked file, or (a directory's lock) still names none."""
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
+        now = os.stat(path)
+    except FileNotFoundError:
+        return not is_file
+    if not is_file:
+        return False
+    held = os.fstat(fd)
+    return (now.st_dev, now.st_ino) == (held.st_dev, held.st_ino)
 
 
-def merge_foreign(nb: NotebookNode, path: Path) -> None:
-    """Put into ``nb`` the cells on disk at ``path`` that ``nb`` lacks, in their place.
+def merge_foreign(nb: NotebookNode, path: Path) -> list[NotebookNode]:
+    """Put into ``nb`` the cells on disk at ``path`` that ``nb`` lacks, in their place;
+    returns them (validated).
 
     Call under :func:`locked`.  A cell on disk that ``nb`` holds keeps ``nb``'s version
     (the recorder may have updated it); the cells of ``nb`` not on disk yet come last.
+    Only the cells ``nb`` lacks are made into nodes and validated: the file is parsed
+    as plain JSON, so merging costs little more than reading its bytes.
     """
-    if not path.is_file():
-        return
-    try:
-        disk = read_notebook(path)
-    except (OSError, ValueError):  # unreadable: our own next write replaces it whole
-        return
+    disk = _disk_cells(path)
+    if disk is None:
+        return []
     ours = {cell.get("id"): cell for cell in nb.cells}
-    if all(cell.get("id") in ours for cell in disk.cells):
-        return
+    theirs = [cell for cell in disk if cell.get("id") not in ours]
+    if not theirs:
+        return []
+    adopted = {id(raw): cell for raw, cell in zip(theirs, _as_cells(theirs), strict=True)}
     merged, seen = [], set()
-    for cell in disk.cells:
+    for cell in disk:
         key = cell.get("id")
-        merged.append(ours.get(key, cell))
+        mine = ours[key] if key in ours else adopted[id(cell)]
+        if mine is not None:
+            merged.append(mine)
         seen.add(key)
     merged.extend(cell for cell in nb.cells if cell.get("id") not in seen)
     nb.cells = merged
+    return [cell for cell in adopted.values() if cell is not None]
+
+
+def _disk_cells(path: Path) -> list[Any] | None:
+    """The cells of the notebook at ``path`` as the file holds them; None when there is
+    none or it is unreadable (our own next write replaces it whole)."""
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    if (
+        isinstance(data, dict)
+        and data.get("nbformat") == 4
+        and isinstance(data.get("nbformat_minor"), int)
+        and data["nbformat_minor"] >= 5  # cells have ids
+        and isinstance(data.get("cells"), list)
+        and all(isinstance(cell, dict) for cell in data["cells"])
+    ):
+        return list(data["cells"])
+    try:  # another version: nbformat upgrades it (and validates it whole)
+        return list(read_notebook(path).cells)
+    except (OSError, ValueError):
+        return None
+
+
+def _as_cells(raw: list[Any]) -> list[NotebookNode | None]:
+    """Cells as a file holds them, made into nodes as nbformat's reader makes them and
+    validated; None for one that is not a valid cell (written by hand, say: left out)."""
+    cells: list[NotebookNode | None] = []
+    for item in raw:
+        try:
+            one = nbformat.from_dict({"metadata": {}, "cells": [item]})
+            strip_transient(rejoin_lines(one))
+            cells.append(one.cells[0])
+        except (AttributeError, TypeError, ValueError):
+            cells.append(None)
+    if not _valid([cell for cell in cells if cell is not None]):
+        cells = [cell if cell is not None and _valid([cell]) else None for cell in cells]
+    return cells
+
+
+def _valid(cells: list[NotebookNode]) -> bool:
+    try:
+        validate_parts({}, cells)
+    except NotebookError:
+        return False
+    return True
 
 
 def append_cells(path: Path, cells: Sequence[NotebookNode]) -> None:

@@ -32,8 +32,10 @@ from ..errors import NotebookError
 __all__ = [
     "notebook_text",
     "read_notebook",
+    "replace_notebook",
     "sessions_dir",
     "validate_notebook",
+    "validate_parts",
     "write_notebook_atomic",
 ]
 
@@ -54,6 +56,14 @@ def validate_notebook(nb: NotebookNode) -> None:
         raise NotebookError(f"notebook is not valid nbformat v4: {exc.message}") from exc
 
 
+def validate_parts(metadata: Any, cells: list[Any], minor: int = 5) -> None:
+    """Validate ``metadata`` and ``cells`` as a notebook's (:class:`NotebookError`): what a
+    writer that knows the other cells valid checks (the cells are not copied)."""
+    validate_notebook(
+        NotebookNode(nbformat=4, nbformat_minor=minor, metadata=metadata, cells=cells)
+    )
+
+
 def write_notebook_atomic(
     nb: NotebookNode, path: str | os.PathLike[str], *, validate: bool = True
 ) -> Path:
@@ -64,6 +74,14 @@ def write_notebook_atomic(
     if validate:
         validate_notebook(nb)
     target = Path(path)
+    replace_notebook(nb, target)
+    return target
+
+
+def replace_notebook(nb: NotebookNode, target: Path) -> os.stat_result:
+    """Replace ``target`` with ``nb`` atomically, unvalidated; the ``stat`` of the file
+    written, taken before it is in place (so it is ours even when another writer
+    replaces it at once)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     text = notebook_text(nb) + "\n"
     try:
@@ -77,13 +95,14 @@ def write_notebook_atomic(
             handle.flush()
             os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
+            written = os.fstat(handle.fileno())
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     _fsync_dir(target.parent)
-    return target
+    return written
 
 
 def notebook_text(nb: Mapping[str, Any]) -> str:
