@@ -335,33 +335,71 @@ def _containers_cpu(name: str) -> Callable[[], float]:
     return lambda: sum(map(_cgroup_ns, paths)) / 1e9
 
 
+def _profile(server_pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | None:
+    """py-spy samples one worker (the first child of the server) for ``seconds``."""
+    children = Path(f"/proc/{server_pid}/task/{server_pid}/children").read_text().split()
+    if not children:
+        return None
+    return subprocess.Popen(
+        ["py-spy", "record", "--pid", children[0], "--duration", str(int(seconds)),
+         "--rate", "200", "--nonblocking", "--format", "raw", "--output", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
+def top_frames(raw: Path, n: int = 15) -> list[tuple[str, float]]:
+    """The functions a py-spy raw profile spent the most samples in (self and below,
+    each counted once per sample), as (frame, share of the samples)."""
+    total, counts = 0, dict[str, int]()
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        total += int(count)
+        for frame in set(stack.split(";")):
+            counts[frame] = counts.get(frame, 0) + int(count)
+    ranked = sorted(counts.items(), key=lambda item: -item[1])
+    return [(frame, hits / total) for frame, hits in ranked if hits < total][:n]
+
+
 async def docker(args: argparse.Namespace) -> dict[str, Any]:
     figures: dict[str, Any] = {"runs": []}
+    checkouts = [("old", Path(args.old)), ("new", ROOT)] if args.old else [("", ROOT)]
     for workers in args.workers:
-        port, name = free_port(), f"bench-replicas-{os.getpid()}-{workers}"
-        proc = start_server(port, name, extra=("--workers", str(workers), *LIMITS))
-        url = f"http://127.0.0.1:{port}"
-        try:
-            async with pool(url) as c:
-                sids = await create_sandboxes(c, args.clients)
-                cpu = Cpu(
-                    {
-                        "sandboxes": _containers_cpu(name),
-                        "servers": lambda pid=proc.pid: _process_tree_s(pid),
-                    }
-                )
-                run = await load([c], sids, args.seconds, cpu)
-                run["workers"] = workers
-                run["load_1min"] = os.getloadavg()[0]
-                await delete_sandboxes(c, sids)
-            if workers > 1:
-                run["elsewhere"] = await elsewhere(url, args.probes)
-            figures["runs"].append(run)
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(120)
-            await remove_leftovers(name)
+        for label, root in checkouts:
+            figures["runs"].append(await docker_run(args, workers, label, root))
     return figures
+
+
+async def docker_run(
+    args: argparse.Namespace, workers: int, label: str, root: Path
+) -> dict[str, Any]:
+    """One ``serve --workers N`` of the checkout at ``root`` under the load."""
+    port, name = free_port(), f"bench-replicas-{os.getpid()}-{workers}{label}"
+    proc = start_server(port, name, root, extra=("--workers", str(workers), *LIMITS))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        async with pool(url) as c:
+            sids = await create_sandboxes(c, args.clients)
+            cpu = Cpu(
+                {
+                    "sandboxes": _containers_cpu(name),
+                    "servers": lambda pid=proc.pid: _process_tree_s(pid),
+                }
+            )
+            raw = HERE / "results" / f"replicas-profile-{name}.txt"
+            spy = _profile(proc.pid, args.seconds, raw) if args.profile else None
+            run = await load([c], sids, args.seconds, cpu)
+            run["workers"], run["checkout"] = workers, label
+            run["load_1min"] = os.getloadavg()[0]
+            if spy is not None and spy.wait(60) == 0:
+                run["profile"] = {"raw": str(raw.relative_to(ROOT)), "top": top_frames(raw)}
+            await delete_sandboxes(c, sids)
+        if workers > 1:
+            run["elsewhere"] = await elsewhere(url, args.probes)
+        return run
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(120)
+        await remove_leftovers(name)
 
 
 # -- report ---------------------------------------------------------------------------
@@ -381,9 +419,13 @@ def table(figures: dict[str, Any]) -> str:
         for run in runs:
             c = run["cpu"]
             n = run[key]
+            which = run.get("checkout", "")
+            # the ratio to the first run of the same checkout (the fewest processes)
+            base = next(r for r in runs if r.get("checkout", "") == which)
             rows.append(
-                f"| {part}: {n} {label}{'s' if n > 1 else ''} | {run['calls_per_s']:.0f} | "
-                f"{run['calls_per_s'] / runs[0]['calls_per_s']:.2f}x | {run['p50_ms']:.0f} | "
+                f"| {part}: {n} {label}{'s' if n > 1 else ''}{f' ({which})' if which else ''} | "
+                f"{run['calls_per_s']:.0f} | {run['calls_per_s'] / base['calls_per_s']:.2f}x | "
+                f"{run['p50_ms']:.0f} | "
                 f"{run['p99_ms']:.0f} | {c['sandboxes_cores']:.2f} / {c['servers_cores']:.2f} / "
                 f"{c['client_cores']:.2f} / {c['other_cores']:.2f} | {run['wrong']} |"
             )
@@ -399,12 +441,19 @@ def table(figures: dict[str, Any]) -> str:
     for run in figures.get("docker", {}).get("runs", []):
         if "elsewhere" in run:
             e = run["elsewhere"]
+            which = f" ({run['checkout']})" if run.get("checkout") else ""
             out.append(
-                f"docker --workers {run['workers']}, a new connection per call ({e['probes']} "
-                f"probes): creator p50 {e['creator_p50_ms']:.1f} ms, first call elsewhere "
-                f"{e['first_elsewhere_p50_ms']:.1f} ms, later {e['later_elsewhere_p50_ms']:.1f} "
-                f"ms: +{e['first_elsewhere_added_ms']:.1f} ms once"
+                f"docker --workers {run['workers']}{which}, a new connection per call "
+                f"({e['probes']} probes): creator p50 {e['creator_p50_ms']:.1f} ms, "
+                f"first call elsewhere {e['first_elsewhere_p50_ms']:.1f} ms, "
+                f"later {e['later_elsewhere_p50_ms']:.1f} ms: "
+                f"+{e['first_elsewhere_added_ms']:.1f} ms once"
             )
+    for run in figures.get("docker", {}).get("runs", []):
+        if "profile" in run:
+            top = "\n".join(f"  {share:5.1%}  {frame}" for frame, share in run["profile"]["top"])
+            which = f" ({run['checkout']})" if run.get("checkout") else ""
+            out.append(f"py-spy, one of --workers {run['workers']}{which}:\n{top}")
     return "\n\n".join(out)
 
 
@@ -429,5 +478,11 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--probes", type=int, default=10)
     parser.add_argument("--parts", default="kubernetes,docker")
+    parser.add_argument(
+        "--old", help="Docker part: also serve from this checkout, turn about with this one"
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="Docker part: py-spy one worker under the load"
+    )
     figures = asyncio.run(main(parser.parse_args()))
     print(table(figures))
