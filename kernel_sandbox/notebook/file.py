@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -54,6 +55,8 @@ class NotebookFile:
         #: Leading cells validated by an earlier write and unchanged since: a write
         #: validates the metadata and the cells after them only.
         self._valid_cells = 0
+        #: The notebook's lock while a turn is taken (take_turn), else None.
+        self._turn: int | None = None
         #: (inode, size, mtime) of the file as this object last wrote it: unchanged,
         #: nobody else appended cells, so the write need not read it back first.
         self._written: tuple[int, int, int] | None = None
@@ -73,27 +76,61 @@ class NotebookFile:
     def flush(self) -> None:
         """Write what is not on disk yet, now (validated, atomic); raises NotebookError."""
         with self._write_lock:
+            self._flush(held=False)
+
+    def take_turn(self) -> None:
+        """Take the notebook's write lock now (waiting for it) and keep it until
+        :meth:`flush_turn`: whatever this recorder holds now is written before any
+        process's next write of the notebook, even if the write itself comes later.
+
+        Only for a file written behind (a ``flush_delay``).  A server's recorded call
+        takes its turn before it lets go of the sandbox's call lock, and writes its
+        cells after its answer: the next call, in any process, runs meanwhile, and its
+        cells are written after these.
+        """
+        if self.flush_delay is None:
+            raise ValueError("take_turn is for a notebook written behind (a flush_delay)")
+        self._write_lock.acquire()
+        try:
+            self._turn = shared.acquire(self.path)
+        except BaseException:
+            self._write_lock.release()
+            raise
+
+    def flush_turn(self) -> None:
+        """Write what is not on disk yet under the lock :meth:`take_turn` took, and let
+        it go (also when the write fails: raises NotebookError then)."""
+        turn, self._turn = self._turn, None
+        try:
+            self._flush(held=turn is not None)
+        finally:
+            if turn is not None:
+                os.close(turn)
+            self._write_lock.release()
+
+    def _flush(self, held: bool) -> None:
+        """:meth:`flush` under ``_write_lock``; ``held``: the notebook's lock too."""
+        with self._lock:
+            if not self._dirty:
+                return
+            self._dirty = False
+            # a plain copy, taken at C speed (a deepcopy of NotebookNodes is not)
+            snapshot = nbformat.from_dict({**self._nb, "cells": []})
+            snapshot.cells = orjson.loads(orjson.dumps(self._nb.cells))
+            valid = self._valid_cells
+        WRITER.cancel(self)
+        ids = [cell.get("id") for cell in snapshot.cells]
+        try:
+            checked = self._write(snapshot, valid, held)
+        except BaseException:
             with self._lock:
-                if not self._dirty:
-                    return
-                self._dirty = False
-                # a plain copy, taken at C speed (a deepcopy of NotebookNodes is not)
-                snapshot = nbformat.from_dict({**self._nb, "cells": []})
-                snapshot.cells = orjson.loads(orjson.dumps(self._nb.cells))
-                valid = self._valid_cells
-            WRITER.cancel(self)
-            ids = [cell.get("id") for cell in snapshot.cells]
-            try:
-                checked = self._write(snapshot, valid)
-            except BaseException:
-                with self._lock:
-                    self._dirty = True
-                raise
-            with self._lock:
-                if [cell.get("id") for cell in snapshot.cells] != ids:
-                    self._take_foreign(snapshot.cells)
-                if self._valid_cells == valid:  # no cell before the new ones changed since
-                    self._valid_cells = checked
+                self._dirty = True
+            raise
+        with self._lock:
+            if [cell.get("id") for cell in snapshot.cells] != ids:
+                self._take_foreign(snapshot.cells)
+            if self._valid_cells == valid:  # no cell before the new ones changed since
+                self._valid_cells = checked
 
     def __repr__(self) -> str:
         return f"<NotebookFile {str(self.path)!r}>"
@@ -107,14 +144,15 @@ class NotebookFile:
         cells.extend(cell for cell in self._nb.cells if cell.get("id") not in seen)
         self._nb.cells = cells
 
-    def _write(self, nb: NotebookNode, valid: int) -> int:
+    def _write(self, nb: NotebookNode, valid: int, held: bool = False) -> int:
         """Write ``nb`` (its first ``valid`` cells known valid); the cells now known valid.
 
         The file is read back only when someone else wrote it since, and only the
         metadata and the cells not validated before are validated: neither ours from
-        earlier writes nor theirs, which the merge validated.
+        earlier writes nor theirs, which the merge validated.  ``held``: the caller
+        holds the notebook's lock already.
         """
-        with shared.locked(self.path):
+        with contextlib.nullcontext() if held else shared.locked(self.path):
             checked = {id(cell) for cell in nb.cells[:valid]}
             # Another process may have written cells since: keep them (shared.py)
             if self._written is None or self._written != _stamp(self.path):

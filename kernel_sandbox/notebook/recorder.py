@@ -396,6 +396,25 @@ class NotebookRecorder:
         """Write what is not on disk yet, now (validated, atomic); raises NotebookError."""
         self._file.flush()
 
+    def take_turn(self) -> None:
+        """Hold the notebook's write lock until :meth:`flush_turn`, so that what this
+        recorder holds now is written before any other writer's next cells (a recorder
+        with a ``flush_delay`` only; see :meth:`NotebookFile.take_turn
+        <kernel_sandbox.notebook.file.NotebookFile.take_turn>`)."""
+        self._file.take_turn()
+
+    def flush_turn(self) -> None:
+        """Write what is not on disk yet under the turn :meth:`take_turn` took, and let
+        go of it."""
+        self._file.flush_turn()
+
+    def settle(self) -> None:
+        """Write what is not on disk yet, and wait until no other process is writing the
+        notebook: the file then holds every cell whose writer took its turn before."""
+        self.flush()
+        with shared.locked(self.path):
+            pass
+
     def close(self) -> None:
         """Write what is pending; the recorder can still record afterwards."""
         self.flush()

@@ -41,23 +41,34 @@ from ..limits import NOTEBOOK_POINTER_CHARS
 from ..rundirs import runtime_root
 from .storage import read_notebook, validate_parts, write_notebook_atomic
 
-__all__ = ["append_cells", "find_notebook", "locked", "merge_foreign", "point_to"]
+__all__ = ["acquire", "append_cells", "find_notebook", "locked", "merge_foreign", "point_to"]
 
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """Hold the write lock of the notebook at ``path`` for the block (see the module):
-    an exclusive ``flock`` on the file it names, or on its directory while it has none."""
+    """Hold the write lock of the notebook at ``path`` for the block (see the module)."""
+    fd = acquire(path)
+    try:
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def acquire(path: Path) -> int:
+    """Take the write lock of the notebook at ``path`` (waiting for it): an exclusive
+    ``flock`` on the file it names, or on its directory while it has none.  Returns the
+    descriptor that holds it; closing it lets go."""
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         fd, is_file = _lockable(path)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             if _still_current(fd, is_file, path):
-                yield
-                return
-        finally:
-            os.close(fd)  # closing releases the lock
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
 
 
 def _lockable(path: Path) -> tuple[int, bool]:

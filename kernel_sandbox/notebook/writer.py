@@ -45,7 +45,9 @@ class WriteBehind:
         with self._cond:
             if recorder in self._due:
                 return
-            self._due[recorder] = time.monotonic() + delay
+            due = time.monotonic() + delay
+            first = min(self._due.values(), default=None)
+            self._due[recorder] = due
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="kernel-sandbox-notebook-writer", daemon=True
@@ -54,7 +56,8 @@ class WriteBehind:
             if not self._registered:
                 atexit.register(self.flush_all)
                 self._registered = True
-            self._cond.notify()
+            if first is None or due < first:  # else the thread wakes up soon enough
+                self._cond.notify()
 
     def cancel(self, recorder: Flushable) -> None:
         """Forget a pending write (the recorder just wrote itself)."""

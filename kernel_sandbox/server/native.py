@@ -499,5 +499,6 @@ async def notebook(sandbox_id: str, ten: Ten, key: Key) -> FileResponse:
     """The sandbox's session so far, as a valid ``.ipynb``."""
     lease = await ten.live(key, sandbox_id)
     path = lease.notebook_path
-    await asyncio.to_thread(lease.recorder.flush)  # the steps still waiting to be written
+    # the steps still waiting to be written, also another worker's (see Tenancy._called)
+    await asyncio.to_thread(lease.recorder.settle)
     return FileResponse(path, media_type="application/x-ipynb+json", filename=f"{lease.id}.ipynb")

@@ -658,6 +658,11 @@ class Tenancy:
 
     @contextlib.asynccontextmanager
     async def _called(self, lease: Lease, state: Path) -> AsyncIterator[None]:
+        """A recorded call with several workers: it holds the call lock, and its cells are
+        written before any later call's, whichever process makes that one.  Written
+        behind, they are written after the answer: the call takes the notebook's
+        writing turn before it lets go of the call lock, and writes them in a thread
+        after (the next call runs meanwhile; its write waits for this one)."""
         async with lease.serial, replicas.call_lock(state, self.settings.max_timeout) as died:
             if died:  # its worker died mid-call: nobody waits for that call any more
                 log.warning("a worker died during a call to %s: interrupting it", lease.id)
@@ -675,7 +680,10 @@ class Tenancy:
                 yield
             finally:
                 await asyncio.sleep(0)  # the call's cells are built (call_soon, see recording)
-                await asyncio.to_thread(lease.recorder.flush)
+                if lease.recorder.flush_delay is None:  # each step written already
+                    await asyncio.to_thread(lease.recorder.flush)
+                else:
+                    await _turn_then_write(lease)
 
     async def delete(self, owner: str, sandbox_id: str) -> None:
         """Remove the caller's sandbox (paused or not); its notebook stays."""
@@ -755,6 +763,28 @@ class Tenancy:
         finally:
             if sid in self._pools.get(owner, []):
                 queue.put_nowait(sid)
+
+
+async def _turn_then_write(lease: Lease) -> None:
+    """Take the notebook's writing turn, then (after returning) write the call's cells,
+    in one executor thread: a cancelled caller never leaves the turn taken."""
+    loop = asyncio.get_running_loop()
+    taken = asyncio.Event()
+    recorder = lease.recorder
+
+    def turn_then_write() -> None:
+        recorder.take_turn()
+        loop.call_soon_threadsafe(taken.set)
+        recorder.flush_turn()
+
+    def written(done: asyncio.Future[None]) -> None:
+        if not done.cancelled() and done.exception() is not None:
+            log.warning("writing the notebook of %s failed", lease.id, exc_info=done.exception())
+            taken.set()
+
+    writing = loop.run_in_executor(None, turn_then_write)
+    writing.add_done_callback(written)
+    await asyncio.shield(taken.wait())
 
 
 def _same_sandbox(config: DockerSandboxConfig, pool: DockerSandboxConfig) -> bool:

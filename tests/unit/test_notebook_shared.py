@@ -4,6 +4,7 @@ only the writers of that notebook."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ import threading
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
 from kernel_sandbox.notebook import shared
@@ -163,3 +165,31 @@ def test_a_notebook_made_by_two_writers_at_once_is_made_once(tmp_path: Path) -> 
     for thread in threads:
         thread.join(60)
     assert sorted(_sources(path)) == ["w0", "w1", "w2", "w3"]
+
+
+def test_a_turn_taken_puts_the_takers_cells_before_any_later_write(tmp_path: Path) -> None:
+    """A server call takes the notebook's turn before it lets the next call run, and
+    writes its cell after answering: the next call's cell, written by another process
+    meanwhile, waits for it and comes after it."""
+    path = tmp_path / "s.ipynb"
+    first = NotebookRecorder(path, title="t", flush_delay=30)
+    second = NotebookRecorder(path, flush_delay=30)
+    first.add_note("call 1")
+    first.take_turn()
+    # the notebook's lock is held, for every process
+    with open(path) as other, pytest.raises(BlockingIOError):
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    second.add_note("call 2")
+    writing = threading.Thread(target=second.flush)
+    writing.start()
+    first.flush_turn()
+    writing.join(60)
+    assert _sources(path) == ["# t", "call 1", "call 2"]
+    first.add_note("call 3")
+    first.flush()
+    assert _sources(path) == ["# t", "call 1", "call 2", "call 3"]
+
+
+def test_a_turn_is_for_a_notebook_written_behind(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="flush_delay"):
+        NotebookRecorder(tmp_path / "s.ipynb").take_turn()
