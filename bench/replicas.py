@@ -2,6 +2,7 @@
 
     KUBECONFIG=... python bench/replicas.py              # 30 clients, 20 s per configuration
     python bench/replicas.py --clients 50 --seconds 20 --parts kubernetes,docker
+    python bench/replicas.py --parts docker --old /work/main --profile   # A/B, py-spy --gil
 
 30 clients by default, not the issue's 50: each sandbox pod requests 50m CPU
 (backends/kubernetes/manifests.py CPU_REQUEST) and each server replica 100m, so a 2-core

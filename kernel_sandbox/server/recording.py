@@ -65,8 +65,9 @@ def private_dirs(*dirs: Path) -> None:
     """Make ``dirs`` (outermost first) directories only this user can open (0700).
 
     A notebook holds what a tenant computed, so no other local user may read it, nor
-    open its directory (whose ``flock`` every write takes: another user holding it
-    would stall the tenant's downloads and other keys' creates).  A directory that is
+    open it or its directory (every write takes a ``flock`` on the notebook, or on its
+    directory while there is none: another user holding it would stall the tenant's
+    calls and downloads).  A directory that is
     a symbolic link or belongs to another user is refused with a ConfigError.
     """
     for directory in dirs:

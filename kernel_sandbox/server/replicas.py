@@ -15,12 +15,14 @@ The state file exists while the sandbox lives: a worker asked for a sandbox it d
 hold adopts it on demand when the file is under the caller's key directory (so another
 key's sandbox is a 404 on every worker, as it is on one), and drops its cached copy when
 the file is gone (deleted or reaped by another worker).  An exclusive ``flock`` on it is
-held around every recorded call, from before the kernel runs it until its cell is on
-disk, so the notebook's cells follow the calls' order whichever worker ran them (the
-notebook's own writer rule, :mod:`kernel_sandbox.notebook.shared`, keeps every cell of
-every writer).  The holder writes its :func:`identity` into it and empties it before it
-lets go: a worker that takes the lock and finds another's left knows a worker died
-mid-call, and interrupts the call nobody waits for any more.  Each release rewrites the file, so its
+held around every recorded call, from before the kernel runs it until the call holds
+the notebook's writing turn (its cell is written under that turn just after the
+answer, before any later call's), so the notebook's cells follow the calls' order
+whichever worker ran them (the notebook's own writer rule,
+:mod:`kernel_sandbox.notebook.shared`, keeps every cell of every writer).  The holder
+writes its :func:`identity` into it and empties it before it lets go: a worker that
+takes the lock and finds another's left knows a worker died mid-call, and interrupts
+the call nobody waits for any more.  Each release rewrites the file, so its
 mtime is when the sandbox was last used, the clock the reaper reads (a worker's own
 ``last_used`` only knows its own calls).  Its first line is the sandbox's *generation*,
 drawn when it became live: a sandbox paused and resumed (or restored) is another
