@@ -23,7 +23,7 @@ import contextlib
 import os
 import stat
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import httpx2
 import pytest
@@ -31,6 +31,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from tests.integration.serving import KEY_A, KEY_B, Server
+from tests.waiting import await_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.asyncio(loop_scope="module")]
 
@@ -42,6 +43,21 @@ CALLS = 10
 STREAMS = 2
 JUPYTER = "49999"
 ENVD = "49983"
+#: Key A's long command: it says it runs (a file of its own in /tmp), then lasts 15 s,
+#: or until the test has B's answer and releases it (RELEASE), whichever comes first.
+HOLD = {
+    "command": "touch /tmp/ks-held-$$; end=$(($(date +%s) + 15)); "
+    "while [ ! -e /tmp/ks-release ] && [ $(date +%s) -lt $end ]; do sleep 0.1; done",
+    "timeout": 60,
+}
+RELEASE = "touch /tmp/ks-release"
+
+
+async def _all_held(shell: Callable[[str], Awaitable[str]], count: int) -> bool:
+    """Whether ``count`` of key A's HOLD commands run (asked through ``shell``, whose
+    answer starts with the command's output)."""
+    listed = await shell("ls /tmp | grep -c '^ks-held-' || true")
+    return listed.split()[:1] == [str(count)]
 
 
 @pytest.fixture(scope="module")
@@ -230,20 +246,25 @@ async def test_one_keys_long_calls_do_not_hold_another_keys_calls(server: Server
         await _delete_all(a)
         mine = (await a.post("/v1/sandboxes", json={})).json()["id"]
         theirs = (await b.post("/v1/sandboxes", json={})).json()["id"]
-        slow = {"command": "sleep 15", "timeout": 60}
         hold = [
-            asyncio.create_task(a.post(f"/v1/sandboxes/{mine}/shell", json=slow))
+            asyncio.create_task(a.post(f"/v1/sandboxes/{mine}/shell", json=HOLD))
             for _ in range(CALLS - 2)
         ]
-        await asyncio.sleep(2)  # A's commands are running
+
+        async def shell(command: str) -> str:
+            answer = await a.post(f"/v1/sandboxes/{mine}/shell", json={"command": command})
+            return str(answer.json()["stdout"])
+
+        await await_for(lambda: _all_held(shell, len(hold)), 60, what="A's commands to run")
         started = time.monotonic()
         answer = await b.post(f"/v1/sandboxes/{theirs}/shell", json={"command": "echo hi"})
         took = time.monotonic() - started
         pending = sum(not task.done() for task in hold)
+        await shell(RELEASE)
         held = await asyncio.gather(*hold)
         await a.delete(f"/v1/sandboxes/{mine}")
         await b.delete(f"/v1/sandboxes/{theirs}")
-    print(f"\nkey B's command took {took:.2f} s while {pending} of key A's 15 s commands ran")
+    print(f"\nkey B's command took {took:.2f} s while {pending} of key A's commands ran")
     assert answer.status_code == 200 and "hi" in answer.text, answer.text
     assert all(r.status_code == 200 for r in held), [r.text for r in held]
     assert pending == len(hold)  # B's answer came while every one of A's still ran
@@ -270,18 +291,23 @@ async def test_one_keys_long_mcp_calls_do_not_hold_another_keys_calls(server: Se
     async with mcp_session(server, KEY_A) as a, mcp_session(server, KEY_B) as b:
         for session in (a, b):  # each session's sandbox made before the measure
             assert not (await session.call_tool("run_shell", {"command": "true"})).is_error
-        slow = {"command": "sleep 15", "timeout": 60}
-        hold = [asyncio.create_task(a.call_tool("run_shell", slow)) for _ in range(CALLS - 2)]
-        await asyncio.sleep(2)  # A's commands are running
+        hold = [asyncio.create_task(a.call_tool("run_shell", HOLD)) for _ in range(CALLS - 2)]
+
+        async def shell(command: str) -> str:
+            answer = await a.call_tool("run_shell", {"command": command})
+            return "".join(getattr(part, "text", "") for part in answer.content)
+
+        await await_for(lambda: _all_held(shell, len(hold)), 60, what="A's commands to run")
         started = time.monotonic()
         answer = await b.call_tool("run_shell", {"command": "echo hi"})
         took = time.monotonic() - started
         pending = sum(not task.done() for task in hold)
+        await shell(RELEASE)
         held = await asyncio.gather(*hold)
     async with client(server) as a, client(server, KEY_B) as b:
         await _delete_all(a)
         await _delete_all(b)
-    print(f"\nkey B's MCP command took {took:.2f} s while {pending} of key A's 15 s ran")
+    print(f"\nkey B's MCP command took {took:.2f} s while {pending} of key A's ran")
     assert not answer.is_error and "hi" in answer.content[0].text  # type: ignore[union-attr]
     assert not any(r.is_error for r in held), [r.content for r in held]
     assert pending == len(hold)  # B's answer came while every one of A's still ran
