@@ -254,8 +254,10 @@ async def test_file_api_refuses_the_run_directory(box: AsyncSandbox) -> None:
 
 SWAPPER = """
 import os, threading, time
+swapping = threading.Event()
+swapping.set()
 def swap(stop=time.monotonic() + {seconds}):
-    while time.monotonic() < stop:
+    while swapping.is_set() and time.monotonic() < stop:
         for target in {targets!r}:
             try:
                 os.mkdir('/tmp/swap')
@@ -275,7 +277,8 @@ def swap(stop=time.monotonic() + {seconds}):
                 os.remove('/tmp/swap')
             except OSError:
                 pass
-threading.Thread(target=swap, daemon=True).start()
+swapper = threading.Thread(target=swap, daemon=True)
+swapper.start()
 """
 
 
@@ -298,7 +301,8 @@ async def test_folder_to_link_swap_never_writes_the_host(box: AsyncSandbox, host
     assert landed + refused > 10
     assert sorted(p.name for p in host_dir.iterdir()) == before
     assert_run_dir_sealed(box)
-    await asyncio.sleep(3)  # the swapper ends
+    ended = await box.run_python("swapping.clear(); swapper.join(); print('ended')")
+    assert ended.stdout == "ended\n", ended.text  # the swapper ended
     await assert_works(box)
 
 
