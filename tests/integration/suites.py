@@ -3,7 +3,8 @@
 A suite runs unmodified in a pytest of its own (its own configuration, pytest-timeout
 so that a hang is a failure), once with the stock ``python3`` kernelspec and once with
 ours installed *as* ``python3`` in a private ``JUPYTER_PATH`` (found before the stock
-one), at the same time.  The outcome of each test comes from the JUnit XML report.
+one), at the same time; a long one in shards, each a pytest of its own.  The outcome
+of each test comes from the JUnit XML reports.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from kernel_sandbox.config import KERNEL_PYTHON
 ROOT = Path(__file__).resolve().parents[2]
 #: Label on every container a suite run makes, so the caller can prove all are gone.
 LABEL = "kernel-sandbox.test-suites"
+#: The pytest plugin that keeps one shard of a suite (``run_suite(shards=)``).
+SHARD_PLUGIN = Path(__file__).resolve().parent / "suite_shard"
 
 
 @dataclass(frozen=True)
@@ -120,37 +123,60 @@ def install_stock_in_image(where: Path, image: str, kernel: str, label: str) -> 
 
 
 def run_suite(
-    cwd: Path, args: list[str], envs: dict[str, dict[str, str]], timeout: float
+    cwd: Path,
+    args: list[str],
+    envs: dict[str, dict[str, str]],
+    timeout: float,
+    shards: int = 1,
 ) -> dict[str, Outcomes]:
-    """Run ``pytest args`` in ``cwd`` once per entry of ``envs``, all at once."""
-    runs: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
-    results = {}
+    """Run ``pytest args`` in ``cwd`` once per entry of ``envs``, all at once; each in
+    ``shards`` pytests side by side (every ``shards``-th test each), their outcomes
+    joined: a suite whose time goes to waiting on kernels ends sooner."""
+    runs: dict[tuple[str, int], tuple[subprocess.Popen[bytes], Path]] = {}
+    results: dict[str, Outcomes] = {}
     with tempfile.TemporaryDirectory() as tmp:
         try:
             for name, extra in envs.items():
-                report = Path(tmp) / f"{name}.xml"
-                env = {**os.environ, "PYTHONPATH": str(ROOT), **extra}
-                env.pop("PYTEST_ADDOPTS", None)
-                argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                        f"--junitxml={report}", *args]  # fmt: skip
-                with open(Path(tmp) / f"{name}.log", "wb") as out:
-                    proc = subprocess.Popen(
-                        argv, cwd=cwd, env=env, stdout=out, stderr=out, start_new_session=True
-                    )
-                runs[name] = (proc, report)
+                for shard in range(shards):
+                    runs[name, shard] = _start(cwd, args, extra, Path(tmp), name, shard, shards)
             deadline = time.monotonic() + timeout
-            for name, (proc, report) in runs.items():
+            for (name, shard), (proc, report) in runs.items():
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(max(1.0, deadline - time.monotonic()))
-                log = (Path(tmp) / f"{name}.log").read_text(errors="replace")
+                log = (Path(tmp) / f"{name}-{shard}.log").read_text(errors="replace")
                 assert report.exists(), f"{name}: the suite left no report:\n{log[-3000:]}"
-                results[name] = parse_junit(report)
+                part = parse_junit(report)
+                whole = results.setdefault(name, Outcomes({}, {}))
+                whole.results.update(part.results)
+                whole.messages.update(part.messages)
         finally:  # the suites and their kernels end with the test, whatever happened
             for proc, _ in runs.values():
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
     return results
+
+
+def _start(
+    cwd: Path, args: list[str], extra: dict[str, str], tmp: Path, name: str, shard: int, shards: int
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start shard ``shard`` of ``shards`` of the suite with the env ``extra``: the
+    process and where its JUnit report will be."""
+    report = tmp / f"{name}-{shard}.xml"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **extra}
+    env.pop("PYTEST_ADDOPTS", None)
+    if shards > 1:
+        plugins = [p for p in env.get("PYTEST_PLUGINS", "").split(",") if p]
+        env["PYTEST_PLUGINS"] = ",".join([*plugins, "kernel_sandbox_suite_shard"])
+        env["PYTHONPATH"] = f"{SHARD_PLUGIN}{os.pathsep}{env['PYTHONPATH']}"
+        env["KERNEL_SANDBOX_SUITE_SHARD"] = f"{shard}/{shards}"
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+            f"--junitxml={report}", *args]  # fmt: skip
+    with open(tmp / f"{name}-{shard}.log", "wb") as out:
+        proc = subprocess.Popen(
+            argv, cwd=cwd, env=env, stdout=out, stderr=out, start_new_session=True
+        )
+    return proc, report
 
 
 def parse_junit(report: Path) -> Outcomes:

@@ -28,6 +28,8 @@ pytestmark = pytest.mark.integration
 
 #: The image of our kernel: the datascience image has ipywidgets (the widget tests).
 IMAGE = "kernel-sandbox:datascience"
+#: Pytests per kernel, side by side: each test mostly waits for its kernels to start.
+SHARDS = 2
 
 #: Tests whose premise a sandbox refuses by design.
 NOT_APPLICABLE = {
@@ -78,6 +80,7 @@ def test_nbclient_suite_passes_as_on_stock(docker_engine, tmp_path: Path) -> Non
         ["--timeout=120", "-p", "no:cov", "tests/test_client.py"],
         {"stock": stock, "ours": ours},
         timeout=1200,
+        shards=SHARDS,
     )
     report = compare(outcomes)
     stock_passed, ours_passed = outcomes["stock"].passed, outcomes["ours"].passed
