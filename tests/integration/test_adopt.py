@@ -16,6 +16,7 @@ from kernel_sandbox.backends.docker import DockerHost
 from kernel_sandbox.errors import KernelError, SandboxNotFoundError
 from kernel_sandbox.sandbox import AsyncSandbox
 from tests.integration.conftest import orphan_of_killed_owner
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.usefixtures("docker_engine")
 
@@ -105,8 +106,11 @@ async def test_interrupt_stops_a_cell_and_keeps_variables(make_sandbox) -> None:
     await sb.run_python("kept = 7")
     code = "import time\nopen('started', 'w').close()\nwhile True: time.sleep(0.1)"
     cell = asyncio.create_task(sb.run_python(code, timeout=120))
-    while not await sb.files.exists("started") and not cell.done():
-        await asyncio.sleep(0.2)
+
+    async def started() -> bool:
+        return cell.done() or await sb.files.exists("started")
+
+    await await_for(started, 60, 0.2, what="the cell to start")
     await sb.interrupt()
     result = await cell
     assert result.status == "error" and result.error is not None

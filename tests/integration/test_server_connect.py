@@ -12,6 +12,7 @@ from kernel_sandbox import client
 from kernel_sandbox.client.remote import RemoteSandbox
 from kernel_sandbox.errors import ConfigError, SandboxNotFoundError
 from tests.integration.serving import KEY_A, KEY_B, Server
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.integration
 
@@ -28,8 +29,7 @@ async def test_connect_returns_the_remote_client(docker_engine, tmp_path) -> Non
             await client.aconnect(server.url, sb.id, api_key=KEY_B)  # not B's
         code = "import time\nopen('started', 'w').close()\nwhile True: time.sleep(0.1)"
         cell = asyncio.ensure_future(sb.run_python(code, timeout=120))
-        while not await again.files.exists("started"):
-            await asyncio.sleep(0.2)
+        await await_for(lambda: again.files.exists("started"), 60, 0.2, what="the cell to start")
         await again.interrupt()  # POST /interrupt -> AsyncSandbox.interrupt on the server
         result = await cell
         assert result.error is not None and result.error.ename == "KeyboardInterrupt"

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import os
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ from kernel_sandbox.backends.docker import docker_client
 from kernel_sandbox.backends.docker.images import builder
 from tests.conftest import require
 from tests.integration.serving import KEY_A, KEY_B, ROOT, Server
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.integration
 
@@ -244,10 +243,11 @@ async def test_mcp_without_sessions_keeps_state_per_key_and_by_sandbox_id(
         closed = await client.call_tool("close_sandbox", {"sandbox_id": mine})
         assert not closed.is_error
         assert await _sandbox_ids(server) == [default]
+
         # idle: the server's reaper removes the key's sandbox; the next call starts anew
-        deadline = time.monotonic() + 60
-        while await _sandbox_ids(server) and time.monotonic() < deadline:
-            await asyncio.sleep(0.5)
-        assert await _sandbox_ids(server) == []
+        async def reaped() -> bool:
+            return await _sandbox_ids(server) == []
+
+        await await_for(reaped, 60, 0.5, what="the reaper to remove the key's sandbox")
         again = await client.call_tool("run_python", {"code": "x"})
         assert again.is_error and "NameError" in _text(again)
