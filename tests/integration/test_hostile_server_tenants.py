@@ -43,21 +43,28 @@ CALLS = 10
 STREAMS = 2
 JUPYTER = "49999"
 ENVD = "49983"
-#: Key A's long command: it says it runs (a file of its own in /tmp), then lasts 15 s,
-#: or until the test has B's answer and releases it (RELEASE), whichever comes first.
-HOLD = {
-    "command": "touch /tmp/ks-held-$$; end=$(($(date +%s) + 15)); "
-    "while [ ! -e /tmp/ks-release ] && [ $(date +%s) -lt $end ]; do sleep 0.1; done",
-    "timeout": 60,
-}
 RELEASE = "touch /tmp/ks-release"
 
 
+def long_command(n: int) -> dict[str, object]:
+    """Key A's ``n``-th long command: it says it runs (its file in /tmp), then lasts
+    15 s, or until the test has B's answer and releases it (RELEASE), if sooner."""
+    return {
+        "command": f"touch /tmp/ks-held-{n}; end=$(($(date +%s) + 15)); "
+        "while [ ! -e /tmp/ks-release ] && [ $(date +%s) -lt $end ]; do sleep 0.1; done",
+        "timeout": 60,
+    }
+
+
 async def _all_held(shell: Callable[[str], Awaitable[str]], count: int) -> bool:
-    """Whether ``count`` of key A's HOLD commands run (asked through ``shell``, whose
-    answer starts with the command's output)."""
-    listed = await shell("ls /tmp | grep -c '^ks-held-' || true")
-    return listed.split()[:1] == [str(count)]
+    """Whether the ``count`` first of key A's long commands run (asked through
+    ``shell``, whose answer starts with the command's output).  Each file is named:
+    gVisor's /tmp cannot be listed (``ls``: Invalid argument)."""
+    found = await shell(
+        f"n=0; for i in $(seq 0 {count - 1}); do [ -e /tmp/ks-held-$i ] && n=$((n + 1)); "
+        "done; echo $n"
+    )
+    return found.split()[:1] == [str(count)]
 
 
 @pytest.fixture(scope="module")
@@ -247,8 +254,8 @@ async def test_one_keys_long_calls_do_not_hold_another_keys_calls(server: Server
         mine = (await a.post("/v1/sandboxes", json={})).json()["id"]
         theirs = (await b.post("/v1/sandboxes", json={})).json()["id"]
         hold = [
-            asyncio.create_task(a.post(f"/v1/sandboxes/{mine}/shell", json=HOLD))
-            for _ in range(CALLS - 2)
+            asyncio.create_task(a.post(f"/v1/sandboxes/{mine}/shell", json=long_command(n)))
+            for n in range(CALLS - 2)
         ]
 
         async def shell(command: str) -> str:
@@ -291,7 +298,9 @@ async def test_one_keys_long_mcp_calls_do_not_hold_another_keys_calls(server: Se
     async with mcp_session(server, KEY_A) as a, mcp_session(server, KEY_B) as b:
         for session in (a, b):  # each session's sandbox made before the measure
             assert not (await session.call_tool("run_shell", {"command": "true"})).is_error
-        hold = [asyncio.create_task(a.call_tool("run_shell", HOLD)) for _ in range(CALLS - 2)]
+        hold = [
+            asyncio.create_task(a.call_tool("run_shell", long_command(n))) for n in range(CALLS - 2)
+        ]
 
         async def shell(command: str) -> str:
             answer = await a.call_tool("run_shell", {"command": command})
