@@ -15,6 +15,11 @@ and the medians are compared.  Three measures:
     python bench/ab.py paced --old /work/main -n 200 --gap 0.7 --rounds 1
         print(1+1) on one sandbox, n calls --gap seconds apart (an agent's pace, not a
         loop's): p50, p99, max and the calls over 100 ms (a call that waits for a poll)
+    python bench/ab.py roundtrip --old /work/main -n 1000 --rounds 4 [--local]
+        print(1+1) back to back on one sandbox (--local: a local ipykernel with the
+        launcher's flags, no container) through the checkout's KernelSession: p50, and
+        the CPU per call of the host process, of its main thread (the event loop) and of
+        the kernel (its process: the container's, or the local one's)
 
 ``--new`` defaults to this checkout.  The one-checkout parts run as
 ``python bench/ab.py _cold|_start|_calls|_paced ...`` in a child with ``PYTHONPATH`` set.
@@ -30,6 +35,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -176,6 +182,68 @@ async def _paced(image: str, n: int, gap: float) -> dict[str, float]:
     }
 
 
+async def _roundtrip(image: str, n: int, local: bool) -> dict[str, float]:
+    from kernel_sandbox.kernel.client import KernelSession
+
+    async def alive() -> None:
+        return None
+
+    closing: list[Any] = []
+    if local:
+        from jupyter_client.manager import AsyncKernelManager
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from baselines import TUNED_KERNEL_ARGS
+
+        run_dir = tempfile.mkdtemp(prefix="ks-ab-")
+        km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=f"{run_dir}/k")
+        await km.start_kernel(extra_arguments=TUNED_KERNEL_ARGS)
+        session = KernelSession(km.get_connection_info())  # type: ignore[arg-type]
+        await session.connect(60, alive)
+        pid = km.provisioner.process.pid  # type: ignore[union-attr]
+
+        def kernel_cpu() -> float:
+            return _cpu(pid)
+
+        closing.append(lambda: km.shutdown_kernel(now=True))
+    else:
+        from kernel_sandbox.sandbox import AsyncSandbox
+
+        sandbox = await AsyncSandbox.create(_config(image))
+        closing.append(sandbox.close)
+        session = sandbox._kernel.session
+        cgroup = Path(f"/sys/fs/cgroup/cpuacct/docker/{sandbox.container_id}/cpuacct.usage")
+
+        def kernel_cpu() -> float:
+            return int(cgroup.read_text()) / 1e9 if cgroup.exists() else 0.0
+
+    async def call() -> None:
+        raw = await session.execute("print(1+1)", timeout=30, interrupt_grace=2, check_alive=alive)
+        assert raw.outcome == "finished" and raw.outputs[0]["text"] == "2\n", raw
+
+    try:
+        for _ in range(100):
+            await call()
+        took = []
+        kernel, process, thread = kernel_cpu(), time.process_time(), time.thread_time()
+        for _ in range(n):
+            t0 = time.perf_counter()
+            await call()
+            took.append(1000 * (time.perf_counter() - t0))
+        process, thread = time.process_time() - process, time.thread_time() - thread
+        kernel = kernel_cpu() - kernel
+    finally:
+        session.close()
+        for close in closing:
+            await close()
+    return {
+        "p50_ms": statistics.median(took),
+        "host_cpu_ms": 1000 * process / n,
+        "loop_thread_cpu_ms": 1000 * thread / n,
+        "kernel_cpu_ms": 1000 * kernel / n,
+    }
+
+
 def _child(tree: str, *args: str) -> Any:
     env = dict(os.environ, PYTHONPATH=tree)
     done = subprocess.run(
@@ -194,7 +262,7 @@ def _docker_true(image: str) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    parts = ("cold", "start", "calls", "paced")
+    parts = ("cold", "start", "calls", "paced", "roundtrip")
     p.add_argument("part", choices=(*parts, *(f"_{part}" for part in parts)))
     p.add_argument("--old", default="/work/main", help="the checkout to compare against")
     p.add_argument("--new", default=str(Path(__file__).resolve().parents[1]))
@@ -205,6 +273,7 @@ def main() -> None:
     p.add_argument("-c", type=int, default=16, help="starting at a time (start)")
     p.add_argument("--seconds", type=float, default=5.0, help="driving time (calls)")
     p.add_argument("--gap", type=float, default=0.7, help="seconds between calls (paced)")
+    p.add_argument("--local", action="store_true", help="a local ipykernel (roundtrip)")
     a = p.parse_args()
     if a.part.startswith("_"):
         runs = {
@@ -212,6 +281,7 @@ def main() -> None:
             "_start": lambda: _start(a.image, a.n, a.c),
             "_calls": lambda: _calls(a.image, a.n, a.seconds),
             "_paced": lambda: _paced(a.image, a.n, a.gap),
+            "_roundtrip": lambda: _roundtrip(a.image, a.n, a.local),
         }
         print(json.dumps(asyncio.run(runs[a.part]())))
         return
@@ -235,6 +305,7 @@ def main() -> None:
                 str(a.seconds),
                 "--gap",
                 str(a.gap),
+                *(["--local"] if a.local else []),
             ]
             row = _child(trees[name], f"_{a.part}", "--image", a.image, *args)
             results[name].append(row)

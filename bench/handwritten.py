@@ -5,9 +5,10 @@
 - ``outputs``: ``kernel/outputs._output_from`` against ``nbformat.v4.output_from_msg``
   (which validates every output against the schema), per output, for a stream chunk,
   a PNG ``display_data`` and an ``execute_result``.  No kernel.
-- ``receive``: ``KernelSession._get_msg`` against jupyter_client's
-  ``channel.get_msg``, per message: a local ipykernel (no container) answers
-  ``kernel_info_request``; both readers take turns on the same connection.
+- ``receive``: a ``kernel_info_request`` round trip through ``KernelSession`` (its raw
+  pyzmq channels read through the event loop) against jupyter_client's
+  ``AsyncKernelClient`` (``kernel_info()`` then ``shell_channel.get_msg``), per message:
+  one local ipykernel (no container) answers both clients, taking turns.
 """
 
 from __future__ import annotations
@@ -68,31 +69,35 @@ async def receive(n: int) -> dict[str, float]:
     km = AsyncKernelManager(kernel_name="python3", transport="ipc", ip=f"{run_dir}/k")
     await km.start_kernel()
     session = KernelSession(km.get_connection_info())  # type: ignore[arg-type]
+    client = km.client()
     try:
         await session.connect(60, _alive)
-        shell = session.client.shell_channel
+        client.start_channels(hb=False, stdin=False)
+        await client.wait_for_ready(timeout=60)
 
-        async def library() -> Any:
-            return await shell.get_msg(timeout=5)
+        async def library() -> tuple[str, Any]:
+            msg_id = client.kernel_info()
+            return msg_id, await client.shell_channel.get_msg(timeout=5)
 
-        async def ours() -> Any:
-            while (msg := await session._get_msg(shell, 5)) is None:
+        async def ours() -> tuple[str, Any]:
+            msg_id = session._request("kernel_info_request")
+            while (msg := await session._get_msg("shell", 5)) is None:
                 pass
-            return msg
+            return msg_id, msg
 
         readers: dict[str, Callable[[], Awaitable[Any]]] = {"library": library, "ours": ours}
         times: dict[str, list[float]] = {name: [] for name in readers}
         for i in range(n + 50):
             for name, read in readers.items():
                 t = time.perf_counter()
-                msg_id = session.client.kernel_info()
-                reply = await read()
+                msg_id, reply = await read()
                 took = time.perf_counter() - t
                 assert reply["parent_header"]["msg_id"] == msg_id
                 if i >= 50:  # warm-up
                     times[name].append(took)
         return {f"{name}_us": _us(samples) for name, samples in times.items()}
     finally:
+        client.stop_channels()
         session.close()
         await km.shutdown_kernel(now=True)
         shutil.rmtree(run_dir, ignore_errors=True)

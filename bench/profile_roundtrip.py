@@ -128,14 +128,13 @@ async def timeline(session: KernelSession, calls: int) -> None:
     """
     from datetime import datetime
 
-    client = session.client
     steps: collections.defaultdict[str, list[float]] = collections.defaultdict(list)
     for _ in range(calls):
         sent = time.time()
-        msg_id = client.execute("print(1+1)", store_history=True, allow_stdin=False)
+        msg_id = session._execute_request("print(1+1)", store_history=True)
         marks = [("request sent", sent)]
         while True:
-            msg = await session._get_msg(client.iopub_channel, 5)
+            msg = await session._get_msg("iopub", 5)
             if msg is None or msg["parent_header"].get("msg_id") != msg_id:
                 continue
             kind = msg["msg_type"]
@@ -148,7 +147,7 @@ async def timeline(session: KernelSession, calls: int) -> None:
             if kind == "idle":
                 break
         while True:
-            msg = await session._get_msg(client.shell_channel, 5)
+            msg = await session._get_msg("shell", 5)
             if msg is not None and msg["parent_header"].get("msg_id") == msg_id:
                 stamp = msg["header"]["date"]
                 stamp = stamp if isinstance(stamp, datetime) else datetime.fromisoformat(stamp)

@@ -1,15 +1,15 @@
 """One live connection to a kernel: readiness, execute, interrupt.
 
-Built on jupyter_client's ``AsyncKernelClient``.  The kernel lives in a container the
-session knows nothing about; the caller passes ``check_alive`` so that a silent kernel
-can be told apart from a dead one without this layer knowing about Docker.
+Built on :class:`~kernel_sandbox.kernel.channels.KernelChannels` (raw pyzmq sockets read
+through the event loop, messages by jupyter_client's ``Session``).  The kernel lives in a
+container the session knows nothing about; the caller passes ``check_alive`` so that a
+silent kernel can be told apart from a dead one without this layer knowing about Docker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import itertools
 import logging
 import os
@@ -17,43 +17,22 @@ import time
 from queue import Empty
 from typing import Any
 
-import zmq
-
 from ..errors import KernelError
 from ..limits import DEFAULT_MAX_OUTPUT_BYTES, MESSAGE_OVERHEAD, REPLY_TEXT_CHARS
-from .channels import GuardedClient, open_socket, shared_context
+from .channels import KernelChannels, open_socket
 from .connection import PORT_NAMES, ConnectionInfo
 from .execution import AliveCheck, Call, OutputCallback, RawExecution
-from .guard import Route
 
 __all__ = ["AliveCheck", "KernelSession", "OutputCallback", "RawExecution"]
 
 log = logging.getLogger(__name__)
 
-# pyzmq's constants as plain ints: its enum members are converted on every use.
-_EVENTS, _POLLIN, _NOBLOCK = int(zmq.EVENTS), int(zmq.POLLIN), int(zmq.NOBLOCK)
-
 #: How often a starting kernel's container is asked about (an engine call) while waiting.
 STARTUP_ALIVE_INTERVAL = 0.2
 
 
-#: The client's private channel slots (``None`` until a channel is made).
-_CHANNEL_ATTRS = (
-    "_shell_channel",
-    "_iopub_channel",
-    "_stdin_channel",
-    "_hb_channel",
-    "_control_channel",
-)
-
-
-def _readable(sock: zmq.Socket[bytes]) -> bool:
-    """A message is queued on ``sock`` (read with ``NOBLOCK``, it does not raise)."""
-    return bool(sock.get(_EVENTS) & _POLLIN)  # type: ignore[operator]
-
-
 class KernelSession:
-    """A jupyter_client connection to one running kernel.
+    """A Jupyter protocol connection to one running kernel.
 
     Every byte the kernel sends is bounded here: a message is at most
     ``max_output_bytes + MESSAGE_OVERHEAD`` bytes and each channel queues at most
@@ -65,9 +44,7 @@ class KernelSession:
         self, info: ConnectionInfo, max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
     ) -> None:
         self.info = info
-        self.client = GuardedClient(max_output_bytes + MESSAGE_OVERHEAD, context=shared_context())
-        self.client.load_connection_info(dict(info))  # type: ignore[arg-type]
-        self._readers: dict[int, tuple[zmq.Socket[bytes], Route | None]] = {}
+        self.channels = KernelChannels(info, max_output_bytes + MESSAGE_OVERHEAD)
         self._alive_checked = 0.0
         self._fds: list[int] = []
         #: iopub was reopened since the last call began (ZMQ subscribes asynchronously).
@@ -88,20 +65,20 @@ class KernelSession:
             while not all(os.path.lexists(p) for p in paths):
                 await self._wait_or_fail(deadline, check_alive, 0.01)
             self._fds = [open_socket(p) for p in paths]
-            self.client.pinned = {
+            self.channels.pinned = {
                 name.removesuffix("_port"): f"ipc:///proc/self/fd/{fd}"
                 for name, fd in zip(PORT_NAMES, self._fds, strict=True)
             }
-        self.client.start_channels(hb=False, stdin=False)
+        self.channels.start()
         # One probe at a time; ZMQ queues it until the kernel's socket is bound.  The
         # reply proves shell works; a status message proves iopub is subscribed (the
         # status of the very first probe may be published before we subscribe).
         iopub_ready = False
         while not iopub_ready:
-            msg_id = self.client.kernel_info()
+            msg_id = self._request("kernel_info_request")
             while True:
                 try:
-                    reply = await self._get_msg(self.client.shell_channel, 0.05)
+                    reply = await self._get_msg("shell", 0.05)
                 except Empty:
                     await self._wait_or_fail(deadline, check_alive, 0)
                     continue
@@ -110,12 +87,12 @@ class KernelSession:
                     self.kernel_info = content if isinstance(content, dict) else {}
                     break
             try:
-                iopub_ready = await self._get_msg(self.client.iopub_channel, 0.1) is not None
+                iopub_ready = await self._get_msg("iopub", 0.1) is not None
             except Empty:
                 await self._wait_or_fail(deadline, check_alive, 0)
         while True:  # drop the remaining status messages of the probes
             try:
-                await self._get_msg(self.client.iopub_channel, 0.01)
+                await self._get_msg("iopub", 0.01)
             except Empty:
                 break
 
@@ -138,11 +115,11 @@ class KernelSession:
         A cheap readiness check (one shell round trip, no engine call) for a kernel that
         should be idle, e.g. before a pool hands it out.
         """
-        msg_id = self.client.kernel_info()
+        msg_id = self._request("kernel_info_request")
         deadline = time.monotonic() + timeout
         while (left := deadline - time.monotonic()) > 0:
             try:
-                reply = await self._get_msg(self.client.shell_channel, left)
+                reply = await self._get_msg("shell", left)
             except Empty:
                 return False
             if reply is not None and reply["parent_header"].get("msg_id") == msg_id:
@@ -155,15 +132,12 @@ class KernelSession:
         Takes ~3 ms off the next call (bench/); silent and without history, it leaves
         no execution count, no ``In``/``Out`` entry and no output.
         """
-        msg_id = self.client.execute(
-            "print(end='')", silent=True, store_history=False, allow_stdin=False
-        )
+        msg_id = self._execute_request("print(end='')", silent=True, store_history=False)
         await self._reply({msg_id})
 
     def interrupt(self) -> None:
         """Ask the kernel to raise KeyboardInterrupt in the running code (control channel)."""
-        msg = self.client.session.msg("interrupt_request", content={})
-        self.client.control_channel.send(msg)
+        self._request("interrupt_request", channel="control")
 
     async def execute(
         self,
@@ -191,11 +165,11 @@ class KernelSession:
         """
         # What a route holds back now is from before this call (output of threads, a
         # message too big to finish): the channel starts afresh instead of behind it.
-        self._relink(self.client.held())
+        self._relink(self.channels.held())
         if self._resubscribe_needed:  # iopub was reopened: wait until it is subscribed
             await self._resubscribe()
             self._resubscribe_needed = False
-        msg_id = self.client.execute(code, store_history=store_history, allow_stdin=False)
+        msg_id = self._execute_request(code, store_history=store_history)
         call = Call(
             self,
             msg_id,
@@ -207,10 +181,39 @@ class KernelSession:
         )
         return await call.run()
 
+    @property
+    def max_message_bytes(self) -> int:
+        """The most bytes one message from the kernel may have (``ZMQ_MAXMSGSIZE``)."""
+        return self.channels.max_message_bytes
+
+    def _request(self, msg_type: str, channel: str = "shell") -> str:
+        """Send a request without content (``kernel_info_request``...); its msg_id."""
+        return self.channels.request(channel, msg_type, {})
+
+    def _execute_request(self, code: str, *, store_history: bool, silent: bool = False) -> str:
+        """Send an ``execute_request`` as jupyter_client's ``execute`` builds it; its msg_id.
+
+        ``allow_stdin`` is always off: the stdin channel is never opened.
+        """
+        content = {
+            "code": code,
+            "silent": silent,
+            "store_history": store_history,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": True,
+        }
+        return self.channels.request("shell", "execute_request", content)
+
     def _iopub_moved(self) -> int:
         """Bytes the guard has relayed on iopub: a message being received moves it."""
-        route = self.client.routes.get("iopub")
+        route = self.channels.route("iopub")
         return route.bytes_in if route is not None else 0
+
+    def _iopub_held(self) -> bool:
+        """iopub's route holds the kernel back at its bound (output unread past it)."""
+        route = self.channels.route("iopub")
+        return route is not None and bool(route.held_since)
 
     def _relink(self, also: set[str] | None = None) -> set[str]:
         """Open again the channels whose connection ended (and ``also``); their names.
@@ -220,24 +223,21 @@ class KernelSession:
         in flight on it is lost.  Either way the channel's route is closed
         (``channels.py`` says why no ZMQ monitor is asked).
         """
-        lost = self.client.lost() | (also or set())
+        lost = self.channels.lost() | (also or set())
         self._resubscribe_needed |= "iopub" in lost
         for name in lost:
             log.warning("the kernel's %s connection was dropped; reopening it", name)
-            channel = getattr(self.client, f"_{name}_channel")
-            if channel is not None:
-                self._readers.pop(id(channel.socket), None)
-            self.client.reopen(name)
+            self.channels.connect(name)
         return lost
 
     async def _resubscribe(self, timeout: float = 5) -> None:
         """Wait until a new iopub socket receives (ZMQ subscribes asynchronously)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            probe = self.client.kernel_info()
+            probe = self._request("kernel_info_request")
             with contextlib.suppress(Empty):
                 while True:
-                    msg = await self._get_msg(self.client.iopub_channel, 0.2)
+                    msg = await self._get_msg("iopub", 0.2)
                     if msg is not None and msg["parent_header"].get("msg_id") == probe:
                         return
 
@@ -252,7 +252,7 @@ class KernelSession:
         for skipped in itertools.count():
             left = deadline - time.monotonic()
             try:
-                msg = await self._get_msg(self.client.shell_channel, max(0.0, left))
+                msg = await self._get_msg("shell", max(0.0, left))
             except Empty:
                 return None
             if msg is not None and msg["parent_header"].get("msg_id") in msg_ids:
@@ -267,79 +267,29 @@ class KernelSession:
                 return None
         raise AssertionError("unreachable")
 
-    async def _get_msg(self, channel: Any, timeout: float) -> dict[str, Any] | None:
-        """``channel.get_msg`` made cheaper for the per-call path.
+    async def _get_msg(self, name: str, timeout: float) -> dict[str, Any] | None:
+        """The next message on channel ``name``, verified and parsed.
 
-        Kept hand-written for speed: ``bench/handwritten.py --n 2000`` (a local kernel
-        answering ``kernel_info_request``, both readers taking turns) measured a median
-        round trip of 0.82 ms with ``get_msg`` and 0.77 ms with this, so about 50 µs a
-        message; a ``print(1+1)`` call reads five.
-
-        A message that is already queued is read at once, without a future and an
-        event-loop turn (asked with ``EVENTS``, as plain ints: a ``zmq.Again`` raised,
-        or pyzmq's enum flags converted, cost several µs each, several times a call);
-        headers are not searched for ISO dates to parse with dateutil
-        (nothing here reads them).  Raises ``Empty`` after ``timeout`` seconds; returns
-        None for a message with a bad signature (dropped, as a forged one would be).
-        Every message read from the kernel goes through here: its size is reported to
-        the socket's guard route, and so is finding nothing.
+        Every message read from the kernel goes through here (its size is reported to
+        the channel's guard route by ``Channel.receive``).  Raises ``Empty`` after
+        ``timeout`` seconds; returns None for a message with a bad signature (dropped, as
+        a forged one would be) and when another reader took the message it woke for (the
+        caller asks again).
         """
-        key = id(channel.socket)
-        reader, route = self._readers.get(key) or (None, None)
-        if reader is None:
-            reader = zmq.Socket.shadow(channel.socket.underlying)
-            route = self.client.socket_routes.get(key)
-            self._readers[key] = reader, route
-        if _readable(reader):
-            frames = reader.recv_multipart(_NOBLOCK)
-        else:
-            if not await channel.socket.poll(timeout * 1000):
-                if route is not None:
-                    route.nothing_to_read()
-                raise Empty
-            try:
-                frames = reader.recv_multipart(_NOBLOCK)
-            except zmq.Again:  # woken without a message: the caller asks again
-                if route is not None:
-                    route.nothing_to_read()
-                return None
-        if route is not None:
-            route.delivered(frames)
-        session = self.client.session
-        _, frames = session.feed_identities(frames)
-        signature, *parts = frames[:5]
-        if session.auth is not None and not hmac.compare_digest(signature, session.sign(parts)):
-            log.warning("dropped a message with an invalid signature from the kernel")
+        channel = self.channels.open[name]
+        if not channel.readable() and not await channel.wait(timeout):
+            raise Empty
+        frames = channel.receive()
+        if frames is None:
             return None
-        header, parent, metadata, content = (session.unpack(p) for p in parts)
-        return {
-            "header": header,
-            "parent_header": parent,
-            "metadata": metadata,
-            "content": content,
-            "msg_id": header.get("msg_id"),
-            "msg_type": header.get("msg_type"),
-            "buffers": frames[5:],
-        }
+        msg = self.channels.parse(frames)
+        if msg is None:
+            log.warning("dropped a message with an invalid signature from the kernel")
+        return msg
 
     def close(self) -> None:
-        """Close the channels and the ZMQ context's sockets of this client."""
-        self._readers.clear()  # shadows only: the channels own the sockets
-        # Not ``stop_channels()``: its ``shell_channel`` & co. are properties that *create*
-        # (and connect) every channel not made yet, with path URLs a sandbox may have
-        # replaced by links to any socket on the host.  Only what exists is closed.
-        for attr in _CHANNEL_ATTRS:
-            channel = getattr(self.client, attr, None)
-            if channel is None:
-                continue
-            try:
-                if channel.is_alive():
-                    channel.stop()
-                else:
-                    channel.close()
-            except Exception:  # closing a half-open client must never hide the real error
-                log.debug("error while closing kernel channel %s", attr, exc_info=True)
+        """Close the channels (and their routes) and the pinned descriptors."""
+        self.channels.close()
         for fd in self._fds:
             os.close(fd)
         self._fds = []
-        self.client.close_routes()

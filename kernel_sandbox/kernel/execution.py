@@ -138,7 +138,7 @@ class Call:
             end = self.on_deadline()
             if end is None:
                 try:
-                    msg = await session._get_msg(session.client.iopub_channel, self.wait())
+                    msg = await session._get_msg("iopub", self.wait())
                 except Empty:
                     end = await self.on_silence()
                 else:
@@ -207,11 +207,10 @@ class Call:
 
     def finish(self) -> RawExecution:
         """The result of a call the kernel ended: ``finished`` or ``interrupted``."""
-        client = self.session.client
-        iopub = client.routes.get("iopub")
-        held = iopub is not None and bool(iopub.held_since)  # unread past the bound
-        if self.dropped or self.session._relink() or held:
-            self.collector.note_lost(client.max_message_bytes)
+        session = self.session
+        held = session._iopub_held()  # unread past the bound
+        if self.dropped or session._relink() or held:
+            self.collector.note_lost(session.max_message_bytes)
         outcome: Outcome = "interrupted" if self.interrupted else "finished"
         return self.result(outcome, reply=self.reply or {})
 
@@ -234,7 +233,7 @@ class Call:
         lost = self.session._relink()
         self.dropped = self.dropped or bool(lost)
         if "shell" in lost or 0 < len(self.probes) < 20:
-            self.probes.add(self.session.client.kernel_info())
+            self.probes.add(self.session._request("kernel_info_request"))
 
     async def _ended(self, wait: float) -> dict[str, Any] | None:
         """The execute_reply (or, once shell was dropped, a probe's) within ``wait``."""

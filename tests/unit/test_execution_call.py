@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,10 +26,16 @@ class Session:
 
     def __init__(self, lag: float | None) -> None:
         self.lag = lag
-        self.client = SimpleNamespace(routes={}, max_message_bytes=1 << 20, kernel_info=str)
+        self.max_message_bytes = 1 << 20
+
+    def _request(self, msg_type: str) -> str:
+        return msg_type
 
     def _iopub_moved(self) -> int:
         return 0
+
+    def _iopub_held(self) -> bool:
+        return False
 
     def _relink(self) -> set[str]:
         return set()
