@@ -18,7 +18,7 @@ trap 'sigs="$sigs 1"' HUP
 trap 'sigs="$sigs 2"' INT
 trap 'sigs="$sigs 15"' TERM
 trap 'sigs="$sigs 10"; kill -KILL -"$kernel" 2>/dev/null' USR1
-trap 'sigs="$sigs 12"; kill -KILL -1 2>/dev/null' USR2
+trap 'sigs="$sigs 12"; all=1; kill -KILL -1 2>/dev/null' USR2
 dir=$1
 shift
 mkdir -p "$dir"
@@ -46,6 +46,7 @@ uptime_s() {
 }
 n=0
 kernel=
+all=
 while :; do
     n=$((n + 1))
     oom_kills
@@ -82,6 +83,19 @@ while :; do
         uptime_s
         i=$((i + 1))
     done
+    # Everything was killed (the host's kill-all): until all of it is gone too, on the same
+    # terms.  A shell's fork bomb beside the kernel holds the process limit until gVisor
+    # has reaped it, and a kernel started before that cannot make its threads (seen: ZMQ's
+    # "Resource temporarily unavailable", then SIGABRT, and the whole container restarted).
+    if [ -n "$all" ]; then
+        all=
+        end=$((now + 3))
+        i=0
+        while kill -KILL -1 2>/dev/null && [ "$now" -lt "$end" ] && [ "$i" -lt 200000 ]; do
+            uptime_s
+            i=$((i + 1))
+        done
+    fi
     oom_kills
     printf '\n%s %s %s %s\n' "$n" "$code" "$before" "$kills" >"$dir/status"
     # (Polled, not spun on: a kill signal the host sent for a kernel that had ended
