@@ -24,7 +24,7 @@ run: images         ## the main job: install, build what is missing, run the dem
 demo:
 	kernel-sandbox demo
 
-test:               ## every tier: sets up what they need (root); integration beside unit then Kubernetes; the gVisor pass
+test:               ## every tier: sets up what they need (root), unit + integration, then Kubernetes beside the gVisor pass
 	PYTHON="$(PYTHON)" DURATIONS="$(DURATIONS)" RUNSC_TESTS="$(RUNSC_TESTS)" scripts/test.sh
 
 tiers:              ## set up what every tier needs, no tests (root; without: what cannot run here)

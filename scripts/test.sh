@@ -6,11 +6,9 @@
 #      cluster (unless KUBECONFIG names one) comes up in the background meanwhile;
 #      without root it says once which tiers cannot run here and the command that
 #      enables each;
-#   2. the integration tier with pytest and, beside it, the unit tier and then (the
-#      cluster up) the Kubernetes tier: those two wait mostly (on local kernels; on pods,
-#      Leases and the reaper's passes), the integration tier mostly works; then the
-#      hostile-code and core suites again under gVisor (KERNEL_SANDBOX_RUNTIME=runsc),
-#      the busiest pass, beside whatever of the Kubernetes tier is left;
+#   2. the unit and integration tiers with pytest; then, side by side (the one waits on
+#      a cluster, the other on the engine), the Kubernetes tier and the hostile-code and
+#      core suites again under gVisor (KERNEL_SANDBOX_RUNTIME=runsc);
 #   3. at exit, a cluster started in 1 is taken down (never one KUBECONFIG named).
 #
 # A pass that collects no tests (pytest's exit status 5, or "no tests ran") fails.
@@ -28,18 +26,11 @@ TIERS_STATE=$(mktemp -d "${TMPDIR:-/tmp}/kernel-sandbox-tiers.XXXXXX")
 export TIERS_STATE
 
 die() { printf '\nmake test FAILED: %s\n' "$*" >&2; exit 1; }
-cluster_setup="" side_pass=""
-# End the background job $1 (a subshell) and the programs it runs, when it still runs.
-stop_job() {
-    [ -n "$1" ] || return 0
-    pkill -TERM -P "$1" 2>/dev/null || true
-    kill "$1" 2>/dev/null || true
-    wait "$1" 2>/dev/null || true
-}
+cluster_setup=""
 cleanup() {
-    stop_job "${side_pass}"  # the run ended before its side passes (a failure)
     if [ -n "${cluster_setup}" ]; then  # a cluster still starting when this run ends
-        stop_job "${cluster_setup}"
+        kill "${cluster_setup}" 2>/dev/null || true
+        wait "${cluster_setup}" 2>/dev/null || true
         # half started by this run (set-up starts none when KUBECONFIG names one)
         [ -n "${KUBECONFIG:-}" ] || scripts/k8s/cluster.sh down >/dev/null 2>&1 || true
     fi
@@ -55,15 +46,8 @@ scripts/setup-tiers.sh engine runsc images \
     || die "setting up the tiers failed (scripts/setup-tiers.sh above says why)"
 # The cluster's start (~2 min, mostly loading images) overlaps the first pass.  Without
 # root, set-up changes nothing and has said so already.
-# Its exit status goes to $TIERS_STATE/cluster.status: the side passes wait for it there.
-start_cluster() {
-    local status=0
-    scripts/setup-tiers.sh cluster >"${TIERS_STATE}/cluster.log" 2>&1 || status=$?
-    printf '%s\n' "${status}" >"${TIERS_STATE}/cluster.status"
-    return "${status}"
-}
 if [ "$(id -u)" -eq 0 ]; then
-    start_cluster &
+    scripts/setup-tiers.sh cluster >"${TIERS_STATE}/cluster.log" 2>&1 &
     cluster_setup=$!
 fi
 
@@ -101,40 +85,15 @@ show_pass() {  # $1 the name, $2 the pid of start_pass: its output, then its sta
     return "${status}"
 }
 
-# The unit tier, then (its cluster up) the Kubernetes tier, one after the other beside
-# the integration tier; the names of those that failed go to $TIERS_STATE/side-failed.
-side_passes() {
-    # shellcheck disable=SC2086  # DURATIONS is a list of words
-    run_pass "the unit tier" "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} tests/unit \
-        || echo "the unit tier" >>"${TIERS_STATE}/side-failed"
-    if [ -n "${cluster_setup}" ]; then
-        while [ ! -s "${TIERS_STATE}/cluster.status" ]; do sleep 1; done
-        if [ "$(cat "${TIERS_STATE}/cluster.status")" != 0 ]; then
-            echo "the Kubernetes tier (its cluster's set-up failed)" >>"${TIERS_STATE}/side-failed"
-            return
-        fi
-    fi
-    if [ -s "${TIERS_STATE}/kubeconfig" ]; then
-        KUBECONFIG=$(cat "${TIERS_STATE}/kubeconfig")
-        export KUBECONFIG
-    fi
-    # shellcheck disable=SC2086
-    run_pass "the Kubernetes tier" "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} tests/kubernetes \
-        || echo "the Kubernetes tier" >>"${TIERS_STATE}/side-failed"
-}
-
 failed=()
-runsc_pass=""
+runsc_pass="" kubernetes_pass=""
 # shellcheck disable=SC2086  # DURATIONS, TEST_PATHS and RUNSC_TESTS are lists of words
 if [ -n "${TEST_PATHS}" ]; then
     run_pass "${TEST_PATHS}" "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} ${TEST_PATHS} \
         || failed+=("${TEST_PATHS}")
 else
-    side_passes >"${TIERS_STATE}/side.out" 2>&1 &
-    side_pass=$!
-    # everything but the unit and Kubernetes tiers: a new directory of tests runs here
-    run_pass "the integration tier" "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} \
-        --ignore=tests/kubernetes --ignore=tests/unit || failed+=("the integration tier")
+    run_pass "unit and integration tiers" "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} \
+        --ignore=tests/kubernetes || failed+=("the unit and integration tiers")
 fi
 
 if [ -n "${cluster_setup}" ]; then
@@ -142,20 +101,21 @@ if [ -n "${cluster_setup}" ]; then
     wait "${cluster_setup}" || status=$?
     cluster_setup=""
     cat "${TIERS_STATE}/cluster.log"
-    [ "${status}" -eq 0 ] || failed+=("setting up the cluster (above)")
+    [ "${status}" -eq 0 ] || die "setting up the cluster failed (above)"
+fi
+if [ -s "${TIERS_STATE}/kubeconfig" ]; then
+    KUBECONFIG=$(cat "${TIERS_STATE}/kubeconfig")
+    export KUBECONFIG
 fi
 
 # shellcheck disable=SC2086
 start_pass runsc_pass "the gVisor pass" env KERNEL_SANDBOX_RUNTIME=runsc \
     "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} -m "not tcp_transport" ${RUNSC_TESTS}
-if [ -n "${side_pass}" ]; then
-    wait "${side_pass}" || true
-    side_pass=""
-    cat "${TIERS_STATE}/side.out"
-    if [ -s "${TIERS_STATE}/side-failed" ]; then
-        mapfile -t side_failed <"${TIERS_STATE}/side-failed"
-        failed+=("${side_failed[@]}")
-    fi
+if [ -z "${TEST_PATHS}" ]; then
+    # shellcheck disable=SC2086
+    start_pass kubernetes_pass "the Kubernetes tier" "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} \
+        tests/kubernetes
+    show_pass "the Kubernetes tier" "${kubernetes_pass}" || failed+=("the Kubernetes tier")
 fi
 show_pass "the gVisor pass" "${runsc_pass}" || failed+=("the gVisor pass")
 
