@@ -44,6 +44,17 @@ uptime_s() {
     read -r now _ 2>/dev/null </proc/uptime
     now=${now%.*}
 }
+# Until no process that `kill -KILL $1` names is left (reaped), 3 s at most, on builtins
+# only (see below: nothing may fork while the dying processes may hold the limit).
+reap() {
+    uptime_s
+    end=$((now + 3))
+    i=0
+    while kill -KILL "$1" 2>/dev/null && [ "$now" -lt "$end" ] && [ "$i" -lt 200000 ]; do
+        uptime_s
+        i=$((i + 1))
+    done
+}
 n=0
 kernel=
 all=
@@ -76,25 +87,14 @@ while :; do
     # fork", status 2), and the container with it.  So this loop spins on builtins; the
     # group normally goes within milliseconds.  (The count stops it if the clock cannot
     # be read.)
-    uptime_s
-    end=$((now + 3))
-    i=0
-    while kill -KILL -"$kernel" 2>/dev/null && [ "$now" -lt "$end" ] && [ "$i" -lt 200000 ]; do
-        uptime_s
-        i=$((i + 1))
-    done
+    reap -"$kernel"
     # Everything was killed (the host's kill-all): until all of it is gone too, on the same
     # terms.  A shell's fork bomb beside the kernel holds the process limit until gVisor
     # has reaped it, and a kernel started before that cannot make its threads (seen: ZMQ's
     # "Resource temporarily unavailable", then SIGABRT, and the whole container restarted).
     if [ -n "$all" ]; then
         all=
-        end=$((now + 3))
-        i=0
-        while kill -KILL -1 2>/dev/null && [ "$now" -lt "$end" ] && [ "$i" -lt 200000 ]; do
-            uptime_s
-            i=$((i + 1))
-        done
+        reap -1
     fi
     oom_kills
     printf '\n%s %s %s %s\n' "$n" "$code" "$before" "$kills" >"$dir/status"
