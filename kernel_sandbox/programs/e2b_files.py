@@ -7,7 +7,9 @@ fields.  It prints JSON lines on stdout: one entry (``stat``/``mkdir``/``move``)
 ``limit`` + 1 entries (``list``), or events as they happen (``watch``: a ``{}`` line
 every few seconds shows the host is still reading; when it is not, the write fails and
 this ends).  Refusals exit with a status: 3 no such path, 4 not a directory, 6
-protected, 9 already exists, 1 anything else (its message on stderr).
+protected, 9 already exists, 5 a request the file system refuses (a folder moved into
+itself, a name too long, a loop of links, ...), 7 not permitted, 8 no space left, 1
+anything else (its message on stderr).
 """
 
 from __future__ import annotations
@@ -27,6 +29,23 @@ import struct
 import sys
 
 MISSING, NOT_DIR, PROTECTED, EXISTS = 3, 4, 6, 9
+REFUSED, DENIED, FULL = 5, 7, 8
+#: The file system's answers to what the caller asked, as the statuses above.
+CALLERS = {
+    errno.EINVAL: REFUSED,
+    errno.EISDIR: REFUSED,
+    errno.ENOTEMPTY: REFUSED,
+    errno.ENAMETOOLONG: REFUSED,
+    errno.ELOOP: REFUSED,
+    errno.EXDEV: REFUSED,
+    errno.EBUSY: REFUSED,
+    errno.EACCES: DENIED,
+    errno.EPERM: DENIED,
+    errno.EROFS: DENIED,
+    errno.ENOSPC: FULL,
+    errno.EDQUOT: FULL,
+    errno.EFBIG: FULL,
+}
 #: Directories one recursive watch follows at most.
 MAX_WATCHED_DIRS = 1000
 HEARTBEAT = 5.0
@@ -305,7 +324,7 @@ def main() -> int:
     except OSError as exc:
         if exc.errno == errno.EEXIST:
             fail(EXISTS, f"{exc.filename or path} exists already")
-        fail(1, f"{exc.strerror}: {exc.filename or path}")
+        fail(CALLERS.get(exc.errno or 0, 1), f"{exc.strerror}: {exc.filename or path}")
     return 0
 
 

@@ -251,6 +251,10 @@ async def main():
     moved = await sb.files.rename("m2.txt", "d1/moved.txt")
     out["rename"] = [moved.path, await sb.files.read("d1/moved.txt")]
     stat = await sb.files.get_info("d1/moved.txt")
+    try:  # the file system's refusal is the caller's error, not the server's
+        await sb.files.rename("d1", "d1/d2/d1")
+    except Exception as exc:
+        out["into_itself"] = [type(exc).__name__, str(exc)]
     out["stat"] = [stat.size, stat.type.value, stat.permissions, stat.owner]
     await sb.files.remove("d1")
     await sb.files.remove("never-there")  # as envd's remove-all: nothing there, done
@@ -296,6 +300,8 @@ def test_files_write_read_list_move_and_watch(server: Server, e2b_python: Path) 
     assert out["mkdir"] == [True, False]
     assert out["rename"] == ["/home/user/d1/moved.txt", "two"]
     assert out["stat"] == [3, "file", "-rw-r--r--", "user"]  # the sandbox user, as E2B names it
+    assert out["into_itself"][0] == "InvalidArgumentException", out["into_itself"]
+    assert "Invalid argument: /home/user/d1" in out["into_itself"][1], out["into_itself"]
     assert out["removed"] is False
     assert out["missing"] == "FileNotFoundException"
     assert ["new.txt", "create"] in [list(e) for e in out["events"]]

@@ -60,7 +60,16 @@ __all__ = ["FilesystemService", "Watcher", "build_filesystem_app", "entry_info"]
 
 _PROGRAM = program("e2b_files.py")
 _RUN = 'p=/opt/venv/bin/python; [ -x "$p" ] || p=python3; exec "$p" -c "$0" "$1"'
-_MISSING, _NOT_DIR, _PROTECTED, _EXISTS = 3, 4, 6, 9
+#: The helper's exit statuses (``programs/e2b_files.py``) as Connect's codes.
+_CODES = {
+    3: Code.NOT_FOUND,
+    4: Code.INVALID_ARGUMENT,  # not a directory
+    5: Code.INVALID_ARGUMENT,  # a request the file system refuses
+    6: Code.INVALID_ARGUMENT,  # the host's protected paths
+    7: Code.PERMISSION_DENIED,
+    8: Code.RESOURCE_EXHAUSTED,
+    9: Code.ALREADY_EXISTS,
+}
 _TYPES = {"file": pb.FileType.FILE, "directory": pb.FileType.DIRECTORY}
 _EVENTS = {
     "create": pb.EventType.CREATE,
@@ -100,13 +109,7 @@ def entry_info(found: dict[str, Any], sandbox: AsyncSandbox) -> pb.EntryInfo:
 
 def _refusal(code: int, stderr: str, path: str) -> ConnectError:
     message = stderr.strip().splitlines()[-1] if stderr.strip() else f"cannot use {path}"
-    if code == _MISSING:
-        return ConnectError(Code.NOT_FOUND, message)
-    if code == _EXISTS:
-        return ConnectError(Code.ALREADY_EXISTS, message)
-    if code in (_NOT_DIR, _PROTECTED):
-        return ConnectError(Code.INVALID_ARGUMENT, message)
-    return ConnectError(Code.INTERNAL, message)
+    return ConnectError(_CODES.get(code, Code.INTERNAL), message)
 
 
 async def helper(sandbox: AsyncSandbox, op: str, path: str, most: int, **fields: Any) -> list[Any]:
