@@ -471,6 +471,87 @@ with contextlib.suppress(Exception):
     shell.history_manager.outputs = _KeepNothing()
     shell.history_manager.exceptions = _KeepNothing()
 shell.events.register("post_execute", _restore_streams)
+
+
+# -- Tracebacks: the same text for a quarter of the CPU ---------------------------------
+# A failing cell cost ~12 ms of kernel CPU in IPython 9's traceback (1 + 1: 0.2 ms), most
+# of it made again for every traceback: stack_data highlights each frame's code with a
+# new lexer class (pygments compiles its ~200 rules per class) and IPython builds a new
+# 256-colour formatter and style for each.  Here the lexer class is one, and while
+# IPython gathers a traceback's frames the style and formatter for the same options are
+# the ones made before (at most _MADE of them).  The text is byte for byte stock's
+# (tests/integration/test_kernel_tracebacks.py); an IPython or stack_data laid out
+# otherwise keeps its own way.  Set up at the first traceback, not at the kernel's start.
+_MADE = 32
+
+
+def _cheap_records(self: Any, *args: Any, **kwargs: Any) -> Any:
+    import stack_data.core
+    from pygments import highlight
+    from pygments.formatters import terminal256
+    from pygments.lexers import get_lexer_by_name
+
+    class RangeLexer(type(get_lexer_by_name("python3"))):  # type: ignore[misc]
+        """stack_data's lexer (the executing node's tokens marked), one class for all."""
+
+        def __init__(self, ranges: list[tuple[int, int]], **options: Any) -> None:
+            super().__init__(**options)
+            self.ranges = ranges
+
+        def get_tokens(self, text: str, unfiltered: bool = False) -> Any:
+            length = 0
+            for ttype, value in super().get_tokens(text):
+                if any(start <= length < end for start, end in self.ranges):
+                    ttype = ttype.ExecutingNode
+                length += len(value)
+                yield ttype, value
+
+    def pygmented_with_ranges(formatter: Any, code: str, ranges: Any) -> list[str]:
+        try:
+            highlighted = highlight(code, RangeLexer(ranges, stripnl=False), formatter)
+        except Exception:  # as stack_data: code without colours rather than no traceback
+            highlighted = code
+        return str(highlighted).splitlines()
+
+    made: dict[Any, Any] = {}
+    stock_style = stack_data.style_with_executing_node  # type: ignore[attr-defined]
+    stock_formatter = terminal256.Terminal256Formatter
+
+    def once(make: Callable[..., Any], *args: Any, **options: Any) -> Any:
+        key = (make, args, tuple(sorted(options.items())))
+        try:
+            found = made.get(key)
+        except TypeError:  # options that cannot be a key: made each time
+            return make(*args, **options)
+        if found is None:
+            found = make(*args, **options)
+            if len(made) < _MADE:
+                made[key] = found
+        return found
+
+    def records(self: Any, *args: Any, **kwargs: Any) -> Any:
+        stack_data.style_with_executing_node = lambda *a: once(stock_style, *a)  # type: ignore[attr-defined]
+        terminal256.Terminal256Formatter = lambda **o: once(stock_formatter, **o)
+        try:
+            return stock_records(self, *args, **kwargs)
+        finally:
+            stack_data.style_with_executing_node = stock_style  # type: ignore[attr-defined]
+            terminal256.Terminal256Formatter = stock_formatter
+
+    stock_lines = getattr(stack_data.core, "_pygmented_with_ranges", None)
+    names = getattr(getattr(stock_lines, "__code__", None), "co_varnames", ())
+    if names[:3] == ("formatter", "code", "ranges"):  # stack_data's layout, as above
+        stack_data.core._pygmented_with_ranges = pygmented_with_ranges  # type: ignore[attr-defined]
+    ultratb.VerboseTB.get_records = records  # type: ignore[method-assign]
+    return records(self, *args, **kwargs)
+
+
+with contextlib.suppress(Exception):
+    from IPython.core import ultratb
+
+    stock_records = ultratb.VerboseTB.get_records
+    if "style_with_executing_node" in stock_records.__code__.co_names:
+        ultratb.VerboseTB.get_records = _cheap_records  # type: ignore[method-assign]
 # exit() and quit() would stop the kernel 0.1 s *after* it replied "ok", so the next call
 # would find it dead and lose every variable; in a sandbox they keep the kernel, as
 # exit(keep_kernel=True) does.
