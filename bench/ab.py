@@ -15,11 +15,12 @@ and the medians are compared.  Three measures:
     python bench/ab.py paced --old /work/main -n 200 --gap 0.7 --rounds 1
         print(1+1) on one sandbox, n calls --gap seconds apart (an agent's pace, not a
         loop's): p50, p99, max and the calls over 100 ms (a call that waits for a poll)
-    python bench/ab.py roundtrip --old /work/main -n 1000 --rounds 4 [--local]
-        print(1+1) back to back on one sandbox (--local: a local ipykernel with the
-        launcher's flags, no container) through the checkout's KernelSession: p50, and
-        the CPU per call of the host process, of its main thread (the event loop) and of
-        the kernel (its process: the container's, or the local one's)
+    python bench/ab.py roundtrip --old /work/main -n 1000 --rounds 4 [--local] [--code C]
+        print(1+1) (or the cell C, e.g. '1 / 0') back to back on one sandbox (--local: a
+        local ipykernel with the launcher's flags, no container) through the checkout's
+        KernelSession: p50, and the CPU per call of the host process, of its main thread
+        (the event loop) and of the kernel (its process: the container's, or the local
+        one's)
 
 ``--new`` defaults to this checkout.  The one-checkout parts run as
 ``python bench/ab.py _cold|_start|_calls|_paced ...`` in a child with ``PYTHONPATH`` set.
@@ -42,6 +43,8 @@ from typing import Any
 
 IMAGE = "kernel-sandbox:datascience"
 LABELS = {"kernel-sandbox.bench": "1"}
+#: The cell of the round trips unless --code says another.
+PRINT = "print(1+1)"
 KERNEL_CPU = (
     "import resource; r = resource.getrusage(resource.RUSAGE_SELF); print(r.ru_utime + r.ru_stime)"
 )
@@ -182,7 +185,7 @@ async def _paced(image: str, n: int, gap: float) -> dict[str, float]:
     }
 
 
-async def _roundtrip(image: str, n: int, local: bool) -> dict[str, float]:
+async def _roundtrip(image: str, n: int, local: bool, code: str) -> dict[str, float]:
     from kernel_sandbox.kernel.client import KernelSession
 
     async def alive() -> None:
@@ -218,8 +221,9 @@ async def _roundtrip(image: str, n: int, local: bool) -> dict[str, float]:
             return int(cgroup.read_text()) / 1e9 if cgroup.exists() else 0.0
 
     async def call() -> None:
-        raw = await session.execute("print(1+1)", timeout=30, interrupt_grace=2, check_alive=alive)
-        assert raw.outcome == "finished" and raw.outputs[0]["text"] == "2\n", raw
+        raw = await session.execute(code, timeout=30, interrupt_grace=2, check_alive=alive)
+        assert raw.outcome == "finished", raw
+        assert code != PRINT or raw.outputs[0]["text"] == "2\n", raw
 
     try:
         for _ in range(100):
@@ -274,6 +278,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=5.0, help="driving time (calls)")
     p.add_argument("--gap", type=float, default=0.7, help="seconds between calls (paced)")
     p.add_argument("--local", action="store_true", help="a local ipykernel (roundtrip)")
+    p.add_argument("--code", default=PRINT, help="the cell run back to back (roundtrip)")
     a = p.parse_args()
     if a.part.startswith("_"):
         runs = {
@@ -281,7 +286,7 @@ def main() -> None:
             "_start": lambda: _start(a.image, a.n, a.c),
             "_calls": lambda: _calls(a.image, a.n, a.seconds),
             "_paced": lambda: _paced(a.image, a.n, a.gap),
-            "_roundtrip": lambda: _roundtrip(a.image, a.n, a.local),
+            "_roundtrip": lambda: _roundtrip(a.image, a.n, a.local, a.code),
         }
         print(json.dumps(asyncio.run(runs[a.part]())))
         return
@@ -306,6 +311,7 @@ def main() -> None:
                 "--gap",
                 str(a.gap),
                 *(["--local"] if a.local else []),
+                *(["--code", a.code] if a.part == "roundtrip" else []),
             ]
             row = _child(trees[name], f"_{a.part}", "--image", a.image, *args)
             results[name].append(row)
