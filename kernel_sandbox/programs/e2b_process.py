@@ -120,7 +120,7 @@ def main() -> int:
     ctl = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)  # RDWR: never EOF when a writer leaves
     try:
         proc, outputs, master = start(spec)
-    except OSError as exc:
+    except (OSError, ValueError) as exc:  # no such command; what exec cannot take
         frame(b"S", b"0")
         end = {"exit_code": -1, "exited": False, "status": "error", "error": str(exc)}
         frame(b"X", json.dumps(end).encode())

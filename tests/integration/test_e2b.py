@@ -334,6 +334,12 @@ except CommandExitException as exc:
     out["killed"] = [exc.exit_code, exc.error]
 out["after"] = long.pid in [p.pid for p in sb.commands.list()]
 out["cwd"] = sb.commands.run("pwd", cwd="/tmp").stdout
+out["refused"] = []
+for bad in ({"envs": {"NUL": "a\0b"}}, {"envs": {"A=B": "c"}}, {"cwd": "/tmp\0x"}):
+    try:
+        sb.commands.run("true", **bad)
+    except Exception as exc:
+        out["refused"].append([type(exc).__name__, str(exc)])
 sb.kill()
 print(json.dumps(out))
 """
@@ -343,6 +349,9 @@ def test_commands_foreground_background_stdin_and_kill(server: Server, e2b_pytho
     out = run_client(e2b_python, server, COMMANDS)
     assert out["fg"] == [0, "out\n/home/user\nc m\n", "err\n"]
     assert out["exit"] == 3
+    # what no exec can take is the caller's error before anything starts
+    assert [name for name, _ in out["refused"]] == ["InvalidArgumentException"] * 3, out
+    assert "NUL byte" in out["refused"][0][1] and "'A=B'" in out["refused"][1][1], out
     assert out["bg"] == [True, "done\n"]
     assert out["stdin"] == "typed\n"
     assert out["listed"] is True

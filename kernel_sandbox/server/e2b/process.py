@@ -260,6 +260,22 @@ def _input_bytes(given: pb.ProcessInput | None) -> bytes:
     return bytes(chosen.value) if isinstance(chosen, Oneof) else b""
 
 
+def _unstartable(config: pb.ProcessConfig) -> str:
+    """Why no process can be started as ``config`` says ('' if one can): a NUL byte in
+    a command line, an environment or a path, an environment name that is none."""
+    texts = [("cmd", config.cmd), *(("args", arg) for arg in config.args)]
+    texts += [("envs", name + value) for name, value in config.envs.items()]
+    if config.has_field("cwd"):
+        texts.append(("cwd", config.cwd))
+    for field, text in texts:
+        if "\0" in text:
+            return f"process.{field} holds a NUL byte: no command line, environment or path can"
+    for name in config.envs:
+        if not name or "=" in name:
+            return f"process.envs: {name[:64]!r} is not an environment variable name"
+    return ""
+
+
 class ProcessService(Process):
     """The ``process.Process`` Connect service over the E2B registry."""
 
@@ -284,6 +300,9 @@ class ProcessService(Process):
         config = request.process
         if config is None or not config.cmd:
             raise ConnectError(Code.INVALID_ARGUMENT, "process.cmd is required")
+        refused = _unstartable(config)
+        if refused:
+            raise ConnectError(Code.INVALID_ARGUMENT, refused)
         if len(record.commands) >= E2B_MAX_PROCESSES:
             raise ConnectError(
                 Code.RESOURCE_EXHAUSTED,
