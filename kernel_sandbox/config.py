@@ -281,6 +281,20 @@ class SandboxConfig(BaseModel):
                 )
         return value
 
+    @field_validator("env_vars")
+    @classmethod
+    def _check_env_vars(cls, value: dict[str, str]) -> dict[str, str]:
+        """What no process's environment can hold is refused here, not by the engine."""
+        for name, text in value.items():
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(
+                    f"{name[:64]!r} is not an environment variable name "
+                    "(empty, or holding '=' or a NUL byte)"
+                )
+            if "\0" in text:
+                raise ValueError(f"the value of {name[:64]!r} holds a NUL byte: no environment can")
+        return value
+
     @field_validator("volumes")
     @classmethod
     def _check_volumes(cls, value: dict[str, dict[str, str]]) -> dict[str, dict[str, str]]:

@@ -33,6 +33,9 @@ def test_defaults_are_the_safe_ones() -> None:
         ("disk_limit", "1m", "disk_limit='1m' is too small"),
         ("disk_limit", "15m", "disk_limit='15m' is too small: give at least 16"),
         ("memory_limit", "31m", "memory_limit='31m' is too small: give at least 32"),
+        ("env_vars", {"A=B": "c"}, "env_vars: 'A=B' is not an environment variable name"),
+        ("env_vars", {"": "c"}, "env_vars: '' is not an environment variable name"),
+        ("env_vars", {"A": "b\0c"}, "env_vars: the value of 'A' holds a NUL byte"),
     ],
 )
 def test_invalid_settings_name_the_setting(field: str, value: object, needle: str) -> None:
