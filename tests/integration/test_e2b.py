@@ -276,6 +276,10 @@ async def main():
         await asyncio.sleep(0.1)
     await handle.stop()
     out["events"] = sorted({tuple(e) for e in events})
+    ended = asyncio.get_running_loop().create_future()
+    await sb.files.watch_dir("notes", on_event=lambda e: None, timeout=1, on_exit=lambda err: (
+        ended.done() or ended.set_result(type(err).__name__ if err else None)))
+    out["watch_ended"] = await asyncio.wait_for(ended, 30)  # the watch's own timeout
     await sb.kill()
     print(json.dumps(out), flush=True)
 
@@ -306,6 +310,7 @@ def test_files_write_read_list_move_and_watch(server: Server, e2b_python: Path) 
     assert out["missing"] == "FileNotFoundException"
     assert ["new.txt", "create"] in [list(e) for e in out["events"]]
     assert ["a.txt", "remove"] in [list(e) for e in out["events"]]
+    assert out["watch_ended"] == "TimeoutException"
 
 
 COMMANDS = r"""

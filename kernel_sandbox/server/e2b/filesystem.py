@@ -53,7 +53,7 @@ from ...limits import (
 from ...sandbox import AsyncSandbox
 from .envd.filesystem import filesystem_pb as pb
 from .envd.filesystem.filesystem_connect import Filesystem, FilesystemASGIApplication
-from .rpc import CODECS, connect_error, resolve
+from .rpc import CODECS, call_deadline, connect_error, deadline_passed, resolve
 from .state import E2bRegistry, E2bSandbox
 
 __all__ = ["FilesystemService", "Watcher", "build_filesystem_app", "entry_info"]
@@ -79,6 +79,9 @@ _EVENTS = {
     "chmod": pb.EventType.CHMOD,
 }
 
+
+#: Seconds between keep-alives of a quiet ``WatchDir`` stream.
+_WATCH_KEEPALIVE = 50.0
 
 #: E2B's name for its sandboxes' user: what the sandbox's own user is called in entries.
 E2B_USER = "user"
@@ -324,19 +327,27 @@ class FilesystemService(Filesystem):
         request: pb.WatchDirRequest,
         ctx: RequestContext[pb.WatchDirRequest, pb.WatchDirResponse],
     ) -> AsyncIterator[pb.WatchDirResponse]:
-        """A directory's events as they happen, until the client closes the stream."""
+        """A directory's events as they happen, until the client closes the stream or its
+        timeout passes (``DEADLINE_EXCEEDED``, as envd's)."""
         record, lease = resolve(self.registry, ctx)
         async with self.registry.tenancy.use(record.owner, lease.id):
             watcher = await self._watcher(record, lease.sandbox, request, 0)
             try:
                 start = pb.WatchDirResponse.StartEvent()
                 yield pb.WatchDirResponse(event=Oneof(field="start", value=start))  # type: ignore[arg-type]
+                loop, deadline = asyncio.get_running_loop(), call_deadline(ctx)
                 while True:
+                    wait = _WATCH_KEEPALIVE
+                    if deadline is not None:
+                        wait = min(wait, deadline - loop.time())
+                        if wait <= 0:  # the SDK's watch timeout (60 s unless given)
+                            raise deadline_passed()
                     try:
-                        event = await asyncio.wait_for(watcher.queue.get(), 50)
+                        event = await asyncio.wait_for(watcher.queue.get(), wait)
                     except TimeoutError:
-                        alive = pb.WatchDirResponse.KeepAlive()
-                        yield pb.WatchDirResponse(event=Oneof(field="keepalive", value=alive))  # type: ignore[arg-type]
+                        if deadline is None or loop.time() < deadline:
+                            alive = pb.WatchDirResponse.KeepAlive()
+                            yield pb.WatchDirResponse(event=Oneof(field="keepalive", value=alive))  # type: ignore[arg-type]
                         continue
                     if event is None:
                         return

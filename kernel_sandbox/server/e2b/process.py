@@ -45,7 +45,7 @@ from ...processes import take_frames
 from ..tenancy import Lease
 from .envd.process import process_pb as pb
 from .envd.process.process_connect import Process, ProcessASGIApplication
-from .rpc import CODECS, connect_error, resolve
+from .rpc import CODECS, call_deadline, connect_error, deadline_passed, resolve
 from .state import E2bRegistry, E2bSandbox
 
 __all__ = ["Command", "ProcessService", "build_process_app"]
@@ -325,7 +325,7 @@ class ProcessService(Process):
             yield pb.StartResponse(event=_event("start", start))
             # envd's command lives at most the call's timeout (Connect-Timeout-Ms; the
             # SDK's ``timeout``, 60 s unless given, 0: none): past it, it is killed
-            deadline = _deadline(ctx)
+            deadline = call_deadline(ctx)
             if deadline is not None:
                 command.kill_at(deadline)  # whether or not the client still reads
             async for event in _stream(command, queue, _keepalive(ctx.request_headers), deadline):
@@ -344,7 +344,7 @@ class ProcessService(Process):
             start = pb.ProcessEvent.StartEvent(pid=command.pid)
             yield pb.ConnectResponse(event=_event("start", start))
             # the stream ends at the call's timeout; the command runs on (as envd's)
-            stream = _stream(command, queue, _keepalive(ctx.request_headers), _deadline(ctx))
+            stream = _stream(command, queue, _keepalive(ctx.request_headers), call_deadline(ctx))
             async for event in stream:
                 yield pb.ConnectResponse(event=event)
 
@@ -422,12 +422,6 @@ class ProcessService(Process):
         return pb.CloseStdinResponse()
 
 
-def _deadline(ctx: RequestContext[Any, Any]) -> float | None:
-    """When the call's ``Connect-Timeout-Ms`` passes (loop time), None without one."""
-    left = ctx.timeout_ms
-    return None if left is None else asyncio.get_running_loop().time() + left / 1000
-
-
 async def _stream(
     command: Command,
     queue: asyncio.Queue[_Event | None],
@@ -444,9 +438,7 @@ async def _stream(
             if deadline is not None:
                 wait = min(wait, deadline - loop.time())
                 if wait <= 0:
-                    raise ConnectError(
-                        Code.DEADLINE_EXCEEDED, "the call's timeout passed (Connect-Timeout-Ms)"
-                    )
+                    raise deadline_passed()
             try:
                 event = await asyncio.wait_for(queue.get(), wait)
             except TimeoutError:

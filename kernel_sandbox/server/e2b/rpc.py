@@ -13,6 +13,7 @@ connect-go says it, not the ``unknown`` (HTTP 500) of an exception nobody meant.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from connectrpc.code import Code
@@ -31,7 +32,7 @@ from ...errors import (
 from ..tenancy import Lease
 from .state import ENVD_PORT, E2bRegistry, E2bSandbox
 
-__all__ = ["CODECS", "connect_error", "resolve"]
+__all__ = ["CODECS", "call_deadline", "connect_error", "deadline_passed", "resolve"]
 
 
 class _CallersCodec:
@@ -62,6 +63,17 @@ CODECS: tuple[Codec[Any, Any], ...] = (
     _CallersCodec(proto_binary_codec()),
     _CallersCodec(proto_json_codec()),
 )
+
+
+def call_deadline(ctx: RequestContext[Any, Any]) -> float | None:
+    """When the call's ``Connect-Timeout-Ms`` passes (loop time), None without one."""
+    left = ctx.timeout_ms
+    return None if left is None else asyncio.get_running_loop().time() + left / 1000
+
+
+def deadline_passed() -> ConnectError:
+    """What a stream ends with at its call's deadline (envd's: the handler's context)."""
+    return ConnectError(Code.DEADLINE_EXCEEDED, "the call's timeout passed (Connect-Timeout-Ms)")
 
 
 def connect_error(exc: SandboxError) -> ConnectError:
