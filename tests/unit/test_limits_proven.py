@@ -29,6 +29,10 @@ AGENTS_PTY = (
     "tests/integration/test_integrations_openai_agents.py::"
     "test_pty_processes_end_with_their_status_and_are_bounded"
 )
+STOPPED_HELPER = (
+    "tests/unit/test_transfer.py::"
+    "test_a_file_helper_the_sandbox_stops_holds_the_host_only_to_its_deadline"
+)
 
 PROOFS: dict[str, list[str]] = {
     "ATTACH_CELL_OUTPUT_BYTES": [
@@ -278,6 +282,11 @@ PROOFS: dict[str, list[str]] = {
     ],
     "REPLY_AFTER_IDLE": [f"{HOSTILE_BYTES}::test_forged_idle_does_not_end_the_call"],
     "REPLY_TEXT_CHARS": [f"{HOSTILE_BYTES}::test_one_huge_exception"],
+    "FILE_OP_DEADLINE": [STOPPED_HELPER],
+    "FILE_OP_RATE": [STOPPED_HELPER],
+    "FILE_STREAM_QUEUE": [
+        "tests/unit/test_transfer.py::test_a_stalled_reader_holds_at_most_the_stream_queue_on_the_host"
+    ],
     "STREAM_QUEUE_BYTES": [
         f"{HOSTILE_HTTP}::test_stalled_event_streams_cost_their_own_calls_not_server_memory"
     ],
@@ -310,15 +319,6 @@ UNPROVEN: dict[str, str] = {
         "the frame comes from our own helper; forging one means replacing its stdout, not written"
     ),
     "E2B_SUBSCRIBER_QUEUE": "a slow reader of a command's stream; no test reads one slowly",
-    "FILE_OP_DEADLINE": (
-        "stalling the host's file helper needs a race with its start (SIGSTOP); not deterministic"
-    ),
-    "FILE_OP_RATE": (
-        "the per-byte part of FILE_OP_DEADLINE: a test would have to stall a transfer of gigabytes"
-    ),
-    "FILE_STREAM_QUEUE": (
-        "host memory of a streamed read whose consumer stalls; no test measures it"
-    ),
     "IMAGE_DERIVE_SECONDS": "a venv build past 300 s: too slow for the suite",
     "IMAGE_PROBE_SECONDS": (
         "a probe past 30 s: the hostile images' slow probe sleeps 5 s; a 30 s one is not written"
