@@ -282,6 +282,10 @@ PROOFS: dict[str, list[str]] = {
     ],
     "REPLY_AFTER_IDLE": [f"{HOSTILE_BYTES}::test_forged_idle_does_not_end_the_call"],
     "REPLY_TEXT_CHARS": [f"{HOSTILE_BYTES}::test_one_huge_exception"],
+    "E2B_SUBSCRIBER_QUEUE": [
+        "tests/unit/test_e2b_process.py::"
+        "test_a_stalled_subscriber_holds_the_command_not_the_servers_memory"
+    ],
     "FILE_OP_DEADLINE": [STOPPED_HELPER],
     "FILE_OP_RATE": [STOPPED_HELPER],
     "FILE_STREAM_QUEUE": [
@@ -318,7 +322,6 @@ UNPROVEN: dict[str, str] = {
     "E2B_MAX_FRAME": (
         "the frame comes from our own helper; forging one means replacing its stdout, not written"
     ),
-    "E2B_SUBSCRIBER_QUEUE": "a slow reader of a command's stream; no test reads one slowly",
     "IMAGE_DERIVE_SECONDS": "a venv build past 300 s: too slow for the suite",
     "IMAGE_PROBE_SECONDS": (
         "a probe past 30 s: the hostile images' slow probe sleeps 5 s; a 30 s one is not written"
