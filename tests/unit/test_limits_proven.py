@@ -286,6 +286,14 @@ PROOFS: dict[str, list[str]] = {
         "tests/unit/test_e2b_process.py::"
         "test_a_stalled_subscriber_holds_the_command_not_the_servers_memory"
     ],
+    "E2B_ENTRY_BYTES": [
+        "tests/unit/test_e2b_filesystem.py::"
+        "test_an_entry_past_its_bytes_is_resource_exhausted_and_the_largest_real_one_fits"
+    ],
+    "E2B_FILE_OP_DEADLINE": [
+        "tests/unit/test_e2b_filesystem.py::"
+        "test_a_helper_the_sandbox_stalls_holds_the_host_only_to_its_deadline"
+    ],
     "FILE_OP_DEADLINE": [STOPPED_HELPER],
     "FILE_OP_RATE": [STOPPED_HELPER],
     "FILE_STREAM_QUEUE": [
@@ -312,12 +320,6 @@ UNPROVEN: dict[str, str] = {
     "E2B_CONTROL_DEADLINE": (
         "a control write is one short process into the command's own FIFO; stalling it is not"
         " written"
-    ),
-    "E2B_ENTRY_BYTES": (
-        "the file helper's output per entry; a flood needs 10,000 4 KiB paths, not written"
-    ),
-    "E2B_FILE_OP_DEADLINE": (
-        "stalling the file helper (a FUSE path, a SIGSTOP race) is not reproducible in a test here"
     ),
     "E2B_MAX_FRAME": (
         "the frame comes from our own helper; forging one means replacing its stdout, not written"
