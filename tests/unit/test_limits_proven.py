@@ -286,6 +286,14 @@ PROOFS: dict[str, list[str]] = {
         "tests/unit/test_e2b_process.py::"
         "test_a_stalled_subscriber_holds_the_command_not_the_servers_memory"
     ],
+    "E2B_CONTROL_DEADLINE": [
+        "tests/unit/test_e2b_process.py::"
+        "test_a_control_write_the_sandbox_blocks_holds_the_server_only_to_its_deadline"
+    ],
+    "E2B_MAX_FRAME": [
+        "tests/unit/test_e2b_process.py::"
+        "test_a_frame_past_its_cap_ends_the_command_and_is_never_held"
+    ],
     "E2B_ENTRY_BYTES": [
         "tests/unit/test_e2b_filesystem.py::"
         "test_an_entry_past_its_bytes_is_resource_exhausted_and_the_largest_real_one_fits"
@@ -316,13 +324,6 @@ UNPROVEN: dict[str, str] = {
     "CWD_COPY_DEADLINE": (
         "our own tar unpacks the copy before any tenant code runs; only a hostile image's tar"
         " could stall it"
-    ),
-    "E2B_CONTROL_DEADLINE": (
-        "a control write is one short process into the command's own FIFO; stalling it is not"
-        " written"
-    ),
-    "E2B_MAX_FRAME": (
-        "the frame comes from our own helper; forging one means replacing its stdout, not written"
     ),
     "IMAGE_DERIVE_SECONDS": "a venv build past 300 s: too slow for the suite",
     "IMAGE_PROBE_SECONDS": (
