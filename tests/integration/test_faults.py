@@ -43,7 +43,7 @@ from kernel_sandbox.rundirs import runtime_root
 from kernel_sandbox.sandbox import AsyncSandbox
 from tests.conftest import TEST_LABEL, require
 from tests.openai_server import ScriptedOpenAIServer, call, text, tool_calls
-from tests.waiting import await_for
+from tests.waiting import await_for, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -398,11 +398,15 @@ class PrivateEngine:
             stdout=log,
             stderr=log,
         )  # fmt: skip
-        end = time.monotonic() + DEADLINE
-        while subprocess.run(["docker", "-H", self.host, "info"], capture_output=True).returncode:
-            assert self.process.poll() is None, (self.base / "dockerd.log").read_text()[-2000:]
-            assert time.monotonic() < end, "the private engine did not answer"
-            time.sleep(0.2)
+
+        def answers() -> bool:
+            assert self.process is not None and self.process.poll() is None, (
+                self.base / "dockerd.log"
+            ).read_text()[-2000:]
+            info = ["docker", "-H", self.host, "info"]
+            return subprocess.run(info, capture_output=True).returncode == 0
+
+        wait_for(answers, DEADLINE, 0.2, "the private engine to answer")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

@@ -14,7 +14,6 @@ isolation, files) is test_hostile_isolation.py.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shlex
 import time
@@ -34,6 +33,7 @@ from tests.integration.hostile_code import (
     require_image,
     sandbox_options,
 )
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -295,14 +295,15 @@ async def test_shell_fork_bomb_in_the_foreground_is_killed_at_its_timeout(
 
 
 async def wait_for_tasks(sandbox: AsyncSandbox, count: str, most: int, deadline: float = 30) -> int:
-    """The task count (``count`` prints it) once at most ``most``, or at the deadline."""
-    end = time.monotonic() + deadline
-    while True:
-        ex = await sandbox.run_python(count)
-        tasks = int(ex.stdout)
-        if tasks <= most or time.monotonic() > end:
-            return tasks
-        await asyncio.sleep(0.2)
+    """The task count (``count`` prints it; the kernel is one) once at most ``most``."""
+
+    async def settled() -> int | None:
+        tasks = int((await sandbox.run_python(count)).stdout)
+        return tasks if tasks <= most else None
+
+    tasks = await await_for(settled, deadline, 0.2, f"at most {most} tasks")
+    assert tasks is not None  # await_for returns only a truthy answer
+    return tasks
 
 
 # -- 10: killing from inside ------------------------------------------------------

@@ -7,7 +7,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -150,14 +149,14 @@ def test_reports_go_into_a_fifo_without_blocking_a_reader(tmp_path: Path) -> Non
         ["sh", "-c", SUPERVISOR, "supervisor", str(tmp_path), "sh", "-c", "exit 7"]
     )
     try:
-        read = b""
-        deadline = time.monotonic() + 30
-        while parse_status(read.decode(), 1) is None:
-            assert time.monotonic() < deadline, "no report in the FIFO"
+        read = bytearray()
+
+        def reported() -> KernelEnd | None:
             with contextlib.suppress(BlockingIOError):
-                read += os.read(reader, 4096)
-            time.sleep(0.02)
-        assert parse_status(read.decode(), 1) == KernelEnd(7, False)
+                read.extend(os.read(reader, 4096))
+            return parse_status(read.decode(), 1)
+
+        assert wait_for(reported, 30, 0.02, "a report in the FIFO") == KernelEnd(7, False)
         assert fifo.exists() and proc.poll() is None  # the FIFO is kept; it waits for go-1
     finally:
         proc.kill()
