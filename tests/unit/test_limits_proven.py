@@ -134,6 +134,9 @@ PROOFS: dict[str, list[str]] = {
     ],
     "LIST_ENTRY_BYTES": [f"{HOSTILE_PATHS}::test_listing_is_structured_and_capped"],
     "LIST_LIMIT": [f"{HOSTILE_PATHS}::test_listing_is_structured_and_capped"],
+    "LIVE_POLL_SECONDS": [
+        "tests/unit/test_live_call.py::test_a_long_poll_of_a_quiet_session_is_held_at_most_its_limit"
+    ],
     "LIVE_PAGE_TEXT_CHARS": [
         "tests/unit/test_live_render.py::test_images_only_as_data_urls_and_long_text_cut"
     ],
@@ -340,9 +343,6 @@ UNPROVEN: dict[str, str] = {
     "K8S_STATUS_READ_BYTES": "the Kubernetes tier: no cluster here (rules); not written",
     "KEEP_ALIVE_TIMEOUT": (
         "uvicorn's own idle timeout; HEADER_TIMEOUT's flood covers the connections it bounds"
-    ),
-    "LIVE_POLL_SECONDS": (
-        "a long poll's wait, not a flood: the page's request is answered at its end"
     ),
     "NOTEBOOK_POINTER_CHARS": "a host file this machine's recorders write, not a sandbox's",
     "REPLAY_PROBE_BYTES": (
