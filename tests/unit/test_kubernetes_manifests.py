@@ -121,6 +121,17 @@ def test_pod_states_in_words() -> None:
             3,
         ),
         (b"not json", -1),
+        (  # a long command line echoed in the message, the middle cut by the cap
+            b'{"status":"Failure","message":"command terminated [sh -c exit 3 xxx\n'
+            b'[... 99 bytes cut ...]\nxx], exit code 3","reason":"NonZeroExitCode",'
+            b'"details":{"causes":[{"reason":"ExitCode","message":"3"}]}}',
+            3,
+        ),
+        (  # a cut one whose end the command tried to forge: its quotes are escaped
+            b'{"status":"Failure","message":"x \\"causes\\":[{\\"reason\\":'
+            b'\\"ExitCode\\",\\"message\\":\\"7\\"}]}}',
+            -1,
+        ),
     ],
 )
 def test_exit_codes_from_the_status_channel(status: bytes, code: int) -> None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 import socket
 import sys
 import threading
@@ -38,14 +39,21 @@ __all__ = ["K8S_EXEC_STATUS_BYTES", "pod_exec"]
 STDIN, STDOUT, STDERR, STATUS = 0, 1, 2, 3
 #: Bytes of stdin per websocket frame.
 _STDIN_CHUNK = 256 * 1024
+#: The end of a failed process's status document: its exit code.  The document's
+#: message echoes the whole command line, so a long one (a shell script in argv) is cut
+#: in its middle by the cap; its end still tells (in the JSON string before it every
+#: quote is escaped, so the command cannot forge it).
+_EXIT_CAUSE = re.compile(rb'"causes":\[\{"reason":"ExitCode","message":"(\d+)"\}\]\}\}\s*$')
 
 
 def _exit_code(status: bytes) -> int:
-    """The process's exit status from the v4 status document (``Success``, or a cause)."""
+    """The process's exit status from the v4 status document (``Success``, or a cause),
+    also when the document was cut in its middle (see ``_EXIT_CAUSE``)."""
     try:
         doc = json.loads(status or b"{}")
     except ValueError:
-        return -1
+        cause = _EXIT_CAUSE.search(status)
+        return int(cause.group(1)) if cause else -1
     if doc.get("status") == "Success":
         return 0
     for cause in (doc.get("details") or {}).get("causes") or []:
@@ -119,7 +127,8 @@ class _Exec:
             sender = threading.Thread(target=_feed, args=(ws, stdin), daemon=True)
             sender.start()
         try:
-            out, err, status = HeadTail(limit), HeadTail(limit), bytearray()
+            out, err = HeadTail(limit), HeadTail(limit)
+            status = HeadTail(K8S_EXEC_STATUS_BYTES)
             while True:
                 opcode, frame = ws.recv_data_frame(True)
                 if opcode == ABNF.OPCODE_CLOSE:
@@ -132,23 +141,22 @@ class _Exec:
                     out.add(payload)
                 elif channel == STDERR:
                     err.add(payload)
-                elif channel == STATUS and len(status) < K8S_EXEC_STATUS_BYTES:
-                    status += payload[: K8S_EXEC_STATUS_BYTES - len(status)]
+                elif channel == STATUS:
+                    status.add(payload)
         finally:
             self.abort()  # also ends a sender still blocked on a process that stopped reading
             with contextlib.suppress(Exception):
                 ws.close(timeout=1)
             if sender is not None:
                 sender.join(5)
-        if not status:
+        document = status.value()
+        if not document:
             raise FileOperationError(
                 "the exec stream ended without the process's exit status (the API server or "
                 "the kubelet closed it); its side effects may have happened, so check before "
                 "running it again"
             )
-        return ExecResult(
-            _exit_code(bytes(status)), out.value(), err.value(), out.dropped + err.dropped
-        )
+        return ExecResult(_exit_code(document), out.value(), err.value(), out.dropped + err.dropped)
 
 
 async def pod_exec(
