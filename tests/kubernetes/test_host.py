@@ -15,9 +15,12 @@ import pytest
 import zmq
 from kubernetes.utils import parse_quantity
 
+from kernel_sandbox.backends.base import ExecResult
 from kernel_sandbox.backends.kubernetes import KubernetesHost, api, manifests
+from kernel_sandbox.backends.kubernetes import exec as pod_exec
+from kernel_sandbox.backends.kubernetes import host as pod_host
 from kernel_sandbox.backends.kubernetes.policy import local_address_towards
-from kernel_sandbox.config import SandboxConfig
+from kernel_sandbox.config import TCP_STATE_DIR, SandboxConfig
 from kernel_sandbox.errors import (
     ContainerRemovedError,
     EngineUnavailableError,
@@ -27,6 +30,8 @@ from kernel_sandbox.errors import (
     SandboxStartError,
 )
 from kernel_sandbox.kernel.client import KernelSession
+from kernel_sandbox.kernel.supervisor import STATUS_FILE
+from kernel_sandbox.limits import K8S_EXEC_STATUS_BYTES, K8S_STATUS_READ_BYTES
 from tests.conftest import TEST_LABEL
 from tests.kubernetes.conftest import ROOT
 from tests.waiting import await_for
@@ -145,6 +150,55 @@ async def test_exec_runs_as_the_sandbox_user_within_its_cap(make_host) -> None:
     assert flood.truncated_bytes >= 200_000_000 - 4096
     echo = await host.exec(["cat"], stdin=b"\x00binary\xffdata" * 1000)
     assert echo.stdout == b"\x00binary\xffdata" * 1000
+
+
+async def test_a_long_commands_status_is_capped_and_still_tells_its_exit_code(
+    make_host, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The exec status document echoes the command line (300 KB of it here): the host
+    keeps at most K8S_EXEC_STATUS_BYTES of it, and the exit code from its end."""
+    host = await make_host("status")
+    kept: list[int] = []
+    told = pod_exec._exit_code
+
+    def exit_code(status: bytes) -> int:
+        kept.append(len(status))
+        return told(status)
+
+    monkeypatch.setattr(pod_exec, "_exit_code", exit_code)
+    result = await host.exec(["sh", "-c", "exit 3", *["x" * 100_000] * 3])
+    assert result.exit_code == 3
+    assert kept[-1] <= K8S_EXEC_STATUS_BYTES + 200  # and the cut's marker line
+    assert kept[-1] < 300_000  # the echo was cut
+
+
+async def test_a_status_file_the_sandbox_floods_is_read_within_its_cap(
+    make_sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supervisor's status file is the sandbox's: 8 MiB of junk in it costs each of
+    the host's reads while a cell runs at most K8S_STATUS_READ_BYTES, and is no end."""
+    sb = await make_sandbox()
+    reads: list[int] = []
+    run = sb.host.exec
+
+    async def counted(argv: list[str], **kw: object) -> ExecResult:
+        result: ExecResult = await run(argv, **kw)  # type: ignore[arg-type]
+        if argv[-1] == pod_host._STATUS_READ:
+            reads.append(len(result.stdout) + result.truncated_bytes)
+        return result
+
+    monkeypatch.setattr(sb.host, "exec", counted)
+    status = f"{TCP_STATE_DIR}/{STATUS_FILE}"  # the supervisor's report of the kernel's end
+    flood = (
+        f"import os\nopen({status!r} + '.junk', 'wb').write(b'x' * (8 << 20))\n"
+        f"os.replace({status!r} + '.junk', {status!r})\nprint(os.path.getsize({status!r}))"
+    )
+    flooded = await sb.run_python(flood)
+    assert flooded.stdout.strip() == str(8 << 20), flooded.text
+    ran = await sb.run_python("import time\ntime.sleep(3)\nprint('alive')")
+    assert ran.status == "ok" and ran.stdout == "alive\n", ran.text
+    assert reads and max(reads) <= K8S_STATUS_READ_BYTES, reads
+    assert max(reads) < 8 << 20  # never the whole file
 
 
 async def test_files_as_the_sandbox_user(make_sandbox) -> None:
@@ -305,7 +359,7 @@ def test_api_server_unreachable(monkeypatch, tmp_path, cluster) -> None:
 ORPHAN_MAKER = """
 import asyncio, sys
 from kernel_sandbox.backends.kubernetes import KubernetesHost
-from kernel_sandbox.config import SandboxConfig
+from kernel_sandbox.config import TCP_STATE_DIR, SandboxConfig
 host = KubernetesHost(sys.argv[1], SandboxConfig(image="kernel-sandbox:python",
                       labels={"kernel-sandbox.test": "1"}))
 asyncio.run(host.launch())

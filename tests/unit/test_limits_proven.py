@@ -126,6 +126,13 @@ PROOFS: dict[str, list[str]] = {
     "HOST_TASKS_CEILING": [
         "tests/unit/test_runtimes.py::test_the_host_backstop_stops_at_a_ceiling"
     ],
+    "K8S_EXEC_STATUS_BYTES": [
+        "tests/kubernetes/test_host.py::"
+        "test_a_long_commands_status_is_capped_and_still_tells_its_exit_code"
+    ],
+    "K8S_STATUS_READ_BYTES": [
+        "tests/kubernetes/test_host.py::test_a_status_file_the_sandbox_floods_is_read_within_its_cap"
+    ],
     "KERNEL_ARG_MAX_CHARS": [
         "tests/unit/test_jupyter_client_request.py::test_a_flood_of_arguments_is_cut_at_the_bound"
     ],
@@ -339,8 +346,6 @@ UNPROVEN: dict[str, str] = {
     "K8S_EXEC_CONNECT_SECONDS": (
         "a connect timeout to the operator's API server: nothing a tenant floods"
     ),
-    "K8S_EXEC_STATUS_BYTES": "the Kubernetes tier: no cluster here (rules); not written",
-    "K8S_STATUS_READ_BYTES": "the Kubernetes tier: no cluster here (rules); not written",
     "KEEP_ALIVE_TIMEOUT": (
         "uvicorn's own idle timeout; HEADER_TIMEOUT's flood covers the connections it bounds"
     ),
