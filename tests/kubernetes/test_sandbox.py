@@ -8,6 +8,7 @@ import pytest
 
 from kernel_sandbox.errors import FileOperationError
 from tests.kubernetes.conftest import DATASCIENCE_IMAGE
+from tests.waiting import await_for
 
 pytestmark = pytest.mark.kubernetes
 
@@ -108,9 +109,8 @@ async def test_the_host_interrupts_a_running_cell_and_keeps_the_kernel(make_sand
     running = asyncio.ensure_future(
         sb.run_python("import time\nopen('started', 'w').close()\ntime.sleep(60)")
     )
-    deadline = asyncio.get_running_loop().time() + 60
-    while not await sb.files.exists("started"):  # the cell runs: SIGINT reaches it
-        assert asyncio.get_running_loop().time() < deadline, "the cell did not start"
+    # the cell runs: SIGINT reaches it
+    await await_for(lambda: sb.files.exists("started"), 60, what="the cell to start")
     await sb.host.interrupt()
     interrupted = await asyncio.wait_for(running, 30)
     assert interrupted.status == "error" and interrupted.error is not None
