@@ -46,7 +46,9 @@ import docker.errors
 import httpx2 as httpx
 import pytest
 
+from kernel_sandbox.backends.docker.images import wheels
 from kernel_sandbox.backends.docker.images.confined import PROBE_LABEL
+from kernel_sandbox.errors import ImageError
 from kernel_sandbox.limits import (
     IMAGE_ACCOUNT_FILE_BYTES,
     IMAGE_PROBE_SECONDS,
@@ -481,6 +483,19 @@ async def test_onbuild_triggers_never_run(
     assert answer.status_code == 400, answer.text
     assert "ONBUILD" in answer.json()["detail"]
     assert hits == []  # the engine never fetched the host-only URL
+
+
+def test_a_probe_past_its_deadline_is_stopped_there(
+    docker_engine: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slow image's first candidate takes SLOW seconds; the probe's deadline (the
+    product's IMAGE_PROBE_SECONDS / 30: 1 s) stops it before, and says so."""
+    deadline = IMAGE_PROBE_SECONDS / 30  # a deadline raised past SLOW * 30 s fails here
+    monkeypatch.setattr(wheels, "IMAGE_PROBE_SECONDS", deadline)
+    image = hostile_image(docker_engine, "slow", SLOW=str(SLOW))
+    stopped = f"`python3`: stopped after its deadline of {deadline:g} s"
+    with pytest.raises(ImageError, match=stopped):
+        wheels.probe_python(docker_engine, image)
 
 
 async def test_one_keys_slow_images_do_not_hold_another_keys_create(
