@@ -14,6 +14,7 @@ of its Python, so whatever the server runs of the image runs the attack:
   version of 2.1000000 (515 MB and a 500), a path of its choosing, a Dockerfile line.
 - ``slow``: a probe that takes ``SLOW`` seconds (its first candidate, ``python3``);
   key A asks for it many times at once (another key's create went 1.1 s -> 78.8 s).
+  ``slow-venv``: a venv build that takes ``SLOW`` seconds.
 - ``kernelspecs``: kernel-sandbox:python with 1000 kernelspecs, an 84 KB listing past
   ``MAX_KERNELSPECS_BYTES`` (refused as unreadable JSON; now with a sentence saying so).
 - an image with ``ONBUILD ADD http://127.0.0.1:<port>/`` (the engine fetched it).
@@ -51,6 +52,7 @@ from kernel_sandbox.backends.docker.images.confined import PROBE_LABEL
 from kernel_sandbox.errors import ImageError
 from kernel_sandbox.limits import (
     IMAGE_ACCOUNT_FILE_BYTES,
+    IMAGE_DERIVE_SECONDS,
     IMAGE_PROBE_SECONDS,
     IMAGE_QUEUE_PER_KEY,
     IMAGE_STEP_CPUS,
@@ -126,6 +128,8 @@ if mode == "flood" and probe:
     for _ in range(100):
         sys.stdout.write(chunk)
     sys.stdout.flush()
+if mode == "slow-venv" and venv_step:
+    time.sleep(int(os.environ["SLOW"]))
 if mode == "slow" and probe:
     if argv[0] == "python3":  # the first candidate: the one other keys must not wait on
         time.sleep(int(os.environ["SLOW"]))
@@ -496,6 +500,28 @@ def test_a_probe_past_its_deadline_is_stopped_there(
     stopped = f"`python3`: stopped after its deadline of {deadline:g} s"
     with pytest.raises(ImageError, match=stopped):
         wheels.probe_python(docker_engine, image)
+
+
+def test_a_venv_build_past_its_deadline_is_stopped_there(
+    docker_engine: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A derive step (the venv build, in the image's Python) of the ``slow-venv`` image
+    takes SLOW seconds; the steps' deadline (the product's IMAGE_DERIVE_SECONDS / 300:
+    1 s) stops it before, and says so."""
+    deadline = IMAGE_DERIVE_SECONDS / 300  # a deadline raised past SLOW * 300 s fails here
+    monkeypatch.setattr(wheels, "IMAGE_DERIVE_SECONDS", deadline)
+    image = hostile_image(docker_engine, "slow-venv", SLOW=str(SLOW))
+    files = io.BytesIO()
+    with tarfile.open(fileobj=files, mode="w") as tar:
+        script = b"print('built')\n"
+        member = tarfile.TarInfo("ks/setup.py")
+        member.size = len(script)
+        tar.addfile(member, io.BytesIO(script))
+    files.seek(0)
+    step = wheels.run_with_files(
+        docker_engine, image, "python3", ["/tmp/ks/setup.py", "venv"], files
+    )
+    assert step.stopped == f"stopped after its deadline of {deadline:g} s", step
 
 
 async def test_one_keys_slow_images_do_not_hold_another_keys_create(

@@ -213,6 +213,9 @@ PROOFS: dict[str, list[str]] = {
         f"{HOSTILE_IMAGES}::test_a_probe_that_prints_100_mib_costs_the_server_nothing"
     ],
     "IMAGE_STEP_PIDS": [f"{HOSTILE_IMAGES}::test_the_images_code_runs_only_under_sandbox_limits"],
+    "IMAGE_DERIVE_SECONDS": [
+        f"{HOSTILE_IMAGES}::test_a_venv_build_past_its_deadline_is_stopped_there"
+    ],
     "IMAGE_PROBE_SECONDS": [f"{HOSTILE_IMAGES}::test_a_probe_past_its_deadline_is_stopped_there"],
     "IMAGE_STEP_CPUS": [f"{HOSTILE_IMAGES}::test_the_images_code_runs_only_under_sandbox_limits"],
     "IMAGE_STEP_TMP_BYTES": [
@@ -336,7 +339,6 @@ UNPROVEN: dict[str, str] = {
         "our own tar unpacks the copy before any tenant code runs; only a hostile image's tar"
         " could stall it"
     ),
-    "IMAGE_DERIVE_SECONDS": "a venv build past 300 s: too slow for the suite",
     "IMAGE_RESOLVE_WORKERS": (
         "a thread pool's size; IMAGE_QUEUE_PER_KEY's test floods the queue in front of it"
     ),
