@@ -14,7 +14,8 @@ of its Python, so whatever the server runs of the image runs the attack:
   version of 2.1000000 (515 MB and a 500), a path of its choosing, a Dockerfile line.
 - ``slow``: a probe that takes ``SLOW`` seconds (its first candidate, ``python3``);
   key A asks for it many times at once (another key's create went 1.1 s -> 78.8 s).
-  ``slow-venv``: a venv build that takes ``SLOW`` seconds.
+  ``slow-venv``: a venv build that takes ``SLOW`` seconds; ``flood-venv``: one that
+  prints 64 MiB where the venv's tar goes.
 - ``kernelspecs``: kernel-sandbox:python with 1000 kernelspecs, an 84 KB listing past
   ``MAX_KERNELSPECS_BYTES`` (refused as unreadable JSON; now with a sentence saying so).
 - an image with ``ONBUILD ADD http://127.0.0.1:<port>/`` (the engine fetched it).
@@ -47,7 +48,7 @@ import docker.errors
 import httpx2 as httpx
 import pytest
 
-from kernel_sandbox.backends.docker.images import wheels
+from kernel_sandbox.backends.docker.images import derive, wheels
 from kernel_sandbox.backends.docker.images.confined import PROBE_LABEL
 from kernel_sandbox.errors import ImageError
 from kernel_sandbox.limits import (
@@ -59,6 +60,7 @@ from kernel_sandbox.limits import (
     IMAGE_STEP_MEMORY_BYTES,
     IMAGE_STEP_PIDS,
     IMAGE_STEP_TMP_BYTES,
+    IMAGE_VENV_BYTES,
     MAX_KERNELSPECS_BYTES,
 )
 from tests.integration.serving import KEY_A, KEY_B, ROOT, free_port
@@ -128,6 +130,11 @@ if mode == "flood" and probe:
     for _ in range(100):
         sys.stdout.write(chunk)
     sys.stdout.flush()
+if mode == "flood-venv" and venv_step:
+    for _ in range(64):
+        sys.stdout.buffer.write(b"x" * (1 << 20))
+    sys.stdout.flush()
+    os._exit(0)
 if mode == "slow-venv" and venv_step:
     time.sleep(int(os.environ["SLOW"]))
 if mode == "slow" and probe:
@@ -522,6 +529,19 @@ def test_a_venv_build_past_its_deadline_is_stopped_there(
         docker_engine, image, "python3", ["/tmp/ks/setup.py", "venv"], files
     )
     assert step.stopped == f"stopped after its deadline of {deadline:g} s", step
+
+
+def test_a_venv_past_its_bytes_is_refused_at_the_cap(
+    docker_engine: docker.DockerClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The ``flood-venv`` image's venv build sends 64 MiB as the venv's tar; the host
+    takes at most IMAGE_VENV_BYTES of it (scaled down: 8 MiB), then stops the step."""
+    cap = IMAGE_VENV_BYTES // 64  # 8 MiB: a cap raised past 64 * 64 MiB fails here
+    monkeypatch.setattr(derive, "IMAGE_VENV_BYTES", cap)
+    image = hostile_image(docker_engine, "flood-venv")
+    target = wheels.probe_python(docker_engine, image)
+    with pytest.raises(ImageError, match=f"output passed the cap of {cap:,} bytes"):
+        derive.build_venv(docker_engine, image, target, tmp_path).close()
 
 
 async def test_one_keys_slow_images_do_not_hold_another_keys_create(

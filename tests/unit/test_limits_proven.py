@@ -217,6 +217,7 @@ PROOFS: dict[str, list[str]] = {
         f"{HOSTILE_IMAGES}::test_a_venv_build_past_its_deadline_is_stopped_there"
     ],
     "IMAGE_PROBE_SECONDS": [f"{HOSTILE_IMAGES}::test_a_probe_past_its_deadline_is_stopped_there"],
+    "IMAGE_VENV_BYTES": [f"{HOSTILE_IMAGES}::test_a_venv_past_its_bytes_is_refused_at_the_cap"],
     "IMAGE_STEP_CPUS": [f"{HOSTILE_IMAGES}::test_the_images_code_runs_only_under_sandbox_limits"],
     "IMAGE_STEP_TMP_BYTES": [
         f"{HOSTILE_IMAGES}::test_the_images_code_runs_only_under_sandbox_limits"
@@ -342,7 +343,6 @@ UNPROVEN: dict[str, str] = {
     "IMAGE_RESOLVE_WORKERS": (
         "a thread pool's size; IMAGE_QUEUE_PER_KEY's test floods the queue in front of it"
     ),
-    "IMAGE_VENV_BYTES": "needs a derived venv past 512 MiB: too slow for the suite",
     "K8S_EXEC_CONNECT_SECONDS": (
         "a connect timeout to the operator's API server: nothing a tenant floods"
     ),
