@@ -295,6 +295,9 @@ PROOFS: dict[str, list[str]] = {
     "PSEUDO_FILE_BYTES": [
         "tests/integration/test_hostile_server_tenants.py::test_special_file_downloads_are_bounded_without_a_traceback"
     ],
+    "REPLAY_PROBE_BYTES": [
+        "tests/unit/test_notebook_replay.py::test_a_kernel_probe_answer_past_its_bytes_is_no_answer"
+    ],
     "REPLY_AFTER_IDLE": [f"{HOSTILE_BYTES}::test_forged_idle_does_not_end_the_call"],
     "REPLY_TEXT_CHARS": [f"{HOSTILE_BYTES}::test_one_huge_exception"],
     "E2B_SUBSCRIBER_QUEUE": [
@@ -350,9 +353,6 @@ UNPROVEN: dict[str, str] = {
         "uvicorn's own idle timeout; HEADER_TIMEOUT's flood covers the connections it bounds"
     ),
     "NOTEBOOK_POINTER_CHARS": "a host file this machine's recorders write, not a sandbox's",
-    "REPLAY_PROBE_BYTES": (
-        "the answer already came through run_shell's max_output_bytes; this refuses a non-answer"
-    ),
     "SNAPSHOT_RATE": "the per-byte part of SNAPSHOT_DEADLINE: a test would have to stall gigabytes",
 }
 

@@ -27,8 +27,11 @@ from kernel_sandbox.notebook import (
     read_notebook,
     replayed_path,
 )
+from kernel_sandbox.notebook.replay import _kernel_versions
 from kernel_sandbox.results import CommandResult, Execution
 from kernel_sandbox.testing import LocalKernelHost
+
+from .conftest import NewSandbox
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 200).decode()
 
@@ -176,3 +179,19 @@ def test_export_html_embeds_plots_and_py_is_a_script(tmp_path: Path) -> None:
     script = target.read_text()
     assert "plot()" in script and "run_cell_magic('sh'" in script
     assert export_notebook(path).suffix == ".html"
+
+
+async def test_a_kernel_probe_answer_past_its_bytes_is_no_answer(new_sandbox: NewSandbox) -> None:
+    """The replay asks the sandbox's Python for its versions (``python -c`` in the working
+    directory); a json.py there is the sandbox's own code answering instead: a valid
+    answer past REPLAY_PROBE_BYTES is refused, never put into the replayed notebook."""
+    sb = await new_sandbox()
+    assert isinstance((await _kernel_versions(sb)).get("language_info"), dict)  # real
+    pad = 100_000  # bytes: within run_shell's output cap, past REPLAY_PROBE_BYTES
+    forged = (
+        'import sys\nsys.stdout.write(\'{"language_info": {"name": "python", '
+        f"\"pad\": \"' + 'x' * {pad} + '\"}}}}\\n')\nsys.exit(0)\n"
+    )
+    await sb.files.write("json.py", forged)
+    versions = await _kernel_versions(sb)
+    assert "could not ask the kernel for its versions" in versions.get("error", ""), versions
