@@ -330,7 +330,7 @@ PROOFS: dict[str, list[str]] = {
     ],
 }
 
-#: Caps with no flood test yet, each with why (caps26, 2026-12-02): may only shrink.
+#: Caps with no flood test yet, each with why (caps26, 2026-12-07): may only shrink.
 UNPROVEN: dict[str, str] = {
     "DRAIN_LIMIT": (
         "a chatty kernel that ignores SIGINT still goes silent for a liveness poll here and"
@@ -347,13 +347,18 @@ UNPROVEN: dict[str, str] = {
         "a thread pool's size; IMAGE_QUEUE_PER_KEY's test floods the queue in front of it"
     ),
     "K8S_EXEC_CONNECT_SECONDS": (
-        "a connect timeout to the operator's API server: nothing a tenant floods"
+        "a connect timeout to the operator's API server (one that accepts and never answers),"
+        " nothing a tenant reaches; test_api_server_unreachable covers a refused one"
     ),
     "KEEP_ALIVE_TIMEOUT": (
-        "uvicorn's own idle timeout; HEADER_TIMEOUT's flood covers the connections it bounds"
+        "uvicorn's own idle timeout, whose default is the same 5 s: a test could not tell the"
+        " setting from its absence; HEADER_TIMEOUT's flood covers the connections it bounds"
     ),
     "NOTEBOOK_POINTER_CHARS": "a host file this machine's recorders write, not a sandbox's",
-    "SNAPSHOT_RATE": "the per-byte part of SNAPSHOT_DEADLINE: a test would have to stall gigabytes",
+    "SNAPSHOT_RATE": (
+        "the per-byte part of SNAPSHOT_DEADLINE: a stalled snapshot's error does not name the"
+        " deadline it hit (FILE_OP_RATE's does), so only a timing test could tell its share"
+    ),
 }
 
 
