@@ -2,7 +2,7 @@
 sandbox code (LocalKernelHost): what a helper that is not ours costs the host.
 
 The helper is ``python -c`` run in the sandbox's working directory, so a module there
-that shadows one it imports (``grp``) is the sandbox's own code in its place: it can
+that shadows one it imports (``json``) is the sandbox's own code in its place: it can
 stall the helper, or answer anything.  Its answer is bounded all the same.
 """
 
@@ -34,12 +34,12 @@ async def test_a_helper_the_sandbox_stalls_holds_the_host_only_to_its_deadline(
     sb = await new_sandbox()
     here = sb.resolve_path(".")
     assert [e["name"] for e in await helper(sb, "stat", here, 1)] == [posixpath.basename(here)]
-    await sb.files.write("grp.py", "import time\ntime.sleep(3600)\n")
+    await sb.files.write("json.py", "import time\ntime.sleep(3600)\n")
     with pytest.raises(ConnectError, match=re.escape(f"within {deadline:g}s")) as caught:
         # the guard only turns a hang into a failure: the deadline ends the call first
         await asyncio.wait_for(helper(sb, "stat", here, 1), 30)
     assert caught.value.code == Code.INVALID_ARGUMENT
-    await sb.files.remove("grp.py")  # the host is free: the next call answers
+    await sb.files.remove("json.py")  # the host is free: the next call answers
     assert [e["name"] for e in await helper(sb, "stat", here, 1)] == [posixpath.basename(here)]
 
 
@@ -56,7 +56,7 @@ async def test_an_entry_past_its_bytes_is_resource_exhausted_and_the_largest_rea
     flood = (
         "import sys\nsys.stdout.write('{\"name\": \"' + 'x' * (8 << 20) + '\"}\\n')\nsys.exit(0)\n"
     )
-    await sb.files.write("grp.py", flood)
+    await sb.files.write("json.py", flood)
     with pytest.raises(ConnectError, match="too large") as caught:
         await helper(sb, "stat", sb.resolve_path("."), 1)
     assert caught.value.code == Code.RESOURCE_EXHAUSTED
