@@ -714,6 +714,8 @@ class AsyncSandbox:
         errors = [f"{o['ename']}: {o['evalue']}" for o in raw.outputs if "ename" in o]
         if raw.outcome != "finished" or errors:
             why = raw.death_reason or "; ".join(errors) or raw.outcome
+            if raw.outcome in ("interrupted", "stuck"):  # its time was up
+                why = f"it ran past its {timeout:g}s ({raw.outcome})"
             raise SnapshotError(f"the kernel of sandbox {self.id} did not finish: {why}")
         return "".join(str(o["text"]) for o in raw.outputs if o.get("name") == "stdout")
 

@@ -101,6 +101,9 @@ PROOFS: dict[str, list[str]] = {
     "SNAPSHOT_DEADLINE": [
         "tests/unit/test_snapshots.py::test_a_kernel_that_stalls_its_snapshot_is_ended_at_the_deadline"
     ],
+    "SNAPSHOT_RATE": [
+        "tests/unit/test_snapshots.py::test_a_kernel_that_stalls_its_snapshot_is_ended_at_the_deadline"
+    ],
     "SNAPSHOT_REPORT_TEXT_CHARS": [
         "tests/unit/test_snapshots.py::test_a_lying_report_is_cut_to_bounded_text_or_refused"
     ],
@@ -355,10 +358,6 @@ UNPROVEN: dict[str, str] = {
         " setting from its absence; HEADER_TIMEOUT's flood covers the connections it bounds"
     ),
     "NOTEBOOK_POINTER_CHARS": "a host file this machine's recorders write, not a sandbox's",
-    "SNAPSHOT_RATE": (
-        "the per-byte part of SNAPSHOT_DEADLINE: a stalled snapshot's error does not name the"
-        " deadline it hit (FILE_OP_RATE's does), so only a timing test could tell its share"
-    ),
 }
 
 

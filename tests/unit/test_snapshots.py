@@ -261,8 +261,9 @@ async def test_a_kernel_that_stalls_its_snapshot_is_ended_at_the_deadline(
     stall = "import tarfile, time\ntarfile.TarFile.addfile = lambda self, *a, **k: time.sleep(3600)"
     assert (await sandbox.run_python(stall)).status == "ok"
     monkeypatch.setattr("kernel_sandbox.snapshots.portable.SNAPSHOT_DEADLINE", 3.0)
-    with pytest.raises(SnapshotError, match="did not finish"):  # 120 s scaled down: fast
-        await asyncio.wait_for(sandbox.snapshot(store=store, max_bytes=1000), 60)
+    # 120 s scaled down (fast), and SNAPSHOT_RATE's grant for 4 MB: 0.2 s at 20 MB/s
+    with pytest.raises(SnapshotError, match=r"did not finish: it ran past its 3\.2s"):
+        await asyncio.wait_for(sandbox.snapshot(store=store, max_bytes=4_000_000), 60)
     assert await store.list() == []
 
 
