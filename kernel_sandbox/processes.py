@@ -65,7 +65,8 @@ log = logging.getLogger(__name__)
 
 _PROGRAM = program("e2b_process.py")
 #: Runs the program with the sandbox's Python (the kernel's venv, else ``python3``).
-_RUN = 'p=/opt/venv/bin/python; [ -x "$p" ] || p=python3; exec "$p" -c "$0" "$1"'
+#: Isolated (``-I``): no module of the working directory (the sandbox's) shadows its own.
+_RUN = 'p=/opt/venv/bin/python; [ -x "$p" ] || p=python3; exec "$p" -I -c "$0" "$1"'
 #: Writes one control line into the process's FIFO, if the process still runs.
 _CONTROL = 'test -p "$1" || exit 3; cat > "$1"'
 

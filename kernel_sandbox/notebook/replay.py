@@ -65,6 +65,7 @@ __all__ = [
 _SHELL_MAGICS = {"sh": "sh", "bash": "bash"}
 #: Asks the image's kernel Python what a kernel_info_reply would say, beside the kernel
 #: (running it *in* the kernel would shift every execution count by one).
+#: Run isolated (``-I``): a json.py in the working directory does not answer for it.
 _KERNEL_PROBE = (
     "import json, sys, IPython, ipykernel\n"
     "from ipykernel.ipkernel import IPythonKernel\n"
@@ -164,7 +165,7 @@ async def _kernel_versions(sandbox: SandboxLike) -> dict[str, Any]:
         }
         return {"language_info": info, **versions}
     probe = shlex.quote(_KERNEL_PROBE)
-    command = f"{KERNEL_PYTHON} -c {probe} 2>/dev/null || python3 -c {probe}"
+    command = f"{KERNEL_PYTHON} -I -c {probe} 2>/dev/null || python3 -I -c {probe}"
     try:
         result: CommandResult = await sandbox.run_shell(command, timeout=60)
         answer = result.stdout.strip()

@@ -8,14 +8,16 @@ must show nothing reaches the kernel (argument errors, schemas).
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kernel_sandbox.config import SandboxConfig
+from kernel_sandbox.config import KERNEL_PYTHON, SandboxConfig
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.testing import LocalKernelHost
 from tests.conftest import require
@@ -37,6 +39,35 @@ async def new_sandbox() -> AsyncIterator[NewSandbox]:
     yield make
     for sandbox in made:
         await sandbox.close()
+
+
+class StandInPython:
+    """A ``python3`` of the sandbox's that is not the real one: the untrusted interpreter
+    the host's helpers run (an image's own ``python3``; here, the sandbox's PATH).
+
+    ``env`` is the sandbox's ``env_vars`` that put its directory first on PATH; until
+    :meth:`set` it holds nothing, so the real ``python3`` answers.  Whatever its flags
+    (``-I`` included), the stand-in runs ``source`` with the real interpreter."""
+
+    def __init__(self, where: Path) -> None:
+        # the helpers take the kernel's venv first: there, the stand-in would never run
+        require(not os.path.exists(KERNEL_PYTHON), f"{KERNEL_PYTHON} exists on this host")
+        self.bin = where / "stand-in-bin"
+        self.bin.mkdir()
+        self.env = {"PATH": f"{self.bin}{os.pathsep}{os.environ['PATH']}"}
+
+    def set(self, source: str) -> None:
+        path = self.bin / "python3"
+        path.write_text(f"#!{sys.executable}\n{source}")
+        path.chmod(0o755)
+
+    def clear(self) -> None:
+        (self.bin / "python3").unlink()
+
+
+@pytest.fixture
+def stand_in_python(tmp_path: Path) -> StandInPython:
+    return StandInPython(tmp_path)
 
 
 @pytest.fixture

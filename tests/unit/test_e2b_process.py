@@ -27,7 +27,7 @@ from kernel_sandbox.server.e2b.state import E2bSandbox
 from kernel_sandbox.server.tenancy import Lease
 from tests.waiting import await_for
 
-from .conftest import NewSandbox
+from .conftest import NewSandbox, StandInPython
 
 MiB = 1024 * 1024
 #: A frame's most: 64 KiB of output and its 5-byte head (``programs/e2b_process.py``).
@@ -97,19 +97,41 @@ async def test_a_stalled_subscriber_holds_the_command_not_the_servers_memory(
     await command.stop()
 
 
-async def test_a_frame_past_its_cap_ends_the_command_and_is_never_held(
-    new_sandbox: NewSandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+async def test_a_module_in_the_working_directory_does_not_stand_in_for_the_program(
+    new_sandbox: NewSandbox, tmp_path: Path
 ) -> None:
     sb = await new_sandbox()
+    # the program runs isolated (``-I``): a base64.py there is not what it imports
+    await sb.files.write("base64.py", "import sys\nsys.stdout.write('forged')\nsys.exit(0)\n")
+    command = _command(sb, tmp_path, "echo", "heard")
+    queue = command.subscribe()
+    await command.start()
+    got = b""
+    while (event := await queue.get()) is not None:
+        assert event.event is not None
+        value = event.event.value
+        if isinstance(value, pb.ProcessEvent.DataEvent):
+            assert value.output is not None
+            got += value.output.value
+        elif isinstance(value, pb.ProcessEvent.EndEvent):
+            assert (value.exit_code, value.error) == (0, "")
+    assert got == b"heard\n"
+
+
+async def test_a_frame_past_its_cap_ends_the_command_and_is_never_held(
+    new_sandbox: NewSandbox,
+    stand_in_python: StandInPython,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sb = await new_sandbox(env_vars=stand_in_python.env)
     taken = _count_taken(sb, monkeypatch)
-    # The program is ``python -c`` in the working directory: a base64.py there (the
-    # sandbox's own code) runs in its place and announces an 8 MiB frame, then sends it.
-    forged = (
+    # The program runs with the sandbox's own ``python3``: one that is not Python's
+    # announces an 8 MiB frame, then sends it.
+    stand_in_python.set(
         "import sys\n"
         "sys.stdout.buffer.write(b'O' + (8 << 20).to_bytes(4, 'big') + b'x' * (8 << 20))\n"
-        "sys.exit(0)\n"
     )
-    await sb.files.write("base64.py", forged)
     command = _command(sb, tmp_path, "true")
     queue = command.subscribe()
     with pytest.raises(ConnectError, match="framing"):  # as the service's Start reports it

@@ -31,7 +31,7 @@ from kernel_sandbox.notebook.replay import _kernel_versions
 from kernel_sandbox.results import CommandResult, Execution
 from kernel_sandbox.testing import LocalKernelHost
 
-from .conftest import NewSandbox
+from .conftest import NewSandbox, StandInPython
 
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 200).decode()
 
@@ -181,17 +181,32 @@ def test_export_html_embeds_plots_and_py_is_a_script(tmp_path: Path) -> None:
     assert export_notebook(path).suffix == ".html"
 
 
-async def test_a_kernel_probe_answer_past_its_bytes_is_no_answer(new_sandbox: NewSandbox) -> None:
-    """The replay asks the sandbox's Python for its versions (``python -c`` in the working
-    directory); a json.py there is the sandbox's own code answering instead: a valid
-    answer past REPLAY_PROBE_BYTES is refused, never put into the replayed notebook."""
+async def test_a_module_in_the_working_directory_does_not_answer_the_kernel_probe(
+    new_sandbox: NewSandbox,
+) -> None:
+    """The replay's version probe runs isolated (``-I``) in the working directory: a
+    json.py there is not what it imports, so the answer is the kernel Python's."""
     sb = await new_sandbox()
-    assert isinstance((await _kernel_versions(sb)).get("language_info"), dict)  # real
-    pad = 100_000  # bytes: within run_shell's output cap, past REPLAY_PROBE_BYTES
     forged = (
-        'import sys\nsys.stdout.write(\'{"language_info": {"name": "python", '
-        f"\"pad\": \"' + 'x' * {pad} + '\"}}}}\\n')\nsys.exit(0)\n"
+        'import sys\nsys.stdout.write(\'{"language_info": {"name": "forged"}}\\n\')\nsys.exit(0)\n'
     )
     await sb.files.write("json.py", forged)
+    versions = await _kernel_versions(sb)
+    assert versions["language_info"]["name"] == "python" and "ipykernel" in versions, versions
+
+
+async def test_a_kernel_probe_answer_past_its_bytes_is_no_answer(
+    new_sandbox: NewSandbox, stand_in_python: StandInPython
+) -> None:
+    """The replay asks the sandbox's Python for its versions; that Python is the
+    sandbox's own (an image's ``python3``; here its PATH's) and can answer anything: a
+    valid answer past REPLAY_PROBE_BYTES is refused, never put into the replayed notebook."""
+    sb = await new_sandbox(env_vars=stand_in_python.env)
+    assert isinstance((await _kernel_versions(sb)).get("language_info"), dict)  # real
+    pad = 100_000  # bytes: within run_shell's output cap, past REPLAY_PROBE_BYTES
+    stand_in_python.set(
+        'import sys\nsys.stdout.write(\'{"language_info": {"name": "python", '
+        f"\"pad\": \"' + 'x' * {pad} + '\"}}}}\\n')\n"
+    )
     versions = await _kernel_versions(sb)
     assert "could not ask the kernel for its versions" in versions.get("error", ""), versions

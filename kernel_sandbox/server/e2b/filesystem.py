@@ -59,7 +59,9 @@ from .state import E2bRegistry, E2bSandbox
 __all__ = ["FilesystemService", "Watcher", "build_filesystem_app", "entry_info"]
 
 _PROGRAM = program("e2b_files.py")
-_RUN = 'p=/opt/venv/bin/python; [ -x "$p" ] || p=python3; exec "$p" -c "$0" "$1"'
+#: Runs the helper with the sandbox's Python, isolated (``-I``): a module in the working
+#: directory (the sandbox's) never runs in place of its imports, nor of its path checks.
+_RUN = 'p=/opt/venv/bin/python; [ -x "$p" ] || p=python3; exec "$p" -I -c "$0" "$1"'
 #: The helper's exit statuses (``programs/e2b_files.py``) as Connect's codes.
 _CODES = {
     3: Code.NOT_FOUND,

@@ -54,8 +54,9 @@ log = logging.getLogger(__name__)
 
 _PROGRAM = program("e2b_process.py")
 #: ``sh -c`` line that runs the program with the sandbox's Python (the kernel's venv,
-#: else ``python3``); ``$0`` is the program's source, ``$1`` its JSON spec.
-_RUN = 'p=/opt/venv/bin/python; [ -x "$p" ] || p=python3; exec "$p" -c "$0" "$1"'
+#: else ``python3``); ``$0`` is the program's source, ``$1`` its JSON spec. Isolated (``-I``):
+#: no module of the working directory (the sandbox's) runs in place of the program's.
+_RUN = 'p=/opt/venv/bin/python; [ -x "$p" ] || p=python3; exec "$p" -I -c "$0" "$1"'
 #: Writes one control line into a command's FIFO, if the command still runs.
 _CONTROL = 'test -p "$1" || exit 3; cat > "$1"'
 #: Seconds between keep-alive events of an idle stream (when the client asks for none).
