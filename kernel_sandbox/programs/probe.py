@@ -1,12 +1,18 @@
 """Describes the Python of an image for wheel tags, as one JSON line.
 
 Runs inside the image with whatever Python it has: no f-strings, works on 2.7 too.
+That rules out ``-I`` (3.4+), so its first statement takes the working directory off
+sys.path (``python -c`` puts it first): no module there stands in for its imports.
 """
+
+import sys
+
+if sys.path and sys.path[0] == "":
+    del sys.path[0]
 
 import glob
 import json
 import platform
-import sys
 
 try:
     has_venv = True

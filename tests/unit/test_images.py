@@ -104,6 +104,16 @@ def test_probe_script_describes_the_running_python() -> None:
     assert info["machine"]
 
 
+def test_probe_script_is_not_answered_by_a_module_in_its_working_directory(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "json.py").write_text("import sys\nsys.stdout.write('{}')\nsys.exit(0)\n")
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, cwd=tmp_path
+    )
+    assert json.loads(out.stdout)["version"][:2] == list(sys.version_info[:2])
+
+
 # --- the wheelhouse -----------------------------------------------------------------------
 
 
