@@ -19,6 +19,7 @@ from kernel_sandbox.backends.base import ExecResult
 from kernel_sandbox.errors import FileOperationError
 from kernel_sandbox.limits import E2B_MAX_FRAME, E2B_SUBSCRIBER_QUEUE
 from kernel_sandbox.notebook.recorder import NotebookRecorder
+from kernel_sandbox.processes import InteractiveProcess
 from kernel_sandbox.sandbox import AsyncSandbox
 from kernel_sandbox.server.e2b import process
 from kernel_sandbox.server.e2b.envd.process import process_pb as pb
@@ -116,6 +117,11 @@ async def test_a_module_in_the_working_directory_does_not_stand_in_for_the_progr
         elif isinstance(value, pb.ProcessEvent.EndEvent):
             assert (value.exit_code, value.error) == (0, "")
     assert got == b"heard\n"
+    # the same program runs the sandbox's interactive processes (kernel_sandbox.processes)
+    process = InteractiveProcess(sb, ["echo", "heard"])
+    await process.start()
+    await await_for(lambda: process.ended, timeout=30, what="the process's end")
+    assert (await process.take(), process.exit_code, process.error) == (b"heard\n", 0, "")
 
 
 async def test_a_frame_past_its_cap_ends_the_command_and_is_never_held(
