@@ -15,6 +15,8 @@ import json
 import platform
 
 try:
+    import venv  # noqa: F401  (whether the image's Python can make a virtualenv)
+
     has_venv = True
 except Exception:
     has_venv = False

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -112,6 +113,22 @@ def test_probe_script_is_not_answered_by_a_module_in_its_working_directory(
         [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, cwd=tmp_path
     )
     assert json.loads(out.stdout)["version"][:2] == list(sys.version_info[:2])
+
+
+def test_probe_says_whether_the_python_has_venv(tmp_path: Path) -> None:
+    def probe(**env: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, "-c", PROBE],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, **env},
+        )
+        return dict(json.loads(done.stdout))
+
+    (tmp_path / "venv.py").write_text("raise ImportError('no venv in this Python')\n")
+    assert probe()["has_venv"] is True
+    assert probe(PYTHONPATH=str(tmp_path))["has_venv"] is False  # as Debian's without python3-venv
 
 
 # --- the wheelhouse -----------------------------------------------------------------------
