@@ -24,7 +24,8 @@ caller and for failures of the machinery underneath::
     ├── NotebookError(ValueError)        a notebook file cannot be read or is not valid
     │   └── ResumeDivergedError          resuming: a replayed cell gave another result
     └── FileOperationError(OSError)      a file operation inside the sandbox failed
-        └── SandboxFileNotFoundError(FileNotFoundError)
+        ├── SandboxFileNotFoundError(FileNotFoundError)
+        └── FileOperationTimeoutError    its process did not finish within its deadline
 
 Each class also inherits the builtin it means, so ``except KeyError`` keeps working.
 Messages say what happened and what to change.
@@ -43,6 +44,7 @@ __all__ = [
     "ContextNotFoundError",
     "EngineUnavailableError",
     "FileOperationError",
+    "FileOperationTimeoutError",
     "ImageError",
     "ImageNotFoundError",
     "KernelError",
@@ -163,6 +165,12 @@ class ResumeDivergedError(NotebookError):
 
 class FileOperationError(SandboxError, OSError):
     """A file operation inside the sandbox failed."""
+
+
+class FileOperationTimeoutError(FileOperationError):
+    """A process of a file operation (or any host-run process) in the sandbox did not
+    finish within its deadline; the host stopped waiting for it.  Not a ``TimeoutError``:
+    code that waits with its own timeout tells its own from this one."""
 
 
 class SandboxFileNotFoundError(FileOperationError, FileNotFoundError):

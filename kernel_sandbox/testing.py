@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .backends.base import ExecResult, HostState, KernelHost, SandboxRecord
-from .errors import FileOperationError, KernelError
+from .errors import FileOperationTimeoutError, KernelError
 from .kernel.connection import PORT_NAMES, ConnectionInfo, kernel_command, new_connection_info
 from .limits import HeadTail
 from .threads import in_thread
@@ -307,7 +307,7 @@ class LocalKernelHost(KernelHost):
             )
             code = await proc.wait()
         except TimeoutError as exc:
-            raise FileOperationError(
+            raise FileOperationTimeoutError(
                 f"the process did not finish within {deadline:g}s; it was killed"
             ) from exc
         finally:

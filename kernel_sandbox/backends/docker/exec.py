@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import docker
 import docker.errors
 
-from ...errors import FileOperationError
+from ...errors import FileOperationError, FileOperationTimeoutError
 from ...limits import HeadTail
 from ..base import ExecResult, HostState
 from .attach import STDERR, TruncatedStreamError, attach_body, read_frames
@@ -137,7 +137,7 @@ async def exec_process(
                 sock.shutdown(socket.SHUT_RDWR)
         raise
     except TimeoutError as exc:  # socket.timeout too
-        raise FileOperationError(
+        raise FileOperationTimeoutError(
             f"the process in the sandbox did not finish within {deadline:g}s (stopped or "
             "blocked by sandbox code?); the host stopped waiting for it"
         ) from exc

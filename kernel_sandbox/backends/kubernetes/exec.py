@@ -28,7 +28,7 @@ from typing import Any
 from kubernetes.stream import stream
 from websocket import ABNF, WebSocketException
 
-from ...errors import EngineUnavailableError, FileOperationError
+from ...errors import EngineUnavailableError, FileOperationError, FileOperationTimeoutError
 from ...limits import K8S_EXEC_CONNECT_SECONDS, K8S_EXEC_STATUS_BYTES, HeadTail
 from ...threads import in_process_thread
 from ..base import ExecResult
@@ -186,7 +186,7 @@ async def pod_exec(
         job.cancel()
         with contextlib.suppress(BaseException):
             await worker
-        raise FileOperationError(
+        raise FileOperationTimeoutError(
             f"the process in the sandbox did not finish within {deadline:g}s and was left"
         ) from None
     except asyncio.CancelledError:

@@ -25,6 +25,7 @@ from ...errors import (
     AccessDeniedError,
     CapacityError,
     FileOperationError,
+    FileOperationTimeoutError,
     SandboxError,
     SandboxFileNotFoundError,
     SandboxNotFoundError,
@@ -86,6 +87,8 @@ def connect_error(exc: SandboxError) -> ConnectError:
         return ConnectError(Code.UNAVAILABLE, str(exc))
     if isinstance(exc, CapacityError):
         return ConnectError(Code.RESOURCE_EXHAUSTED, str(exc))
+    if isinstance(exc, FileOperationTimeoutError):  # as envd's handler past its context's
+        return ConnectError(Code.DEADLINE_EXCEEDED, str(exc))
     if isinstance(exc, FileOperationError):
         return ConnectError(Code.INVALID_ARGUMENT, str(exc))
     return ConnectError(Code.UNAVAILABLE, str(exc))
