@@ -496,7 +496,7 @@ async def test_onbuild_triggers_never_run(
     assert hits == []  # the engine never fetched the host-only URL
 
 
-def test_a_probe_past_its_deadline_is_stopped_there(
+async def test_a_probe_past_its_deadline_is_stopped_there(
     docker_engine: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The slow image's first candidate takes SLOW seconds; the probe's deadline (the
@@ -509,7 +509,7 @@ def test_a_probe_past_its_deadline_is_stopped_there(
         wheels.probe_python(docker_engine, image)
 
 
-def test_a_venv_build_past_its_deadline_is_stopped_there(
+async def test_a_venv_build_past_its_deadline_is_stopped_there(
     docker_engine: docker.DockerClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A derive step (the venv build, in the image's Python) of the ``slow-venv`` image
@@ -531,7 +531,7 @@ def test_a_venv_build_past_its_deadline_is_stopped_there(
     assert step.stopped == f"stopped after its deadline of {deadline:g} s", step
 
 
-def test_a_venv_past_its_bytes_is_refused_at_the_cap(
+async def test_a_venv_past_its_bytes_is_refused_at_the_cap(
     docker_engine: docker.DockerClient, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """The ``flood-venv`` image's venv build sends 64 MiB as the venv's tar; the host
