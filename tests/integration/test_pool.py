@@ -29,8 +29,11 @@ def make_pool(**kwargs: Any) -> SandboxPool:
 
 
 def containers(client: Any, pool: SandboxPool, *, running_only: bool = False) -> list[Any]:
+    """The pool's containers, as the engine lists them (sparse: docker-py's full list
+    inspects each one after listing, and a container the pool removes in between made
+    that a 404; seen once in a full run)."""
     return client.containers.list(  # type: ignore[no-any-return]
-        all=not running_only, filters={"label": f"{POOL_LABEL}={pool.id}"}
+        all=not running_only, filters={"label": f"{POOL_LABEL}={pool.id}"}, sparse=True
     )
 
 
