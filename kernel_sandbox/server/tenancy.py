@@ -191,6 +191,14 @@ class Tenancy:
         """Several workers or replicas serve the sandboxes (see :mod:`.replicas`)."""
         return self.settings.workers > 1 or self.settings.replica
 
+    @property
+    def keeps_turns(self) -> bool:
+        """Workers on one host: a recorded call keeps the notebook's writing turn for the
+        calls after it in this worker (written behind, coalescing), handed over at once
+        when another worker wants it (a FIFO: one host's kernel).  Replicas, which may
+        share the volume across hosts, take and let go of it on every call."""
+        return self.settings.workers > 1 and not self.settings.replica
+
     async def stop(self) -> None:
         """Remove every sandbox (a graceful stop; a killed server leaves them labelled).
 
@@ -682,6 +690,9 @@ class Tenancy:
                 await asyncio.sleep(0)  # the call's cells are built (call_soon, see recording)
                 if lease.recorder.flush_delay is None:  # each step written already
                     await asyncio.to_thread(lease.recorder.flush)
+                elif self.keeps_turns:
+                    if not lease.recorder.keeps_turn:  # else kept since an earlier call
+                        await _keep_turn(lease)
                 else:
                     await _turn_then_write(lease)
 
@@ -785,6 +796,20 @@ async def _turn_then_write(lease: Lease) -> None:
     writing = loop.run_in_executor(None, turn_then_write)
     writing.add_done_callback(written)
     await asyncio.shield(taken.wait())
+
+
+async def _keep_turn(lease: Lease) -> None:
+    """Keep the notebook's writing turn (waiting for it in a thread; a cancelled caller
+    still waits: the call lock is let go only once the turn is this worker's)."""
+    keeping = asyncio.get_running_loop().run_in_executor(None, lease.recorder.keep_turn)
+    try:
+        await asyncio.shield(keeping)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await keeping
+        raise
+    except Exception:
+        log.warning("taking the notebook's turn of %s failed", lease.id, exc_info=True)
 
 
 def _same_sandbox(config: DockerSandboxConfig, pool: DockerSandboxConfig) -> bool:

@@ -13,6 +13,8 @@ import pytest
 
 from kernel_sandbox.backends.base import SandboxRecord
 from kernel_sandbox.errors import CapacityError, SandboxNotFoundError
+from kernel_sandbox.notebook import shared
+from kernel_sandbox.notebook.recorder import NotebookRecorder
 from kernel_sandbox.server import replicas
 from kernel_sandbox.server.election import ORPHAN_GRACE, lease_name, orphans
 from kernel_sandbox.server.labels import SERVER_ID_LABEL, SERVER_KEY_LABEL
@@ -194,3 +196,18 @@ def test_the_lease_name_is_a_dns_name() -> None:
     name = lease_name("My_Server.prod/eu" + "x" * 80)
     assert name.startswith("kernel-sandbox-reaper-my-server-prod-eu") and len(name) <= 63
     assert lease_name("__") == "kernel-sandbox-reaper-server"
+
+
+def test_a_dropped_sandbox_leaves_no_turn_fifo(tmp_path: Path) -> None:
+    """The notebook's turn FIFO (a worker kept the turn) goes with the state file; the
+    notebook stays."""
+    path = _state(tmp_path)
+    notebook = path.with_suffix(".ipynb")
+    rec = NotebookRecorder(notebook, title="t", flush_delay=3600)
+    rec.add_note("call")
+    rec.keep_turn()
+    assert shared.turn_path(notebook) == path.with_suffix(replicas.TURN_SUFFIX)
+    assert shared.turn_path(notebook).is_fifo()
+    rec.finish()
+    replicas.drop(path)
+    assert sorted(p.name for p in path.parent.iterdir()) == [notebook.name]
