@@ -35,10 +35,6 @@ from .writer import HANDOVER, WRITER
 
 __all__ = ["NotebookFile"]
 
-#: Writes a poked keeper makes at most while its own calls keep recording (a stale poke);
-#: then it keeps the turn (its write behind or the next poke lets go).
-HANDOVER_WRITES = 3
-
 
 class NotebookFile:
     """Writes ``nb`` (changed only under ``lock``) to ``path``: at once, or within
@@ -66,6 +62,8 @@ class NotebookFile:
         self._once = False  # taken by take_turn, let go by flush_turn
         #: The turn FIFO's read end while the turn is kept (keep_turn), else None.
         self._kept: int | None = None
+        #: Poked: the kept turn is being handed over (hand_over); calls take it again.
+        self._handing = False
         #: (inode, size, mtime) of the file as this object last wrote it: unchanged,
         #: nobody else appended cells, so the write need not read it back first.
         self._written: tuple[int, int, int] | None = None
@@ -143,8 +141,14 @@ class NotebookFile:
 
     @property
     def keeps_turn(self) -> bool:
-        """Whether this file keeps the notebook's turn now (:meth:`keep_turn`)."""
-        return self._kept is not None
+        """Whether this file keeps the notebook's turn now (:meth:`keep_turn`) and is not
+        handing it over: the cells held now are then written before it is let go.
+
+        Asked under the lock, as the hand-over marks itself before it copies the cells
+        to write: a call that finds the turn kept after its cells are in memory has
+        them written under it; one that does not takes the turn again."""
+        with self._lock:
+            return self._kept is not None and not self._handing
 
     def keep_turn(self) -> None:
         """Take the notebook's write lock (waiting for it) unless kept already, and keep
@@ -156,17 +160,18 @@ class NotebookFile:
         The turn is let go by the write behind (within ``flush_delay``) once nothing
         is left to write, and at once when another writer wants it: the waiter pokes
         the notebook's turn FIFO (:func:`.shared.poke`), and this process's
-        :data:`~.writer.HANDOVER` thread writes what is pending and lets go
-        (:meth:`hand_over`).  A process that dies keeping it lets go with it (a ``flock``).
+        :data:`~.writer.HANDOVER` thread writes the cells held then and lets go
+        (:meth:`hand_over`); the calls after take the turn again, waiting like any
+        writer.  A process that dies keeping it lets go with it (a ``flock``).
         Without a FIFO (something else has its name) the turn is taken and let go at once,
         the cells written.
         """
         if self.flush_delay is None:
             raise ValueError("keep_turn is for a notebook written behind (a flush_delay)")
-        if self._kept is not None:
+        if self.keeps_turn:
             return
         with self._write_lock:  # the order of every writer here: _write_lock, then the flock
-            if self._kept is not None:
+            if self._kept is not None:  # kept again meanwhile (a hand-over ends under this lock)
                 return
             reader = shared.listen(self.path)  # open first: a poke always finds a reader
             try:
@@ -186,27 +191,24 @@ class NotebookFile:
             with self._lock:
                 self._turn, self._kept = turn, reader
             HANDOVER.watch(reader, self)
-        WRITER.schedule(self, self.flush_delay)  # let go within the delay, whatever comes
+        WRITER.schedule(self, self.flush_delay)  # writes; the first visit with nothing lets go
 
     def hand_over(self, fd: int) -> None:
-        """Another writer wants the turn kept on ``fd`` (poked): write what is pending
-        and let go (:data:`~.writer.HANDOVER`'s thread)."""
+        """Another writer wants the turn kept on ``fd`` (poked): write what is held now
+        and let go, whatever this process's calls record meanwhile (they take the turn
+        again, after the waiter: :attr:`keeps_turn` is False from the start).  The
+        waiter waits for the write under way, if any, and this one
+        (:data:`~.writer.HANDOVER`'s thread)."""
         with self._write_lock:
-            if self._kept != fd:  # let go already
-                return
-            shared.drain(fd)
-            # Let go only with nothing left to write: a poke may be stale (meant for an
-            # earlier keeper) while this worker's calls go on; a waiter's poke is not
-            # (it holds the sandbox's call lock: no call of ours records meanwhile).
-            for _ in range(HANDOVER_WRITES):
-                try:
-                    self._flush()
-                except BaseException:
-                    self._let_go(force=True)  # the waiter goes on; our cells come later
-                    raise
-                self._let_go(force=False)
-                if self._kept is None:
+            with self._lock:
+                if self._kept != fd:  # let go already
                     return
+                self._handing = True
+            shared.drain(fd)
+            try:
+                self._flush()
+            finally:  # also when the write fails: the waiter goes on, our cells come later
+                self._let_go(force=True)
 
     def _let_go(self, force: bool) -> None:
         """Let go of a kept turn when nothing is left to write (or ``force``); under
@@ -216,6 +218,7 @@ class NotebookFile:
                 return
             turn, reader = self._turn, self._kept
             self._turn = self._kept = None
+            self._handing = False
         HANDOVER.unwatch(reader)
         if turn is not None:
             os.close(turn)  # the lock first, then the FIFO: a waiter always finds a reader

@@ -25,7 +25,10 @@ it (:func:`poke`), which the keeper listens on while it keeps the turn; the keep
 writes what it holds and lets go.  The FIFO is a pipe of this host's kernel: a keeper on
 another host (replicas sharing a volume) would not hear it, so only workers on one host
 keep turns.  A keeper that dies lets go with its process (the ``flock`` and the FIFO's
-read end close).
+read end close).  A ``flock`` is not handed to the writer that waited longest, so
+where there is a FIFO every writer first waits in line on it (a ``flock`` on the FIFO,
+held until the notebook's lock is its own): a keeper's next call, taking the turn
+again just after handing it over, comes after the writer it was handed to.
 
 How an attaching process finds the notebook: the recorder, once it records a sandbox,
 leaves a pointer in the user's private runtime directory (``<sandbox id>.notebook``,
@@ -81,19 +84,41 @@ def acquire(path: Path) -> int:
     ``flock`` on the file it names, or on its directory while it has none.  Returns the
     descriptor that holds it; closing it lets go."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        fd, is_file = _lockable(path)
-        try:
+    with _in_line(path):
+        while True:
+            fd, is_file = _lockable(path)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # taken: a writer that keeps its turn lets go at once
-                poke(path)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            if _still_current(fd, is_file, path):
-                return fd
-        except BaseException:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:  # taken: a writer that keeps its turn lets go at once
+                    poke(path)
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                if _still_current(fd, is_file, path):
+                    return fd
+            except BaseException:
+                os.close(fd)
+                raise
             os.close(fd)
-            raise
+
+
+@contextlib.contextmanager
+def _in_line(path: Path) -> Iterator[None]:
+    """Wait behind the writers already waiting for the notebook's lock, when a writer may
+    keep its turn (:func:`turn_path` is a FIFO): an exclusive ``flock`` on the FIFO, held
+    for the block (see the module)."""
+    turn = turn_path(path)
+    fd = None
+    with contextlib.suppress(OSError):  # none (no writer keeps turns here), or not ours
+        if stat.S_ISFIFO(os.lstat(turn).st_mode):
+            fd = os.open(turn, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    if fd is None:
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):  # no locks there: wait as without a FIFO
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
         os.close(fd)
 
 

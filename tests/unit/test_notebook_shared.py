@@ -331,6 +331,56 @@ def test_workers_keeping_turns_write_every_call_once_in_call_order(tmp_path: Pat
     nbformat.validate(read_notebook(path))
 
 
+_PERSON = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from nbformat.v4 import new_markdown_cell
+    from kernel_sandbox.notebook import shared
+
+    path, stop = Path(sys.argv[1]), Path(sys.argv[2])
+    made = 0
+    while not stop.exists():
+        shared.append_cells(path, [new_markdown_cell(f"person {made}")])
+        made += 1
+    sys.stdout.write(f"{made}\\n")
+    """
+)
+
+
+def test_workers_keeping_turns_keep_call_order_while_another_writer_pokes(
+    tmp_path: Path,
+) -> None:
+    """Two workers take a sandbox's calls, keeping the turn, while a person's console
+    appends cells as fast as it can: every poke hands a kept turn over while the
+    keeper's next calls record, and still every call is once in the notebook, in the
+    order the calls ran (a call that finds the turn kept has its cells written under it)."""
+    path, calls, stop = tmp_path / "s.ipynb", tmp_path / "calls", tmp_path / "stop"
+    NotebookRecorder(path, title="t")
+    calls.write_text("0")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    person = subprocess.Popen(
+        [sys.executable, "-c", _PERSON, str(path), str(stop)], stdout=subprocess.PIPE, env=env
+    )
+    n = 100
+    try:
+        procs = _workers([str(path), str(calls), str(n)], [str(path), str(calls), str(n)])
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.close()
+        assert [proc.wait(120) for proc in procs] == [0, 0]
+    finally:
+        stop.touch()
+        assert person.wait(60) == 0
+    assert person.stdout is not None
+    appended = int(person.stdout.read())
+    sources = _sources(path)
+    assert [s for s in sources if s.startswith("call ")] == [f"call {i}" for i in range(2 * n)]
+    assert [s for s in sources if s.startswith("person ")] == [
+        f"person {i}" for i in range(appended)
+    ]
+
+
 def test_a_worker_killed_keeping_the_turn_holds_up_nobody(tmp_path: Path) -> None:
     """Killed while it keeps the turn, its pending cell is lost (as any write behind's),
     and the other writers go on: the lock and the FIFO's reader die with it."""
@@ -362,3 +412,62 @@ def test_settling_writes_what_another_process_keeps(tmp_path: Path) -> None:
     assert proc.stdin is not None
     proc.stdin.close()
     assert proc.wait(60) == 0
+
+
+_BUSY = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from kernel_sandbox.notebook.recorder import NotebookRecorder
+
+    path, stop = Path(sys.argv[1]), Path(sys.argv[2])
+    rec = NotebookRecorder(path, flush_delay=3600)
+    made = 0
+    while not stop.exists() and made < 50_000:  # calls faster than writes
+        rec.add_note(f"call {made}")
+        rec.keep_turn()  # as a worker's call does before its call lock goes
+        made += 1
+        if made == 1:
+            sys.stdout.write("kept\\n"); sys.stdout.flush()
+    rec.flush()
+    sys.stdout.write(f"{made}\\n")
+    """
+)
+
+
+@pytest.mark.parametrize("waiter", ["settle", "append_cells", "write behind"])
+def test_a_writer_waits_for_a_turn_kept_by_a_busy_worker_about_one_write(
+    tmp_path: Path, waiter: str
+) -> None:
+    """A worker keeps the turn while its calls go on recording faster than it writes, never
+    idle: GET notebook's settle, a person's console and another worker's write behind
+    each get the notebook while it is still recording (the keeper writes what it holds
+    and lets go; its next calls take the turn again), and the calls' cells stay in call
+    order."""
+    path, stop = tmp_path / "s.ipynb", tmp_path / "stop"
+    other = NotebookRecorder(path, title="t", flush_delay=NEVER)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    keeper = subprocess.Popen(
+        [sys.executable, "-c", _BUSY, str(path), str(stop)], stdout=subprocess.PIPE, env=env
+    )
+    try:
+        assert keeper.stdout is not None and keeper.stdout.readline() == b"kept\n"
+        if waiter == "settle":
+            wait = other.settle
+        elif waiter == "append_cells":
+            wait = lambda: shared.append_cells(path, [new_markdown_cell("person")])  # noqa: E731
+        else:
+            other.add_note("other worker")
+            wait = other._file.write_behind  # what its writer thread does
+        waiting = threading.Thread(target=wait, daemon=True)
+        waiting.start()
+        waiting.join(60)
+        assert not waiting.is_alive(), "the writer waited for the keeper's calls to stop"
+        assert keeper.poll() is None, "the writer waited for the keeper's calls to stop"
+    finally:
+        stop.touch()
+        assert keeper.wait(60) == 0
+    made = int(keeper.stdout.readline())
+    sources = _sources(path)
+    assert [s for s in sources if s.startswith("call ")] == [f"call {i}" for i in range(made)]
+    assert sources[0] == "# t" and len(sources) == 1 + made + (waiter != "settle")
