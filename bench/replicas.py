@@ -357,6 +357,8 @@ def top_frames(raw: Path, n: int = 16) -> list[tuple[str, float]]:
     total, counts = 0, dict[str, int]()
     for line in raw.read_text().splitlines():
         stack, _, count = line.rpartition(" ")
+        if not count.isdigit():  # a sample py-spy could not finish writing
+            continue
         total += int(count)
         for frame in set(stack.split(";")):
             counts[frame] = counts.get(frame, 0) + int(count)

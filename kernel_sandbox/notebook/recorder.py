@@ -408,9 +408,23 @@ class NotebookRecorder:
         go of it."""
         self._file.flush_turn()
 
+    def keep_turn(self) -> None:
+        """Take the notebook's write lock unless this recorder keeps it already, and keep
+        it while its steps come: they are written behind, coalescing, before any other
+        writer's next cells; another writer that wants it has it at once (a recorder with
+        a ``flush_delay`` only; see :meth:`NotebookFile.keep_turn
+        <kernel_sandbox.notebook.file.NotebookFile.keep_turn>`)."""
+        self._file.keep_turn()
+
+    @property
+    def keeps_turn(self) -> bool:
+        """Whether this recorder keeps the notebook's turn now (:meth:`keep_turn`)."""
+        return self._file.keeps_turn
+
     def settle(self) -> None:
         """Write what is not on disk yet, and wait until no other process is writing the
-        notebook: the file then holds every cell whose writer took its turn before."""
+        notebook (one that keeps its turn writes and lets go): the file then holds every
+        cell whose writer took its turn before."""
         self.flush()
         with shared.locked(self.path):
             pass

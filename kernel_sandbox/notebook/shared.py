@@ -17,6 +17,19 @@ file once it holds the lock (a writer before it may have replaced it); a noteboo
 written yet is created under a ``flock`` on its directory.  So writes of different
 notebooks never wait for each other, whichever directory they share.
 
+A server worker may *keep* the lock between its calls (the notebook's writing turn,
+:meth:`NotebookFile.keep_turn <kernel_sandbox.notebook.file.NotebookFile.keep_turn>`), so
+its cells are written behind and coalesced as with one process.  Whoever finds the lock
+taken pokes the keeper first: a byte on the notebook's turn FIFO, ``<stem>.turn`` beside
+it (:func:`poke`), which the keeper listens on while it keeps the turn; the keeper then
+writes what it holds and lets go.  The FIFO is a pipe of this host's kernel: a keeper on
+another host (replicas sharing a volume) would not hear it, so only workers on one host
+keep turns.  A keeper that dies lets go with its process (the ``flock`` and the FIFO's
+read end close).  A ``flock`` is not handed to the writer that waited longest, so
+where there is a FIFO every writer first waits in line on it (a ``flock`` on the FIFO,
+held until the notebook's lock is its own): a keeper's next call, taking the turn
+again just after handing it over, comes after the writer it was handed to.
+
 How an attaching process finds the notebook: the recorder, once it records a sandbox,
 leaves a pointer in the user's private runtime directory (``<sandbox id>.notebook``,
 mode 0600, on this machine only, never in the container's labels).
@@ -27,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import stat
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,7 +55,18 @@ from ..limits import NOTEBOOK_POINTER_CHARS
 from ..rundirs import runtime_root
 from .storage import read_notebook, validate_parts, write_notebook_atomic
 
-__all__ = ["acquire", "append_cells", "find_notebook", "locked", "merge_foreign", "point_to"]
+__all__ = [
+    "acquire",
+    "append_cells",
+    "drain",
+    "find_notebook",
+    "listen",
+    "locked",
+    "merge_foreign",
+    "point_to",
+    "poke",
+    "turn_path",
+]
 
 
 @contextlib.contextmanager
@@ -59,16 +84,92 @@ def acquire(path: Path) -> int:
     ``flock`` on the file it names, or on its directory while it has none.  Returns the
     descriptor that holds it; closing it lets go."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    while True:
-        fd, is_file = _lockable(path)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            if _still_current(fd, is_file, path):
-                return fd
-        except BaseException:
+    with _in_line(path):
+        while True:
+            fd, is_file = _lockable(path)
+            try:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:  # taken: a writer that keeps its turn lets go at once
+                    poke(path)
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                if _still_current(fd, is_file, path):
+                    return fd
+            except BaseException:
+                os.close(fd)
+                raise
             os.close(fd)
-            raise
+
+
+@contextlib.contextmanager
+def _in_line(path: Path) -> Iterator[None]:
+    """Wait behind the writers already waiting for the notebook's lock, when a writer may
+    keep its turn (:func:`turn_path` is a FIFO): an exclusive ``flock`` on the FIFO, held
+    for the block (see the module)."""
+    turn = turn_path(path)
+    fd = None
+    with contextlib.suppress(OSError):  # none (no writer keeps turns here), or not ours
+        if stat.S_ISFIFO(os.lstat(turn).st_mode):
+            fd = os.open(turn, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    if fd is None:
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):  # no locks there: wait as without a FIFO
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
         os.close(fd)
+
+
+def turn_path(path: Path) -> Path:
+    """The FIFO on which a writer that keeps the notebook's turn (a server worker between
+    its calls, :meth:`NotebookFile.keep_turn <kernel_sandbox.notebook.file.NotebookFile.keep_turn>`)
+    listens for another writer that wants it: ``<notebook stem>.turn`` beside it."""
+    return path.with_suffix(".turn")
+
+
+def poke(path: Path) -> None:
+    """Tell the writer keeping the notebook's turn, if one listens, that another writer
+    waits for it (a byte on :func:`turn_path`'s FIFO; nothing when no FIFO is there or
+    nobody reads it)."""
+    turn = turn_path(path)
+    try:
+        if not stat.S_ISFIFO(os.lstat(turn).st_mode):
+            return
+        fd = os.open(turn, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:  # none, or nobody listens (ENXIO): whoever holds the lock lets go soon
+        return
+    try:
+        if stat.S_ISFIFO(os.fstat(fd).st_mode):
+            with contextlib.suppress(OSError):  # full: it has been told already
+                os.write(fd, b"!")
+    finally:
+        os.close(fd)
+
+
+def listen(path: Path) -> int | None:
+    """Open the notebook's :func:`turn_path` FIFO for reading (made if missing, 0600),
+    not blocking: a writer that wants the turn then finds someone to tell.  None when
+    it cannot be (something else has that name)."""
+    turn = turn_path(path)
+    with contextlib.suppress(FileExistsError):
+        os.mkfifo(turn, 0o600)
+    try:
+        fd = os.open(turn, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return fd
+
+
+def drain(fd: int) -> None:
+    """Read what waits on a :func:`listen` descriptor (pokes), without blocking."""
+    with contextlib.suppress(OSError):
+        while os.read(fd, 4096):
+            pass
 
 
 def _lockable(path: Path) -> tuple[int, bool]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import os
 import tempfile
 from collections.abc import Mapping
@@ -33,6 +34,7 @@ __all__ = [
     "notebook_text",
     "read_notebook",
     "replace_notebook",
+    "replace_notebook_locked",
     "sessions_dir",
     "validate_notebook",
     "validate_parts",
@@ -82,6 +84,21 @@ def replace_notebook(nb: NotebookNode, target: Path) -> os.stat_result:
     """Replace ``target`` with ``nb`` atomically, unvalidated; the ``stat`` of the file
     written, taken before it is in place (so it is ours even when another writer
     replaces it at once)."""
+    return _replace(nb, target, lock=False)[0]
+
+
+def replace_notebook_locked(nb: NotebookNode, target: Path) -> tuple[os.stat_result, int]:
+    """:func:`replace_notebook`, the new file already under an exclusive ``flock`` when it
+    takes ``target``'s name: returns its ``stat`` and the descriptor holding that lock.
+
+    A writer that keeps the notebook's lock across its writes (:mod:`.shared`) holds the
+    lock of the file it replaces; a newcomer must find the new file locked too."""
+    info, fd = _replace(nb, target, lock=True)
+    assert fd is not None
+    return info, fd
+
+
+def _replace(nb: NotebookNode, target: Path, lock: bool) -> tuple[os.stat_result, int | None]:
     target.parent.mkdir(parents=True, exist_ok=True)
     text = notebook_text(nb) + "\n"
     try:
@@ -89,6 +106,7 @@ def replace_notebook(nb: NotebookNode, target: Path) -> os.stat_result:
     except FileNotFoundError:  # a new notebook in a private directory is private too
         mode = 0o600 if not target.parent.stat().st_mode & 0o077 else 0o644
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    held = None
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
@@ -96,13 +114,18 @@ def replace_notebook(nb: NotebookNode, target: Path) -> os.stat_result:
             os.fchmod(handle.fileno(), mode)
             os.fsync(handle.fileno())
             written = os.fstat(handle.fileno())
+            if lock:  # open for writing (mkstemp): NFS grants an exclusive flock then
+                held = os.dup(handle.fileno())
+                fcntl.flock(held, fcntl.LOCK_EX)
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if held is not None:
+            os.close(held)
         raise
     _fsync_dir(target.parent)
-    return written
+    return written, held
 
 
 def notebook_text(nb: Mapping[str, Any]) -> str:

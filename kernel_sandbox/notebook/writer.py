@@ -15,12 +15,14 @@ notebook), the recorder is written at once on :meth:`~NotebookRecorder.flush`,
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
+import selectors
 import threading
 import time
 from typing import Protocol
 
-__all__ = ["WRITER", "Flushable", "WriteBehind"]
+__all__ = ["HANDOVER", "WRITER", "Flushable", "Handover", "Keeper", "WriteBehind"]
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +30,7 @@ log = logging.getLogger(__name__)
 class Flushable(Protocol):
     """What the writer needs of a notebook file (:class:`~.file.NotebookFile`)."""
 
-    def flush(self) -> None: ...
+    def write_behind(self) -> None: ...
 
 
 class WriteBehind:
@@ -93,10 +95,57 @@ class WriteBehind:
     @staticmethod
     def _write(recorder: Flushable) -> None:
         try:
-            recorder.flush()
+            recorder.write_behind()
         except Exception:  # the recorder keeps the error and raises it on its next flush
             log.warning("writing the session notebook of %r failed", recorder, exc_info=True)
 
 
+class Keeper(Protocol):
+    """What :class:`Handover` needs of a notebook file that keeps its turn."""
+
+    def hand_over(self, fd: int) -> None: ...
+
+
+class Handover:
+    """One daemon thread that listens on the turn FIFOs (:func:`.shared.listen`) of the
+    notebooks whose turn this process keeps, and hands a turn over (its file written and
+    the lock let go, :meth:`~.file.NotebookFile.hand_over`) as soon as another writer
+    pokes it.  Blocked in ``epoll`` otherwise: nothing is polled."""
+
+    def __init__(self) -> None:
+        self._selector: selectors.BaseSelector | None = None
+        self._start = threading.Lock()
+
+    def watch(self, fd: int, keeper: Keeper) -> None:
+        """Hand ``keeper``'s turn over when ``fd`` (its turn FIFO, read end) is poked."""
+        with self._start:
+            if self._selector is None:
+                self._selector = selectors.DefaultSelector()
+                threading.Thread(
+                    target=self._run,
+                    args=(self._selector,),
+                    name="kernel-sandbox-notebook-handover",
+                    daemon=True,
+                ).start()
+        self._selector.register(fd, selectors.EVENT_READ, keeper)
+
+    def unwatch(self, fd: int) -> None:
+        """Stop listening on ``fd`` (before it is closed)."""
+        if self._selector is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(fd)
+
+    @staticmethod
+    def _run(selector: selectors.BaseSelector) -> None:
+        while True:
+            for key, _ in selector.select():
+                try:
+                    key.data.hand_over(key.fd)
+                except Exception:  # the file keeps the error for its next flush
+                    log.warning("handing over the turn of %r failed", key.data, exc_info=True)
+
+
 #: The process's writer; every write-behind recorder uses it.
 WRITER = WriteBehind()
+#: The process's listener for turns kept (server workers, :meth:`~.file.NotebookFile.keep_turn`).
+HANDOVER = Handover()

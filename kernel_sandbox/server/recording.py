@@ -18,6 +18,7 @@ import contextlib
 import logging
 import os
 import stat
+from collections import deque
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from ..events import Event
 from ..notebook.recorder import NotebookRecorder
 from ..protocols import SandboxLike
 
-__all__ = ["OffLoopRecorder", "private_dirs", "record_sandbox"]
+__all__ = ["OffLoopRecorder", "private_dirs", "record_pending", "record_sandbox"]
 
 log = logging.getLogger(__name__)
 
@@ -37,28 +38,46 @@ class OffLoopRecorder:
 
     With write-behind, even building the event's cell waits until the current
     callback is done (``call_soon``, in order): the call's answer goes out first, and
-    the cell is in memory before the loop reads the next request.
+    the cell is in memory before the loop reads the next request.  A recorded call
+    that must have its cells in memory before it lets go of the call lock builds them
+    at once (:meth:`record_pending`).
     """
 
     def __init__(self, recorder: NotebookRecorder) -> None:
         self.recorder = recorder
         self._order = asyncio.Lock()
+        self._pending: deque[Event] = deque()  # given, cells not built yet (one callback)
 
     def __call__(self, event: Event) -> Awaitable[None] | None:
         if self.recorder.flush_delay is not None:
-            asyncio.get_running_loop().call_soon(self._record, event)
+            if not self._pending:
+                asyncio.get_running_loop().call_soon(self.record_pending)
+            self._pending.append(event)
             return None
         return self._record_now(event)
 
-    def _record(self, event: Event) -> None:
-        try:
-            self.recorder(event)  # a cell in memory; the writer thread writes it
-        except Exception:  # as emit() treats a failing listener
-            log.warning("recording %r failed", event, exc_info=True)
+    def record_pending(self) -> None:
+        """Build the cells of the events given so far, now, in order (the callback
+        scheduled for them then finds nothing left)."""
+        while self._pending:
+            event = self._pending.popleft()
+            try:
+                self.recorder(event)  # a cell in memory; the writer thread writes it
+            except Exception:  # as emit() treats a failing listener
+                log.warning("recording %r failed", event, exc_info=True)
 
     async def _record_now(self, event: Event) -> None:
         async with self._order:
             await asyncio.to_thread(self.recorder, event)
+
+
+def record_pending(sandbox: SandboxLike) -> None:
+    """Put every event ``sandbox`` gave its recorders so far into their notebooks now
+    (:meth:`OffLoopRecorder.record_pending`): a recorded call's cells, all in memory
+    before it takes the notebook's turn, with nothing awaited in between."""
+    for listener in sandbox.listeners:
+        if isinstance(listener, OffLoopRecorder):
+            listener.record_pending()
 
 
 def private_dirs(*dirs: Path) -> None:

@@ -9,6 +9,8 @@ as adoption after a restart reads them), and the shared record directory has the
                                                the sandbox's settings
     <record dir>/<key id>/<sandbox id>.lock    the sandbox's state file (below)
     <record dir>/<key id>/<sandbox id>.resume  taken by whoever resumes it when paused
+    <record dir>/<key id>/<sandbox id>.turn    a FIFO: the worker keeping the notebook's
+                                               writing turn hands it over when poked
     <record dir>/.reaper.lock                  whoever holds it reaps (one pass at a time)
 
 The state file exists while the sandbox lives: a worker asked for a sandbox it does not
@@ -16,8 +18,10 @@ hold adopts it on demand when the file is under the caller's key directory (so a
 key's sandbox is a 404 on every worker, as it is on one), and drops its cached copy when
 the file is gone (deleted or reaped by another worker).  An exclusive ``flock`` on it is
 held around every recorded call, from before the kernel runs it until the call holds
-the notebook's writing turn (its cell is written under that turn just after the
-answer, before any later call's), so the notebook's cells follow the calls' order
+the notebook's writing turn (its cell is written under that turn, before any later
+call's: replicas just after the answer; workers keep the turn while their calls come and
+write behind, coalescing, until another worker wants it), so the notebook's cells follow
+the calls' order
 whichever worker ran them (the notebook's own writer rule,
 :mod:`kernel_sandbox.notebook.shared`, keeps every cell of every writer).  The holder
 writes its :func:`identity` into it and empties it before it lets go: a worker that
@@ -76,6 +80,8 @@ __all__ = [
 STATE_SUFFIX = ".lock"
 #: Suffix of the lock file a resume of a paused sandbox takes, beside its state file.
 RESUME_SUFFIX = ".resume"
+#: Suffix of the notebook's turn FIFO (the workers' hand-over, see notebook/shared.py).
+TURN_SUFFIX = ".turn"
 #: The reaper's lock file in the record directory.
 REAPER_LOCK = ".reaper.lock"
 _NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")
@@ -165,9 +171,12 @@ def is_live(path: Path) -> bool:
 
 
 def drop(path: Path) -> None:
-    """The sandbox is gone: every worker's next request for it is a 404."""
+    """The sandbox is gone: every worker's next request for it is a 404 (its notebook's
+    turn FIFO goes too, :func:`kernel_sandbox.notebook.shared.turn_path`)."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
+    with contextlib.suppress(FileNotFoundError):
+        path.with_suffix(TURN_SUFFIX).unlink()
 
 
 def idle_for(path: Path, now: float | None = None) -> float | None:

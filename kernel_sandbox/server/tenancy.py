@@ -44,7 +44,7 @@ from .election import ReaperElection, orphans
 from .image_queue import ImageQueue
 from .labels import SERVER_ID_LABEL, SERVER_KEY_LABEL, SERVER_LABEL
 from .policy import client_config
-from .recording import record_sandbox
+from .recording import record_pending, record_sandbox
 from .settings import ServerSettings
 
 if TYPE_CHECKING:
@@ -190,6 +190,14 @@ class Tenancy:
     def shared(self) -> bool:
         """Several workers or replicas serve the sandboxes (see :mod:`.replicas`)."""
         return self.settings.workers > 1 or self.settings.replica
+
+    @property
+    def keeps_turns(self) -> bool:
+        """Workers on one host: a recorded call keeps the notebook's writing turn for the
+        calls after it in this worker (written behind, coalescing), handed over at once
+        when another worker wants it (a FIFO: one host's kernel).  Replicas, which may
+        share the volume across hosts, take and let go of it on every call."""
+        return self.settings.workers > 1 and not self.settings.replica
 
     async def stop(self) -> None:
         """Remove every sandbox (a graceful stop; a killed server leaves them labelled).
@@ -662,7 +670,8 @@ class Tenancy:
         written before any later call's, whichever process makes that one.  Written
         behind, they are written after the answer: the call takes the notebook's
         writing turn before it lets go of the call lock, and writes them in a thread
-        after (the next call runs meanwhile; its write waits for this one)."""
+        after (the next call runs meanwhile; its write waits for this one); with
+        workers, it keeps the turn for its worker's next calls (:meth:`keeps_turns`)."""
         async with lease.serial, replicas.call_lock(state, self.settings.max_timeout) as died:
             if died:  # its worker died mid-call: nobody waits for that call any more
                 log.warning("a worker died during a call to %s: interrupting it", lease.id)
@@ -679,9 +688,15 @@ class Tenancy:
             try:
                 yield
             finally:
-                await asyncio.sleep(0)  # the call's cells are built (call_soon, see recording)
+                # Every cell of the call in memory now, before anything is awaited (a
+                # cancelled call too), then the turn: the hand-over of a kept turn marks
+                # itself before it copies the cells, so a turn found kept writes these.
+                record_pending(lease.sandbox)
                 if lease.recorder.flush_delay is None:  # each step written already
                     await asyncio.to_thread(lease.recorder.flush)
+                elif self.keeps_turns:
+                    if not lease.recorder.keeps_turn:  # else kept since an earlier call
+                        await _keep_turn(lease)
                 else:
                     await _turn_then_write(lease)
 
@@ -784,7 +799,25 @@ async def _turn_then_write(lease: Lease) -> None:
 
     writing = loop.run_in_executor(None, turn_then_write)
     writing.add_done_callback(written)
-    await asyncio.shield(taken.wait())
+    try:
+        await asyncio.shield(taken.wait())
+    except asyncio.CancelledError:  # the call lock still goes only once the turn is taken
+        await taken.wait()
+        raise
+
+
+async def _keep_turn(lease: Lease) -> None:
+    """Keep the notebook's writing turn (waiting for it in a thread; a cancelled caller
+    still waits: the call lock is let go only once the turn is this worker's)."""
+    keeping = asyncio.get_running_loop().run_in_executor(None, lease.recorder.keep_turn)
+    try:
+        await asyncio.shield(keeping)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await keeping
+        raise
+    except Exception:
+        log.warning("taking the notebook's turn of %s failed", lease.id, exc_info=True)
 
 
 def _same_sandbox(config: DockerSandboxConfig, pool: DockerSandboxConfig) -> bool:

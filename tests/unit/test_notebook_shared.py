@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import nbformat
@@ -193,3 +194,280 @@ def test_a_turn_taken_puts_the_takers_cells_before_any_later_write(tmp_path: Pat
 def test_a_turn_is_for_a_notebook_written_behind(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="flush_delay"):
         NotebookRecorder(tmp_path / "s.ipynb").take_turn()
+
+
+# -- a turn kept between calls (server workers: NotebookFile.keep_turn) ---------------
+
+NEVER = 3600.0  # a flush delay no test waits for: only a hand-over lets a kept turn go
+
+
+def test_a_kept_turn_coalesces_and_is_handed_over_to_a_writer_that_wants_it(
+    tmp_path: Path,
+) -> None:
+    """A worker's calls keep the turn: nothing is written per call; another writer that
+    wants the notebook pokes, and gets it once the keeper's cells are written."""
+    path = tmp_path / "s.ipynb"
+    first = NotebookRecorder(path, title="t", flush_delay=NEVER)
+    second = NotebookRecorder(path, flush_delay=NEVER)
+    for i in range(3):
+        first.add_note(f"call {i}")
+        first.keep_turn()
+        assert first.keeps_turn
+    assert _sources(path) == ["# t"]  # coalesced: not written yet
+    assert shared.turn_path(path).is_fifo()
+    second.add_note("call 3")
+    writing = threading.Thread(target=second.flush, daemon=True)
+    writing.start()
+    writing.join(60)
+    assert not writing.is_alive(), "the kept turn was not handed over"
+    assert not first.keeps_turn
+    assert _sources(path) == ["# t", "call 0", "call 1", "call 2", "call 3"]
+    first.add_note("call 4")
+    first.keep_turn()
+    first.flush()  # nothing left to write: let go
+    assert not first.keeps_turn
+    assert _sources(path) == ["# t", "call 0", "call 1", "call 2", "call 3", "call 4"]
+
+
+def test_a_kept_turn_stays_kept_through_its_writes_until_one_finds_nothing(
+    tmp_path: Path,
+) -> None:
+    """The write behind writes a kept turn's cells and keeps it: the file that now has
+    the notebook's name is locked too (a newcomer must not find it free), until a visit
+    with nothing to write lets go."""
+    path = tmp_path / "s.ipynb"
+    rec = NotebookRecorder(path, title="t", flush_delay=NEVER)
+    for i in range(2):
+        rec.add_note(f"call {i}")
+        rec.keep_turn()
+        rec._file.write_behind()  # what the writer thread does within the delay
+        assert rec.keeps_turn
+        assert _sources(path) == ["# t", *(f"call {j}" for j in range(i + 1))]
+        with open(path) as other, pytest.raises(BlockingIOError):
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    rec._file.write_behind()  # nothing new: let go
+    assert not rec.keeps_turn
+    with open(path) as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+def test_a_kept_turn_is_let_go_by_the_write_behind(tmp_path: Path) -> None:
+    path = tmp_path / "s.ipynb"
+    rec = NotebookRecorder(path, title="t", flush_delay=0.05)
+    rec.add_note("call 0")
+    rec.keep_turn()
+    deadline = time.monotonic() + 60  # one visit writes, the next finds nothing: lets go
+    while rec.keeps_turn and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not rec.keeps_turn
+    assert _sources(path) == ["# t", "call 0"]
+    with open(path) as other:
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+_WORKER = textwrap.dedent(
+    """
+    import fcntl, os, sys
+    from pathlib import Path
+    from kernel_sandbox.notebook.recorder import NotebookRecorder
+
+    path, calls, n = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+    rec = NotebookRecorder(path, flush_delay=3600)
+    sys.stdout.write("ready\\n"); sys.stdout.flush()
+    sys.stdin.readline()
+    with open(calls, "r+") as lock:
+        for _ in range(n):
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the sandbox's call lock
+            lock.seek(0)
+            i = int(lock.read() or 0)
+            lock.seek(0); lock.truncate(); lock.write(str(i + 1)); lock.flush()
+            rec.add_note(f"call {i}")
+            rec.keep_turn()  # before the call lock goes, as the server does
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    rec.flush()
+    if len(sys.argv) > 4:
+        rec.add_note("pending")
+        rec.keep_turn()
+        sys.stdout.write("kept\\n"); sys.stdout.flush()
+        sys.stdin.read()
+    """
+)
+
+
+def _workers(*args: list[str]) -> list[subprocess.Popen[bytes]]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WORKER, *arg],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=env,
+        )
+        for arg in args
+    ]
+    for proc in procs:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        proc.stdin.flush()
+    return procs
+
+
+def test_workers_keeping_turns_write_every_call_once_in_call_order(tmp_path: Path) -> None:
+    """Two processes take a sandbox's calls in whatever order their call lock gives, each
+    keeping the turn after its call (a flush delay never reached): the notebook has every
+    call once, in the order the calls ran."""
+    path, calls = tmp_path / "s.ipynb", tmp_path / "calls"
+    NotebookRecorder(path, title="t")
+    calls.write_text("0")
+    n = 60
+    procs = _workers([str(path), str(calls), str(n)], [str(path), str(calls), str(n)])
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.close()
+    assert [proc.wait(120) for proc in procs] == [0, 0]
+    assert _sources(path) == ["# t", *(f"call {i}" for i in range(2 * n))]
+    nbformat.validate(read_notebook(path))
+
+
+_PERSON = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from nbformat.v4 import new_markdown_cell
+    from kernel_sandbox.notebook import shared
+
+    path, stop = Path(sys.argv[1]), Path(sys.argv[2])
+    made = 0
+    while not stop.exists():
+        shared.append_cells(path, [new_markdown_cell(f"person {made}")])
+        made += 1
+    sys.stdout.write(f"{made}\\n")
+    """
+)
+
+
+def test_workers_keeping_turns_keep_call_order_while_another_writer_pokes(
+    tmp_path: Path,
+) -> None:
+    """Two workers take a sandbox's calls, keeping the turn, while a person's console
+    appends cells as fast as it can: every poke hands a kept turn over while the
+    keeper's next calls record, and still every call is once in the notebook, in the
+    order the calls ran (a call that finds the turn kept has its cells written under it)."""
+    path, calls, stop = tmp_path / "s.ipynb", tmp_path / "calls", tmp_path / "stop"
+    NotebookRecorder(path, title="t")
+    calls.write_text("0")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    person = subprocess.Popen(
+        [sys.executable, "-c", _PERSON, str(path), str(stop)], stdout=subprocess.PIPE, env=env
+    )
+    n = 100
+    try:
+        procs = _workers([str(path), str(calls), str(n)], [str(path), str(calls), str(n)])
+        for proc in procs:
+            assert proc.stdin is not None
+            proc.stdin.close()
+        assert [proc.wait(120) for proc in procs] == [0, 0]
+    finally:
+        stop.touch()
+        assert person.wait(60) == 0
+    assert person.stdout is not None
+    appended = int(person.stdout.read())
+    sources = _sources(path)
+    assert [s for s in sources if s.startswith("call ")] == [f"call {i}" for i in range(2 * n)]
+    assert [s for s in sources if s.startswith("person ")] == [
+        f"person {i}" for i in range(appended)
+    ]
+
+
+def test_a_worker_killed_keeping_the_turn_holds_up_nobody(tmp_path: Path) -> None:
+    """Killed while it keeps the turn, its pending cell is lost (as any write behind's),
+    and the other writers go on: the lock and the FIFO's reader die with it."""
+    path, calls = tmp_path / "s.ipynb", tmp_path / "calls"
+    NotebookRecorder(path, title="t")
+    calls.write_text("0")
+    (proc,) = _workers([str(path), str(calls), "2", "keep"])
+    assert proc.stdout is not None and proc.stdout.readline() == b"kept\n"
+    with open(path) as other, pytest.raises(BlockingIOError):
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)  # kept
+    proc.kill()
+    proc.wait(60)
+    rec = NotebookRecorder(path, flush_delay=NEVER)
+    rec.add_note("after")
+    rec.flush()
+    assert _sources(path) == ["# t", "call 0", "call 1", "after"]
+
+
+def test_settling_writes_what_another_process_keeps(tmp_path: Path) -> None:
+    """GET notebook settles: a cell another worker keeps unwritten is on disk after."""
+    path, calls = tmp_path / "s.ipynb", tmp_path / "calls"
+    reader = NotebookRecorder(path, title="t", flush_delay=NEVER)
+    calls.write_text("0")
+    (proc,) = _workers([str(path), str(calls), "1", "keep"])
+    assert proc.stdout is not None and proc.stdout.readline() == b"kept\n"
+    assert _sources(path) == ["# t", "call 0"]
+    reader.settle()
+    assert _sources(path) == ["# t", "call 0", "pending"]
+    assert proc.stdin is not None
+    proc.stdin.close()
+    assert proc.wait(60) == 0
+
+
+_BUSY = textwrap.dedent(
+    """
+    import sys
+    from pathlib import Path
+    from kernel_sandbox.notebook.recorder import NotebookRecorder
+
+    path, stop = Path(sys.argv[1]), Path(sys.argv[2])
+    rec = NotebookRecorder(path, flush_delay=3600)
+    made = 0
+    while not stop.exists() and made < 50_000:  # calls faster than writes
+        rec.add_note(f"call {made}")
+        rec.keep_turn()  # as a worker's call does before its call lock goes
+        made += 1
+        if made == 1:
+            sys.stdout.write("kept\\n"); sys.stdout.flush()
+    rec.flush()
+    sys.stdout.write(f"{made}\\n")
+    """
+)
+
+
+@pytest.mark.parametrize("waiter", ["settle", "append_cells", "write behind"])
+def test_a_writer_waits_for_a_turn_kept_by_a_busy_worker_about_one_write(
+    tmp_path: Path, waiter: str
+) -> None:
+    """A worker keeps the turn while its calls go on recording faster than it writes, never
+    idle: GET notebook's settle, a person's console and another worker's write behind
+    each get the notebook while it is still recording (the keeper writes what it holds
+    and lets go; its next calls take the turn again), and the calls' cells stay in call
+    order."""
+    path, stop = tmp_path / "s.ipynb", tmp_path / "stop"
+    other = NotebookRecorder(path, title="t", flush_delay=NEVER)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    keeper = subprocess.Popen(
+        [sys.executable, "-c", _BUSY, str(path), str(stop)], stdout=subprocess.PIPE, env=env
+    )
+    try:
+        assert keeper.stdout is not None and keeper.stdout.readline() == b"kept\n"
+        if waiter == "settle":
+            wait = other.settle
+        elif waiter == "append_cells":
+            wait = lambda: shared.append_cells(path, [new_markdown_cell("person")])  # noqa: E731
+        else:
+            other.add_note("other worker")
+            wait = other._file.write_behind  # what its writer thread does
+        waiting = threading.Thread(target=wait, daemon=True)
+        waiting.start()
+        waiting.join(60)
+        assert not waiting.is_alive(), "the writer waited for the keeper's calls to stop"
+        assert keeper.poll() is None, "the writer waited for the keeper's calls to stop"
+    finally:
+        stop.touch()
+        assert keeper.wait(60) == 0
+    made = int(keeper.stdout.readline())
+    sources = _sources(path)
+    assert [s for s in sources if s.startswith("call ")] == [f"call {i}" for i in range(made)]
+    assert sources[0] == "# t" and len(sources) == 1 + made + (waiter != "settle")

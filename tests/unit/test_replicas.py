@@ -13,10 +13,16 @@ import pytest
 
 from kernel_sandbox.backends.base import SandboxRecord
 from kernel_sandbox.errors import CapacityError, SandboxNotFoundError
+from kernel_sandbox.notebook import shared
+from kernel_sandbox.notebook.recorder import NotebookRecorder
+from kernel_sandbox.notebook.storage import read_notebook
 from kernel_sandbox.server import replicas
 from kernel_sandbox.server.election import ORPHAN_GRACE, lease_name, orphans
 from kernel_sandbox.server.labels import SERVER_ID_LABEL, SERVER_KEY_LABEL
+from kernel_sandbox.server.recording import record_sandbox
 from kernel_sandbox.server.settings import ServerSettings
+from kernel_sandbox.server.tenancy import Lease, Tenancy
+from tests.unit.conftest import NewSandbox
 
 
 def _state(tmp_path: Path) -> Path:
@@ -194,3 +200,50 @@ def test_the_lease_name_is_a_dns_name() -> None:
     name = lease_name("My_Server.prod/eu" + "x" * 80)
     assert name.startswith("kernel-sandbox-reaper-my-server-prod-eu") and len(name) <= 63
     assert lease_name("__") == "kernel-sandbox-reaper-server"
+
+
+def test_a_dropped_sandbox_leaves_no_turn_fifo(tmp_path: Path) -> None:
+    """The notebook's turn FIFO (a worker kept the turn) goes with the state file; the
+    notebook stays."""
+    path = _state(tmp_path)
+    notebook = path.with_suffix(".ipynb")
+    rec = NotebookRecorder(notebook, title="t", flush_delay=3600)
+    rec.add_note("call")
+    rec.keep_turn()
+    assert shared.turn_path(notebook) == path.with_suffix(replicas.TURN_SUFFIX)
+    assert shared.turn_path(notebook).is_fifo()
+    rec.finish()
+    replicas.drop(path)
+    assert sorted(p.name for p in path.parent.iterdir()) == [notebook.name]
+
+
+@pytest.mark.parametrize("several", [{"workers": 2}, {"replica": True}])
+async def test_a_call_cancelled_as_it_ends_has_its_cell_written_before_the_next_call(
+    tmp_path: Path, new_sandbox: NewSandbox, several: dict[str, object]
+) -> None:
+    """A recorded call cancelled just as it ends (its answer made, its cell not built
+    yet): the cell is still in memory and the notebook's turn still taken (a worker keeps
+    it, a replica writes under it) before the call lock goes, so the next call's cell,
+    by another process, comes after it."""
+    state = _state(tmp_path)
+    notebook = state.with_suffix(".ipynb")
+    ten = Tenancy(ServerSettings(record_dir=tmp_path, **several))  # type: ignore[arg-type]
+    sandbox = await new_sandbox()
+    recorder = record_sandbox(sandbox, notebook, "t", {}, flush_delay=3600)
+    lease = Lease(state.stem, state.parent.name, "docker", sandbox, recorder)
+
+    async def call() -> None:
+        async with ten._called(lease, state):
+            await sandbox.run_code("x = 1")
+            asyncio.get_running_loop().call_soon(running.cancel)  # lands as the call ends
+
+    running = asyncio.ensure_future(call())
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    other = NotebookRecorder(notebook, flush_delay=3600)  # the next call's, another process's
+    async with replicas.call_lock(state, 10):
+        other.add_note("next call")
+        await asyncio.to_thread(other.flush)
+    cells = [cell.source for cell in read_notebook(notebook).cells]
+    assert cells[-2:] == ["x = 1", "next call"]
+    recorder.finish()
