@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 
 import nbformat
@@ -21,6 +20,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell
 from kernel_sandbox.notebook import shared
 from kernel_sandbox.notebook.recorder import NotebookRecorder
 from kernel_sandbox.notebook.storage import read_notebook
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -256,10 +256,8 @@ def test_a_kept_turn_is_let_go_by_the_write_behind(tmp_path: Path) -> None:
     rec = NotebookRecorder(path, title="t", flush_delay=0.05)
     rec.add_note("call 0")
     rec.keep_turn()
-    deadline = time.monotonic() + 60  # one visit writes, the next finds nothing: lets go
-    while rec.keeps_turn and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert not rec.keeps_turn
+    # one visit writes, the next finds nothing: lets go
+    wait_for(lambda: not rec.keeps_turn, 60, 0.01, "the write behind to let the turn go")
     assert _sources(path) == ["# t", "call 0"]
     with open(path) as other:
         fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
