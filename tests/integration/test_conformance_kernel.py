@@ -71,6 +71,10 @@ def test_jupyter_kernel_test_passes_as_on_stock(docker_engine, tmp_path: Path) -
         timeout=600,
     )
     report = compare(outcomes)
-    assert len(outcomes["stock"].passed) >= 11, report  # the suite really ran
-    assert outcomes["ours"].passed == outcomes["stock"].passed, report
+    for kernel in ("stock", "ours"):  # the suite really ran, every test of it
+        assert len(outcomes[kernel].results) >= 12, report
+    # ours passes wherever stock passes (stock, a local ipykernel, failed
+    # test_clear_output once under load while ours passed it)
+    assert outcomes["stock"].passed <= outcomes["ours"].passed, report
+    assert len(outcomes["ours"].passed) >= 11, report
     assert containers_left(label) == []
