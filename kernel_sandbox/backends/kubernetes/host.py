@@ -65,8 +65,9 @@ log = logging.getLogger(__name__)
 #: exec, ~40 ms of API server and kubelet work), and between pod status reads.
 STATUS_POLL = 0.5
 POD_POLL = 2.0
-#: Seconds a deleted pod may take to be gone before its removal goes on without it.
-POD_GONE_DEADLINE = 30.0
+#: Seconds a deleted pod may take to be gone before its removal goes on without it (on a
+#: loaded node the kubelet took over 30 s to let a killed pod's object go).
+POD_GONE_DEADLINE = 90.0
 _STATUS_READ = (
     f'f={TCP_STATE_DIR}/{STATUS_FILE}; test -f "$f" || exit 0; '
     f'exec timeout 2 head -c {K8S_STATUS_READ_BYTES} -- "$f"'
@@ -402,6 +403,7 @@ class KubernetesHost(KernelHost):
                     return
                 raise
             await asyncio.sleep(0.2)
+        log.warning("pod %s was still there %gs after it was deleted", name, POD_GONE_DEADLINE)
 
     async def _delete(self, fn: Any, name: str, **options: Any) -> None:
         try:
