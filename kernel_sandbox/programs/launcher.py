@@ -537,6 +537,34 @@ with contextlib.suppress(Exception):
     stock_records = ultratb.VerboseTB.get_records
     if "style_with_executing_node" in stock_records.__code__.co_names:
         ultratb.VerboseTB.get_records = _cheap_records  # type: ignore[method-assign]
+
+
+# ipykernel asks inspect.signature whether IPython's run_cell takes cell_id and cell_meta
+# on every execute_request (~40 us a cell); the answer for the same function is kept here
+# (for at most _MADE functions: a cell may swap run_cell for its own).
+_accepted: dict[Any, dict[str, bool]] = {}
+
+
+def _accepts_once(meth: Any, names: list[str]) -> dict[str, bool]:
+    key = (getattr(meth, "__func__", meth), tuple(names))
+    try:
+        found = _accepted.get(key)
+    except TypeError:  # a callable that cannot be a key: asked each time
+        return _accepts(meth, names)  # type: ignore[no-any-return]
+    if found is None:
+        found = _accepts(meth, names)
+        if len(_accepted) < _MADE:
+            _accepted[key] = found
+    return dict(found)
+
+
+with contextlib.suppress(Exception):
+    from ipykernel import ipkernel
+
+    _accepts = getattr(ipkernel, "_accepts_parameters")  # noqa: B009 (not exported)
+    ipkernel._accepts_parameters = _accepts_once  # type: ignore[attr-defined]
+
+
 # exit() and quit() would stop the kernel 0.1 s *after* it replied "ok", so the next call
 # would find it dead and lose every variable; in a sandbox they keep the kernel, as
 # exit(keep_kernel=True) does.
