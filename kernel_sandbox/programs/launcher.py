@@ -142,6 +142,7 @@ import time  # noqa: E402
 from types import FrameType  # noqa: E402
 
 from ipykernel.iostream import IOPubThread, OutStream  # noqa: E402
+from ipykernel.ipkernel import IPythonKernel  # noqa: E402
 from ipykernel.kernelapp import IPKernelApp  # noqa: E402 (after the debugpy stub)
 from zmq.eventloop.zmqstream import ZMQStream  # noqa: E402
 
@@ -308,12 +309,17 @@ def _locked_flush(self: OutStream, _flush: Callable[[OutStream], Any] = OutStrea
 # shell socket on its own loop, as ipykernel 7 does when it has no shell-channel thread
 # (ipykernel 6's way; kernel_info then offers no "kernel subshells", and a
 # create_subshell_request is refused), and sends each reply on the socket at once, so it
-# leaves before the idle status.  KERNEL_SANDBOX_IOPUB=thread keeps ipykernel's threads,
-# subshells and all.
+# leaves before the idle status.  A failed cell's reply is the exception: it leaves after
+# the requests the client sent before it (queued behind the cell) have been taken in to
+# be aborted (stop_on_error), with the idle status; sent sooner, the client's next request
+# could arrive in time to be aborted too (as ipykernel without that thread may do under
+# load: its abort sends the reply, then reads).  KERNEL_SANDBOX_IOPUB=thread keeps
+# ipykernel's threads, subshells and all.
 def _send_now(stream: ZMQStream, msg: Any, *args: Any, **kwargs: Any) -> None:
     """A reply on the shell socket now (ZMQStream would queue it for its next turn)."""
     socket = stream.socket
-    if socket is None:
+    if socket is None or vars(stream).pop("_ks_failed", False):
+        ZMQStream.send_multipart(stream, msg, *args, **kwargs)
         return
     kwargs.pop("callback", None)
     with _whole():
@@ -323,12 +329,39 @@ def _send_now(stream: ZMQStream, msg: Any, *args: Any, **kwargs: Any) -> None:
         stream.io_loop.add_callback(stream._handle_events, socket, 0)
 
 
+async def _do_execute(
+    self: IPythonKernel, *args: Any, _stock: Any = IPythonKernel.do_execute, **kwargs: Any
+) -> Any:
+    reply = await _stock(self, *args, **kwargs)
+    stream = self.shell_stream
+    if stream is not None and reply.get("status") == "error":
+        vars(stream)["_ks_failed"] = True  # its reply goes the stock way (_send_now)
+    return reply
+
+
+def _abort_queues(
+    self: IPythonKernel, *args: Any, _stock: Any = IPythonKernel._abort_queues, **kwargs: Any
+) -> Any:
+    stream = self.shell_stream
+    if stream is None:
+        return _stock(self, *args, **kwargs)
+    # ipykernel's flush here would also send the failed cell's reply, and could then take
+    # in a request the client sent on seeing it: only what came before is taken in here
+    stream.flush = functools.partial(ZMQStream.flush, stream, zmq.POLLIN)  # type: ignore[method-assign]
+    try:
+        return _stock(self, *args, **kwargs)
+    finally:
+        del stream.flush
+
+
 def _init_kernel(self: IPKernelApp, _init: Callable[..., Any] = IPKernelApp.init_kernel) -> Any:
     unused = getattr(self, "shell_channel_thread", None)
     if not _DIRECT or unused is None or unused.is_alive():
         return _init(self)
     self.shell_channel_thread = None
     unused.io_loop.close(all_fds=True)
+    IPythonKernel.do_execute = _do_execute  # type: ignore[method-assign]
+    IPythonKernel._abort_queues = _abort_queues  # type: ignore[method-assign,assignment]
     done = _init(self)
     stream = self.kernel.shell_stream
     if stream is not None:
