@@ -47,6 +47,7 @@ __all__ = [
     "ARCHIVE_MAX_MEMBERS",
     "ARCHIVE_MEMBER_COST_BYTES",
     "ATTACH_CELL_OUTPUT_BYTES",
+    "CHECKPOINT_FILES",
     "CWD_COPY_DEADLINE",
     "CWD_COPY_MAX_BYTES",
     "CWD_COPY_MAX_FILES",
@@ -155,6 +156,7 @@ __all__ = [
     "REPLY_TEXT_CHARS",
     "SESSION_TTL",
     "SMOLAGENTS_IMAGE_PIXELS",
+    "SNAPSHOT_CONNECTION_BYTES",
     "SNAPSHOT_DEADLINE",
     "SNAPSHOT_RATE",
     "SNAPSHOT_REPORT_TEXT_CHARS",
@@ -309,6 +311,12 @@ CWD_COPY_MAX_BYTES = 128 * 1024**2
 MAX_SNAPSHOT_BYTES = 4 * 1024**3
 #: Entries (files, directories, links, variables; tar members) one snapshot may hold.
 MAX_SNAPSHOT_FILES = 100_000
+#: Files an exact snapshot's checkpoint may hold, stored or restored (gVisor's checkpoint
+#: writes one to three): a checkpoint directory, or a stored archive, with more is refused.
+CHECKPOINT_FILES = 16
+#: Bytes of an exact snapshot's kernel connection (a small JSON this server stored) read
+#: back from the store; a longer blob is refused as damaged.
+SNAPSHOT_CONNECTION_BYTES = 64 * 1024
 #: Bytes of the report (what was saved, what was not and why) the kernel may print.
 MAX_SNAPSHOT_REPORT_BYTES = 4 * 1024**2
 #: Seconds a snapshot or restore may take on top of moving its bytes at

@@ -8,6 +8,7 @@ with the image's kernel Python, as a child of the supervisor.
 from __future__ import annotations  # annotations stay unevaluated (older kernel Pythons)
 
 import contextlib
+import functools
 import gc
 import importlib
 import importlib.util
@@ -40,9 +41,8 @@ prebound = dict(item.rsplit("=", 1) for item in _fds.split(",") if item)
 #: ZMQ's default (1000) let iopub hold ~1 GB of 1 MiB stream messages inside the sandbox
 #: while the host was slow, enough to get the kernel killed as out of memory.
 SEND_QUEUE = 16
-#: Sockets several threads use, by id, with the lock they take for it (None: the IOPub
-#: lock, ``_lock`` below).
-_guarded: dict[int, Any] = {}
+#: The IOPub sockets (by id): every thread may send on them, under ``_lock`` below.
+_shared: set[int] = set()
 
 
 def _bind(
@@ -58,7 +58,7 @@ def _bind(
         # nothing.  A peer that stops reading is cut by the host's guard, which frees it.
         self.setsockopt(zmq.XPUB_NODROP, 1)
     if self.type in (zmq.PUB, zmq.XPUB):
-        _guarded[id(self)] = None
+        _shared.add(id(self))
     if curve:
         self.curve_secretkey = curve
         self.curve_publickey = zmq.curve_public(curve)
@@ -142,6 +142,7 @@ import time  # noqa: E402
 from types import FrameType  # noqa: E402
 
 from ipykernel.iostream import IOPubThread, OutStream  # noqa: E402
+from ipykernel.ipkernel import IPythonKernel  # noqa: E402
 from ipykernel.kernelapp import IPKernelApp  # noqa: E402 (after the debugpy stub)
 from zmq.eventloop.zmqstream import ZMQStream  # noqa: E402
 
@@ -164,6 +165,11 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
+# signal.signal without its enum conversions (for a Python function handler each costs a
+# ValueError raised and caught): _whole swaps the handler twice for every message sent.
+_set_handler: Callable[[int, Any], Any] = getattr(
+    importlib.import_module("_signal"), "signal", signal.signal
+)
 
 
 class _whole:
@@ -179,7 +185,7 @@ class _whole:
         self.swapped = not _holding[0] and threading.current_thread() is threading.main_thread()
         if self.swapped:
             # None: a handler not set from Python; put back as the default one
-            self.previous: Any = signal.signal(signal.SIGINT, self._hold)
+            self.previous: Any = _set_handler(signal.SIGINT, self._hold)
             _holding[0] = True
         return self
 
@@ -191,7 +197,7 @@ class _whole:
             return
         if self.previous is None:
             self.previous = signal.default_int_handler
-        signal.signal(signal.SIGINT, self.previous)
+        _set_handler(signal.SIGINT, self.previous)
         _holding[0] = False
         if not self.caught:
             return
@@ -262,10 +268,9 @@ def _locked_events(
     _handle: Callable[..., Any] = ZMQStream._handle_events,
 ) -> Any:
     """A thread's poller uses a socket other threads send on only under its lock."""
-    key = id(self.socket)
-    if key not in _guarded:
+    if id(self.socket) not in _shared:
         return _handle(self, *args)
-    with _guarded[key] or _lock:
+    with _lock:
         return _handle(self, *args)
 
 
@@ -296,62 +301,75 @@ def _locked_flush(self: OutStream, _flush: Callable[[OutStream], Any] = OutStrea
         return _flush(self)
 
 
-# ipykernel 7 receives shell requests in a shell-channel thread and the main thread hands
-# its replies back through it (an inproc pair, then that thread's send queue): the reply
-# of a cell left after the idle status now sent directly, and a client that (rightly)
-# doubts an idle that comes before its reply waited.  Here the main thread sends its
-# replies on the shell socket itself, under that socket's lock (the shell-channel thread
-# reads it only under the same lock), so a reply leaves before the idle, as with stock
-# ipykernel, one hand-off sooner.  A request that came in while the main thread sent is
-# handed to the shell-channel thread's poller at once (the send may have taken the
-# socket's wake-up).  Replies of subshells go as before.
-class _DirectReplies:
-    """The main shell's way back to the client: the shell socket, not the inproc pair."""
-
-    def __init__(self, pair: zmq.Socket[Any], stream: ZMQStream) -> None:
-        self._pair, self._stream = pair, stream
-        self._lock = threading.RLock()
-        _guarded[id(stream.socket)] = self._lock
-
-    def send_multipart(self, msg: Any, *args: Any, **kwargs: Any) -> None:
-        stream = self._stream
-        socket = stream.socket
-        if socket is None:
-            return
-        with self._lock, _whole():
-            socket.send_multipart(msg, *args, **kwargs)
-            events: Any = socket.get(zmq.EVENTS)
-        waiting = events & zmq.POLLIN
-        if waiting:
-            stream.io_loop.add_callback(stream._handle_events, socket, 0)
-
-    def send(self, data: Any, *args: Any, **kwargs: Any) -> None:
-        self.send_multipart([data], *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._pair, name)
+# -- Shell: read and answered by the main thread -----------------------------------------
+# ipykernel 7 reads the shell socket in a shell-channel thread (for subshells) and hands
+# every request to the main thread through an inproc pair, and every reply back the same
+# way: two more thread wake-ups, a header parsed and two inproc hops per request, for a
+# kernel that one client drives one cell at a time.  Here the main thread reads the
+# shell socket on its own loop, as ipykernel 7 does when it has no shell-channel thread
+# (ipykernel 6's way; kernel_info then offers no "kernel subshells", and a
+# create_subshell_request is refused), and sends each reply on the socket at once, so it
+# leaves before the idle status.  A failed cell's reply is the exception: it leaves after
+# the requests the client sent before it (queued behind the cell) have been taken in to
+# be aborted (stop_on_error), with the idle status; sent sooner, the client's next request
+# could arrive in time to be aborted too (as ipykernel without that thread may do under
+# load: its abort sends the reply, then reads).  KERNEL_SANDBOX_IOPUB=thread keeps
+# ipykernel's threads, subshells and all.
+def _send_now(stream: ZMQStream, msg: Any, *args: Any, **kwargs: Any) -> None:
+    """A reply on the shell socket now (ZMQStream would queue it for its next turn)."""
+    socket = stream.socket
+    if socket is None or vars(stream).pop("_ks_failed", False):
+        ZMQStream.send_multipart(stream, msg, *args, **kwargs)
+        return
+    kwargs.pop("callback", None)
+    with _whole():
+        socket.send_multipart(msg, *args, **kwargs)
+    events: Any = socket.get(zmq.EVENTS)
+    if events & zmq.POLLIN:  # a request the send took the wake-up of
+        stream.io_loop.add_callback(stream._handle_events, socket, 0)
 
 
-try:
-    from ipykernel import subshell_manager as _subshells
-except ImportError:  # ipykernel 6: replies are sent by the main thread already
-    _subshells = None  # type: ignore[assignment]
-_manager: Any = getattr(_subshells, "SubshellManager", None)
-_get_replies: Any = getattr(_manager, "get_subshell_to_shell_channel_socket", None)
+async def _do_execute(
+    self: IPythonKernel, *args: Any, _stock: Any = IPythonKernel.do_execute, **kwargs: Any
+) -> Any:
+    reply = await _stock(self, *args, **kwargs)
+    stream = self.shell_stream
+    if stream is not None and reply.get("status") == "error":
+        vars(stream)["_ks_failed"] = True  # its reply goes the stock way (_send_now)
+    return reply
 
 
-def _direct_replies(self: Any, subshell_id: str | None) -> Any:
-    stream = getattr(self, "_shell_stream", None)  # the shell socket's stream (7.x)
-    if subshell_id is not None or not _DIRECT or stream is None:
-        return _get_replies(self, subshell_id)
-    replies = vars(self).get("_ks_replies")
-    if replies is None:
-        replies = self._ks_replies = _DirectReplies(_get_replies(self, None), stream)
-    return replies
+def _abort_queues(
+    self: IPythonKernel, *args: Any, _stock: Any = IPythonKernel._abort_queues, **kwargs: Any
+) -> Any:
+    stream = self.shell_stream
+    if stream is None:
+        return _stock(self, *args, **kwargs)
+    # ipykernel's flush here would also send the failed cell's reply, and could then take
+    # in a request the client sent on seeing it: only what came before is taken in here
+    stream.flush = functools.partial(ZMQStream.flush, stream, zmq.POLLIN)  # type: ignore[method-assign]
+    try:
+        return _stock(self, *args, **kwargs)
+    finally:
+        del stream.flush
 
 
-if _get_replies is not None:
-    _manager.get_subshell_to_shell_channel_socket = _direct_replies
+def _init_kernel(self: IPKernelApp, _init: Callable[..., Any] = IPKernelApp.init_kernel) -> Any:
+    unused = getattr(self, "shell_channel_thread", None)
+    if not _DIRECT or unused is None or unused.is_alive():
+        return _init(self)
+    self.shell_channel_thread = None
+    unused.io_loop.close(all_fds=True)
+    IPythonKernel.do_execute = _do_execute  # type: ignore[method-assign]
+    IPythonKernel._abort_queues = _abort_queues  # type: ignore[method-assign,assignment]
+    done = _init(self)
+    stream = self.kernel.shell_stream
+    if stream is not None:
+        stream.send_multipart = functools.partial(_send_now, stream)
+    return done
+
+
+IPKernelApp.init_kernel = _init_kernel  # type: ignore[method-assign]
 
 _PENDING = SEND_QUEUE
 _PENDING_WAIT = 10.0
@@ -552,6 +570,34 @@ with contextlib.suppress(Exception):
     stock_records = ultratb.VerboseTB.get_records
     if "style_with_executing_node" in stock_records.__code__.co_names:
         ultratb.VerboseTB.get_records = _cheap_records  # type: ignore[method-assign]
+
+
+# ipykernel asks inspect.signature whether IPython's run_cell takes cell_id and cell_meta
+# on every execute_request (~40 us a cell); the answer for the same function is kept here
+# (for at most _MADE functions: a cell may swap run_cell for its own).
+_accepted: dict[Any, dict[str, bool]] = {}
+
+
+def _accepts_once(meth: Any, names: list[str]) -> dict[str, bool]:
+    key = (getattr(meth, "__func__", meth), tuple(names))
+    try:
+        found = _accepted.get(key)
+    except TypeError:  # a callable that cannot be a key: asked each time
+        return _accepts(meth, names)  # type: ignore[no-any-return]
+    if found is None:
+        found = _accepts(meth, names)
+        if len(_accepted) < _MADE:
+            _accepted[key] = found
+    return dict(found)
+
+
+with contextlib.suppress(Exception):
+    from ipykernel import ipkernel
+
+    _accepts = getattr(ipkernel, "_accepts_parameters")  # noqa: B009 (not exported)
+    ipkernel._accepts_parameters = _accepts_once  # type: ignore[attr-defined]
+
+
 # exit() and quit() would stop the kernel 0.1 s *after* it replied "ok", so the next call
 # would find it dead and lose every variable; in a sandbox they keep the kernel, as
 # exit(keep_kernel=True) does.

@@ -21,22 +21,16 @@ import json
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import SnapshotError
 from ..kernel.connection import CONTAINER_RUN_DIR, PORT_NAMES, ConnectionInfo
+from ..limits import CHECKPOINT_FILES, SNAPSHOT_CONNECTION_BYTES
 from .flattar import FlatExtractor, flat_tar
 from .model import Snapshot, new_snapshot_id
 from .store import SnapshotStore, read_checked
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = ["load_connection", "restore_into", "save_checkpoint"]
-
-#: Files a checkpoint directory may hold (gVisor writes one to three).
-MAX_CHECKPOINT_FILES = 16
-_CONNECTION_BYTES = 1 << 16
 
 
 async def save_checkpoint(
@@ -49,8 +43,11 @@ async def save_checkpoint(
     started: float,
 ) -> Snapshot:
     """Store a checkpoint's ``files`` and the kernel's ``info`` as snapshot of ``base``."""
-    if len(files) > MAX_CHECKPOINT_FILES:
-        raise SnapshotError(f"the checkpoint has {len(files)} files, more than expected")
+    if len(files) > CHECKPOINT_FILES:
+        raise SnapshotError(
+            f"the checkpoint has {len(files)} files, more than {CHECKPOINT_FILES}"
+            " (kernel_sandbox.limits.CHECKPOINT_FILES)"
+        )
     size = sum(path.stat().st_size for _, path in files)
     if size > max_bytes:
         raise SnapshotError(
@@ -102,7 +99,7 @@ async def load_connection(store: SnapshotStore, snap: Snapshot) -> ConnectionInf
     data = b""
     async for chunk in store.read(snap.id, "connection"):
         data += chunk
-        if len(data) > _CONNECTION_BYTES:
+        if len(data) > SNAPSHOT_CONNECTION_BYTES:
             break
     try:
         info = json.loads(data)
@@ -125,7 +122,7 @@ def restore_into(store: SnapshotStore, snap: Snapshot) -> Callable[[Path], Await
 
     async def fill(target: Path) -> None:
         await asyncio.to_thread(target.mkdir, mode=0o700, parents=True)
-        extractor = FlatExtractor(target, MAX_CHECKPOINT_FILES)
+        extractor = FlatExtractor(target, CHECKPOINT_FILES)
         try:
             async for chunk in read_checked(store, snap):
                 await asyncio.to_thread(extractor.feed, chunk)

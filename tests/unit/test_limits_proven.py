@@ -38,6 +38,11 @@ PROOFS: dict[str, list[str]] = {
     "ATTACH_CELL_OUTPUT_BYTES": [
         "tests/unit/test_attach_recording.py::test_a_cell_that_prints_megabytes_is_recorded_within_the_cap"
     ],
+    "CHECKPOINT_FILES": [
+        "tests/unit/test_snapshot_exact.py::"
+        "test_a_checkpoint_of_more_files_than_the_cap_is_refused_and_nothing_stored",
+        "tests/unit/test_flattar.py::test_a_name_twice_too_many_files_and_a_cut_stream_are_refused",
+    ],
     "DRAIN_BYTES": [
         "tests/unit/test_server_unit.py::test_a_refused_body_is_drained_only_up_to_the_drain_cap"
     ],
@@ -97,6 +102,9 @@ PROOFS: dict[str, list[str]] = {
     "SESSION_TTL": ["tests/unit/test_server_edge.py::test_a_session_ends_after_its_time_to_live"],
     "SMOLAGENTS_IMAGE_PIXELS": [
         "tests/unit/test_smolagents_images.py::test_an_image_past_the_pixel_cap_is_not_decoded"
+    ],
+    "SNAPSHOT_CONNECTION_BYTES": [
+        "tests/unit/test_snapshot_exact.py::test_a_kernel_connection_is_read_only_up_to_the_cap"
     ],
     "SNAPSHOT_DEADLINE": [
         "tests/unit/test_snapshots.py::test_a_kernel_that_stalls_its_snapshot_is_ended_at_the_deadline"
