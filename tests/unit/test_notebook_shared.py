@@ -55,22 +55,10 @@ def test_processes_writing_one_notebook_at_once_lose_nothing(tmp_path: Path) -> 
                 rec.flush()
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     n, writers = 40, ("a", "b", "person")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", script, str(path), who, str(n)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=env,
-        )
-        for who in writers
-    ]
-    for proc in procs:
-        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    procs = _started(script, *([str(path), who, str(n)] for who in writers))
     for proc in procs:
         assert proc.stdin is not None
-        proc.stdin.write(b"go\n")
         proc.stdin.close()
     assert [proc.wait(120) for proc in procs] == [0, 0, 0]
 
@@ -292,11 +280,12 @@ _WORKER = textwrap.dedent(
 )
 
 
-def _workers(*args: list[str]) -> list[subprocess.Popen[bytes]]:
+def _started(script: str, *args: list[str]) -> list[subprocess.Popen[bytes]]:
+    """A process of ``script`` for each argument list, all told to go once all are ready."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", _WORKER, *arg],
+            [sys.executable, "-c", script, *arg],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             env=env,
@@ -310,6 +299,10 @@ def _workers(*args: list[str]) -> list[subprocess.Popen[bytes]]:
         proc.stdin.write(b"go\n")
         proc.stdin.flush()
     return procs
+
+
+def _workers(*args: list[str]) -> list[subprocess.Popen[bytes]]:
+    return _started(_WORKER, *args)
 
 
 def test_workers_keeping_turns_write_every_call_once_in_call_order(tmp_path: Path) -> None:
