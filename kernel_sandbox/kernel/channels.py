@@ -38,6 +38,7 @@ import hmac
 import os
 import resource
 import stat
+from collections.abc import Callable
 from typing import Any, cast
 
 import zmq
@@ -136,7 +137,7 @@ class Channel:
     Used from one event loop's thread at a time; several tasks may wait on it at once.
     """
 
-    __slots__ = ("_fd", "_loop", "_waiters", "closed", "name", "route", "socket")
+    __slots__ = ("_fd", "_loop", "_waiters", "closed", "idle", "name", "route", "socket")
 
     def __init__(self, name: str, sock: zmq.Socket[bytes], route: Route | None) -> None:
         self.name = name
@@ -146,6 +147,9 @@ class Channel:
         self._fd = cast(int, sock.get(zmq.FD))
         self._waiters: set[asyncio.Future[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: Says nobody will read what this channel queues now (iopub between calls):
+        #: what comes is dropped as it comes (:meth:`drop_queued`).  None: kept.
+        self.idle: Callable[[], bool] | None = None
 
     def readable(self) -> bool:
         """A message is queued (:meth:`receive` finds it); clears the socket's FD."""
@@ -231,9 +235,29 @@ class Channel:
         be woken again and again), and spares the waiters a wake-up that the FD's
         event from the message they have just read brings: it comes after they ran.
         """
-        if loop is self._loop and self.readable():
+        if loop is not self._loop or not self.readable():
+            return
+        if self._waiters:
             for waiter in self._waiters:
                 _wake(waiter)
+        elif self.idle is not None and self.idle():
+            self.drop_queued()
+
+    def drop_queued(self, most: int = 64) -> None:
+        """Receive and drop what is queued, at most ``most`` messages now (the rest on
+        the loop's next turn, a flood never holding the loop).
+
+        A kernel's iopub goes to every client connected to it, and the kernel waits for
+        the slowest (``XPUB_NODROP``: back-pressure, nothing lost): a client that queued
+        its share unread, such as another worker's copy of the sandbox between its calls,
+        stalled every other client's calls until they timed out.
+        """
+        for _ in range(most):
+            if self.closed or self.receive() is None:
+                return
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon(self._on_fd, loop)
 
     def send(self, frames: list[bytes]) -> None:
         """Send one message's frames (blocks only while ZMQ's send queue is full)."""
@@ -278,6 +302,8 @@ class KernelChannels:
         self.pinned: dict[str, str] = {}
         #: The open channels by name.
         self.open: dict[str, Channel] = {}
+        #: Given to every iopub channel as its :attr:`Channel.idle`.
+        self.iopub_idle: Callable[[], bool] | None = None
         public, secret = info.get("curve_publickey"), info.get("curve_secretkey")
         self._curve = (_bytes(public), _bytes(secret)) if public and secret else None
 
@@ -330,6 +356,8 @@ class KernelChannels:
             url = route.url
         sock.connect(url)
         channel = self.open[name] = Channel(name, sock, route)
+        if name == "iopub":
+            channel.idle = self.iopub_idle
         return channel
 
     def request(self, name: str, msg_type: str, content: dict[str, Any] | None = None) -> str:

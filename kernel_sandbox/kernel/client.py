@@ -14,6 +14,7 @@ import itertools
 import logging
 import os
 import time
+from collections.abc import Iterator
 from queue import Empty
 from typing import Any
 
@@ -45,6 +46,10 @@ class KernelSession:
     ) -> None:
         self.info = info
         self.channels = KernelChannels(info, max_output_bytes + MESSAGE_OVERHEAD)
+        #: Readers of iopub now (a call, the connect); with none, what iopub gets is
+        #: dropped as it comes (``Channel.drop_queued``: other clients' output).
+        self._reading = 0
+        self.channels.iopub_idle = lambda: self._reading == 0
         self._alive_checked = 0.0
         self._fds: list[int] = []
         #: iopub was reopened since the last call began (ZMQ subscribes asynchronously).
@@ -70,6 +75,11 @@ class KernelSession:
                 for name, fd in zip(PORT_NAMES, self._fds, strict=True)
             }
         self.channels.start()
+        with self._reading_iopub():
+            await self._probe(deadline, check_alive)
+
+    async def _probe(self, deadline: float, check_alive: AliveCheck) -> None:
+        """Until the kernel answers a probe on shell and publishes on iopub."""
         # One probe at a time; ZMQ queues it until the kernel's socket is bound.  The
         # reply proves shell works; a status message proves iopub is subscribed (the
         # status of the very first probe may be published before we subscribe).
@@ -166,20 +176,36 @@ class KernelSession:
         # What a route holds back now is from before this call (output of threads, a
         # message too big to finish): the channel starts afresh instead of behind it.
         self._relink(self.channels.held())
-        if self._resubscribe_needed:  # iopub was reopened: wait until it is subscribed
-            await self._resubscribe()
-            self._resubscribe_needed = False
-        msg_id = self._execute_request(code, store_history=store_history)
-        call = Call(
-            self,
-            msg_id,
-            timeout=timeout,
-            interrupt_grace=interrupt_grace,
-            check_alive=check_alive,
-            on_output=on_output,
-            max_output_bytes=max_output_bytes,
-        )
-        return await call.run()
+        with self._reading_iopub():
+            if self._resubscribe_needed:  # iopub was reopened: wait until it is subscribed
+                await self._resubscribe()
+                self._resubscribe_needed = False
+            msg_id = self._execute_request(code, store_history=store_history)
+            call = Call(
+                self,
+                msg_id,
+                timeout=timeout,
+                interrupt_grace=interrupt_grace,
+                check_alive=check_alive,
+                on_output=on_output,
+                max_output_bytes=max_output_bytes,
+            )
+            return await call.run()
+
+    @contextlib.contextmanager
+    def _reading_iopub(self) -> Iterator[None]:
+        """iopub is read in this block: kept meanwhile; after the last reader, what is
+        queued (output of other clients, of threads) is dropped, and so is what comes
+        until the next reader (``Channel.idle``): a kernel waits for its slowest
+        client's iopub, so an idle one must not hold its share."""
+        self._reading += 1
+        try:
+            yield
+        finally:
+            self._reading -= 1
+            iopub = self.channels.open.get("iopub")
+            if not self._reading and iopub is not None:
+                iopub.drop_queued()
 
     @property
     def max_message_bytes(self) -> int:

@@ -7,6 +7,7 @@ import signal
 
 import pytest
 
+from kernel_sandbox import AsyncSandbox
 from kernel_sandbox.backends.factory import available_hosts, host_class
 from kernel_sandbox.errors import ConfigError
 from kernel_sandbox.testing import LocalKernelHost
@@ -63,3 +64,22 @@ async def test_list_sandboxes_finds_live_ones_by_label(new_sandbox: NewSandbox) 
     assert [(r.sandbox_id, r.running) for r in found] == [(sandbox.id, True)]
     await sandbox.close()
     assert await LocalKernelHost.list_sandboxes({"suite": "local-host"}) == []
+
+
+async def test_an_idle_guest_does_not_hold_back_the_owners_calls(
+    new_sandbox: NewSandbox,
+) -> None:
+    """Every client of a kernel gets its iopub, and the kernel waits for the slowest: a
+    guest that queued its share unread (another server worker's copy of the sandbox
+    between its calls) stalled the owner's calls after ~90 until one timed out and the
+    kernel was restarted."""
+    owner = await new_sandbox()
+    guest = await AsyncSandbox.adopt(owner.id, owner.config, host="local", own=False)
+    try:
+        assert (await guest.run_python("kept = 1")).status == "ok"
+        for n in range(300):
+            result = await owner.run_python(f"print({n})", timeout=20)
+            assert (result.status, result.text) == ("ok", str(n)), n
+        assert (await guest.run_python("kept")).text == "1"  # the guest still works
+    finally:
+        await guest.close()
