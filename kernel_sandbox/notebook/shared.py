@@ -106,11 +106,7 @@ def _in_line(path: Path) -> Iterator[None]:
     """Wait behind the writers already waiting for the notebook's lock, when a writer may
     keep its turn (:func:`turn_path` is a FIFO): an exclusive ``flock`` on the FIFO, held
     for the block (see the module)."""
-    turn = turn_path(path)
-    fd = None
-    with contextlib.suppress(OSError):  # none (no writer keeps turns here), or not ours
-        if stat.S_ISFIFO(os.lstat(turn).st_mode):
-            fd = os.open(turn, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    fd = _open_fifo(turn_path(path), os.O_RDONLY)  # None: no writer keeps turns here
     if fd is None:
         yield
         return
@@ -133,17 +129,13 @@ def poke(path: Path) -> None:
     """Tell the writer keeping the notebook's turn, if one listens, that another writer
     waits for it (a byte on :func:`turn_path`'s FIFO; nothing when no FIFO is there or
     nobody reads it)."""
-    turn = turn_path(path)
-    try:
-        if not stat.S_ISFIFO(os.lstat(turn).st_mode):
-            return
-        fd = os.open(turn, os.O_WRONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:  # none, or nobody listens (ENXIO): whoever holds the lock lets go soon
+    # None: no FIFO, or nobody listens (ENXIO): whoever holds the lock lets go soon
+    fd = _open_fifo(turn_path(path), os.O_WRONLY)
+    if fd is None:
         return
     try:
-        if stat.S_ISFIFO(os.fstat(fd).st_mode):
-            with contextlib.suppress(OSError):  # full: it has been told already
-                os.write(fd, b"!")
+        with contextlib.suppress(OSError):  # full: it has been told already
+            os.write(fd, b"!")
     finally:
         os.close(fd)
 
@@ -155,8 +147,16 @@ def listen(path: Path) -> int | None:
     turn = turn_path(path)
     with contextlib.suppress(FileExistsError):
         os.mkfifo(turn, 0o600)
+    return _open_fifo(turn, os.O_RDONLY)
+
+
+def _open_fifo(path: Path, flags: int) -> int | None:
+    """``path`` opened with ``flags``, not blocking and never through a link, when it is
+    a FIFO (before and once open); None otherwise, or when it cannot be opened."""
     try:
-        fd = os.open(turn, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        if not stat.S_ISFIFO(os.lstat(path).st_mode):
+            return None
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     if not stat.S_ISFIFO(os.fstat(fd).st_mode):

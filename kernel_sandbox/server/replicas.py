@@ -56,6 +56,7 @@ from typing import TypeVar
 
 from .. import rundirs
 from ..errors import CapacityError, SandboxNotFoundError
+from ..notebook.shared import turn_path
 
 __all__ = [
     "REAPER_LOCK",
@@ -80,8 +81,6 @@ __all__ = [
 STATE_SUFFIX = ".lock"
 #: Suffix of the lock file a resume of a paused sandbox takes, beside its state file.
 RESUME_SUFFIX = ".resume"
-#: Suffix of the notebook's turn FIFO (the workers' hand-over, see notebook/shared.py).
-TURN_SUFFIX = ".turn"
 #: The reaper's lock file in the record directory.
 REAPER_LOCK = ".reaper.lock"
 _NAME = re.compile(r"[0-9A-Za-z_-]{1,64}")
@@ -172,11 +171,12 @@ def is_live(path: Path) -> bool:
 
 def drop(path: Path) -> None:
     """The sandbox is gone: every worker's next request for it is a 404 (its notebook's
-    turn FIFO goes too, :func:`kernel_sandbox.notebook.shared.turn_path`)."""
+    turn FIFO goes too: :func:`~kernel_sandbox.notebook.shared.turn_path` maps the state
+    file and the notebook, ``<sandbox id>.*``, to the same ``<sandbox id>.turn``)."""
     with contextlib.suppress(FileNotFoundError):
         path.unlink()
     with contextlib.suppress(FileNotFoundError):
-        path.with_suffix(TURN_SUFFIX).unlink()
+        turn_path(path).unlink()
 
 
 def idle_for(path: Path, now: float | None = None) -> float | None:
