@@ -522,6 +522,11 @@ E2B_FILE_OP_DEADLINE = 60.0
 #: Metrics samples one E2B sandbox keeps for ``get_metrics(start, end)``: each call
 #: whose range reaches the present takes one; the oldest are dropped past this.
 E2B_METRICS_SAMPLES = 720
+#: Bytes of one E2B sandbox's record on the shared record directory (several workers or
+#: replicas: :mod:`kernel_sandbox.server.e2b.shared`), its metadata and envVars the most
+#: of it: a bigger record is refused at create, and a bigger file is read only to here
+#: and ignored.
+E2B_RECORD_BYTES = 1 << 20
 _BRACKETS = re.compile(rb"[\[\]{}]")
 
 

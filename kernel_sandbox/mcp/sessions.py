@@ -129,12 +129,14 @@ class SessionSandboxes:
 
     @contextlib.asynccontextmanager
     async def sandbox(self, ctx: Any, sandbox_id: str | None) -> AsyncIterator[AsyncSandbox]:
-        """The named sandbox of the caller's key, else its MCP session's, else the key's."""
+        """The named sandbox of the caller's key, else its MCP session's, else the key's;
+        held as a recorded call (with several workers, the call lock: cells keep the
+        calls' order whichever worker ran them)."""
         owner = self._owner(ctx)
         with owned_by(owner):
             if not sandbox_id:
                 sandbox_id = await self._session_sandbox(owner, ctx)
-            async with self.tenancy.use(owner, sandbox_id) as lease:
+            async with self.tenancy.use(owner, sandbox_id, serial=True) as lease:
                 yield lease.sandbox
 
     async def _session_sandbox(self, owner: str, ctx: Any) -> str:

@@ -154,6 +154,9 @@ class Durability:
             notebook.parent.mkdir(parents=True, exist_ok=True)
             await asyncio.to_thread(notebook.write_bytes, data)
         config = self.tenancy.config_of(snap)
+        # the same sandbox again: labelled with its server id (an E2B sandbox's differs
+        # from its container's), by which every worker finds it
+        config = config.model_copy(update={"labels": {**config.labels, SERVER_ID_LABEL: paused.id}})
         sandbox = await AsyncSandbox.resume(str(snap.paused), store=store, **_overrides(config))
         restored = sandbox.restored
         failed = (

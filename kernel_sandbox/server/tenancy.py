@@ -253,6 +253,17 @@ class Tenancy:
                 await self._remove(lease, "idle timeout")
         return [lease.id for lease in idle]
 
+    @contextlib.asynccontextmanager
+    async def reaper_turn(self) -> AsyncIterator[bool]:
+        """Whether this process does the chores of every process now (reaping, ending
+        E2B sandboxes past their timeout): one process always does; of several, the
+        one whose turn it is (:mod:`.election`)."""
+        if self._election is None:
+            yield True
+            return
+        async with self._election.turn() as mine:
+            yield mine
+
     async def _reap_shared(self, limit: float | None) -> list[str]:
         """Several workers or replicas: the one whose turn it is (:mod:`.election`)
         removes every sandbox no process used for ``limit`` seconds (None: never) and
@@ -436,6 +447,9 @@ class Tenancy:
         saved: dict[str, Any] = dict(session.get("server_sandbox") or {})
         raw = {**saved.get("config", {}), "tools_config": saved.get("tools_config")}
         config, notes = client_config(raw, self.settings)
+        # its ids as made: a pause snapshot names the server's id of what it holds
+        labels = {**config.labels, SERVER_KEY_LABEL: item.owner, SERVER_ID_LABEL: item.sandbox_id}
+        config = config.model_copy(update={"labels": labels})
         sandbox = await AsyncSandbox.adopt(
             item.container_sandbox_id,
             config,

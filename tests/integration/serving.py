@@ -119,3 +119,13 @@ def code_cells(nb: dict[str, object]) -> list[str]:
         for c in cells
         if c["cell_type"] == "code"
     ]
+
+
+def appended(nb: dict[str, object]) -> list[int]:
+    """The numbers of the notebook's ``ran.append(N)...`` cells, in the notebook's order
+    (the soaks' check that every call's cell is there once, in the kernel's order)."""
+    return [
+        int(code.removeprefix("ran.append(").split(")")[0])
+        for code in code_cells(nb)
+        if code.startswith("ran.append(")
+    ]

@@ -46,6 +46,9 @@ PROOFS: dict[str, list[str]] = {
     "DRAIN_BYTES": [
         "tests/unit/test_server_unit.py::test_a_refused_body_is_drained_only_up_to_the_drain_cap"
     ],
+    "E2B_RECORD_BYTES": [
+        "tests/unit/test_e2b_shared.py::test_a_record_over_the_cap_is_refused_and_a_file_over_it_ignored"
+    ],
     "E2B_ENTRY_METADATA_BYTES": [
         "tests/integration/test_e2b_envd.py::"
         "test_file_metadata_is_kept_as_xattrs_and_watch_events_carry_entries"

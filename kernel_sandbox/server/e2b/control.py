@@ -120,9 +120,9 @@ async def _create(request: Request, body: NewSandbox, ten: Ten, opts: Opts, key:
         sandbox_id = new_id()
         notes.append(f"E2B template {body.template_id}")
         lease = await ten.create(key, cfg, "e2b", notes, sandbox_id)
+        record = await new_record(reg, lease, body.template_id, opts, body)
     except SandboxError as exc:
         return _error(exc)
-    record = new_record(reg, lease, body.template_id, opts, body)
     return JSONResponse(_created(record), status_code=201)
 
 
@@ -146,16 +146,17 @@ async def _from_snapshot(
         )
     try:
         lease = await ten.durable.restore(key, snap.id)
+        record = await new_record(reg, lease, body.template_id, opts, body)
     except SandboxError as exc:
         return _error(exc)
-    record = new_record(reg, lease, body.template_id, opts, body)
     return JSONResponse(_created(record), status_code=201)
 
 
-def new_record(
+async def new_record(
     reg: E2bRegistry, lease: Lease, template: str, opts: Any, body: NewSandbox
 ) -> E2bSandbox:
-    """The E2B record of a sandbox just made for ``body``'s caller (kept in ``reg``)."""
+    """The E2B record of a sandbox just made for ``body``'s caller (kept in ``reg``; the
+    sandbox is removed again when its record cannot be kept)."""
     config = lease.sandbox.config
     disk = parse_size(config.disk_limit) if config.disk_limit else parse_size(opts.max_disk)
     record = E2bSandbox(
@@ -170,7 +171,7 @@ def new_record(
         end_at=time.time() + _clamped(body.timeout),
         on_timeout="pause" if body.auto_pause else "kill",
     )
-    reg.add(record)
+    await reg.add(record)
     return record
 
 
@@ -287,7 +288,7 @@ async def list_v1(
 async def get_one(request: Request, sandbox_id: str, key: Key) -> Response:
     """One sandbox of the caller, with its envd access token."""
     try:
-        record = registry(request).record(key, sandbox_id)
+        record = await registry(request).record(key, sandbox_id)
     except SandboxError as exc:
         return _error(exc)
     listed = _listed(record).model_dump(by_alias=False)
@@ -300,7 +301,7 @@ async def kill(request: Request, sandbox_id: str, key: Key) -> Response:
     """Remove a sandbox (its notebook stays)."""
     reg = registry(request)
     try:
-        record = reg.record(key, sandbox_id)
+        record = await reg.record(key, sandbox_id)
     except SandboxError as exc:
         return _error(exc)
     await reg.kill(record)
@@ -312,22 +313,24 @@ async def set_timeout(
     request: Request, sandbox_id: str, body: TimeoutRequest, key: Key
 ) -> Response:
     """The sandbox ends ``timeout`` seconds from now (longer or shorter than before)."""
+    reg = registry(request)
     try:
-        record, _ = registry(request).get(key, sandbox_id)
+        record, _ = await reg.get(key, sandbox_id)
     except SandboxError as exc:
         return _error(exc)
-    record.end_at = time.time() + _clamped(body.timeout)
+    reg.ends_at(record, time.time() + _clamped(body.timeout))
     return Response(status_code=204)
 
 
 @router.post("/sandboxes/{sandbox_id}/refreshes", response_model=None)
 async def refresh(request: Request, sandbox_id: str, key: Key) -> Response:
     """Keep a sandbox alive a while longer (E2B's keep-alive; at least 15 s more)."""
+    reg = registry(request)
     try:
-        record, _ = registry(request).get(key, sandbox_id)
+        record, _ = await reg.get(key, sandbox_id)
     except SandboxError as exc:
         return _error(exc)
-    record.end_at = max(record.end_at, time.time() + 15)
+    reg.ends_at(record, max(record.end_at, time.time() + 15))
     return Response(status_code=204)
 
 
@@ -335,14 +338,14 @@ async def _connect(request: Request, sandbox_id: str, body: ConnectRequest, key:
     """Connect to a running sandbox (200), or resume a paused one (201)."""
     reg = registry(request)
     try:
-        record = reg.record(key, sandbox_id)
+        record = await reg.record(key, sandbox_id)
         if record.paused:
             await reg.resume(record, _clamped(body.timeout if body.timeout is not None else 300))
             return JSONResponse(_created(record), status_code=201)
     except SandboxError as exc:
         return _error(exc)
     if body.timeout is not None:  # a running sandbox's timeout only grows
-        record.end_at = max(record.end_at, time.time() + _clamped(body.timeout))
+        reg.ends_at(record, max(record.end_at, time.time() + _clamped(body.timeout)))
     return JSONResponse(_created(record), status_code=200)
 
 
@@ -352,7 +355,7 @@ async def pause(request: Request, sandbox_id: str, key: Key) -> Response:
     paused already); connect resumes it under the same id."""
     reg = registry(request)
     try:
-        record = reg.record(key, sandbox_id)
+        record = await reg.record(key, sandbox_id)
         if record.paused:
             return e2b_error(409, f"sandbox {sandbox_id} is paused already")
         await reg.pause(record)
@@ -366,7 +369,7 @@ async def resume(request: Request, sandbox_id: str, body: ConnectRequest, key: K
     """Resume a paused sandbox (E2B's older route; connect does the same)."""
     reg = registry(request)
     try:
-        record = reg.record(key, sandbox_id)
+        record = await reg.record(key, sandbox_id)
         if not record.paused:
             return e2b_error(409, f"sandbox {sandbox_id} is running, not paused")
         await reg.resume(record, _clamped(body.timeout if body.timeout is not None else 300))
@@ -401,7 +404,7 @@ async def metrics(
     asked: a range that reaches the present takes one now; the sandbox keeps the last
     ``E2B_METRICS_SAMPLES`` of them for later ranges."""
     try:
-        record, lease = registry(request).get(key, sandbox_id)
+        record, lease = await registry(request).get(key, sandbox_id)
         now = time.time()
         fresh = None
         # the range's end is whole seconds: the present is in it until the next second

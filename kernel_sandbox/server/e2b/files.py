@@ -96,7 +96,7 @@ def _written(path: str, metadata: dict[str, str]) -> dict[str, Any]:
 async def health(request: Request) -> Response:
     """envd's health check: 204 while the sandbox runs."""
     try:
-        registry(request).resolve(request.headers, port=ENVD_PORT, token_required=False)
+        await registry(request).resolve(request.headers, port=ENVD_PORT, token_required=False)
     except SandboxError as exc:
         return _error(exc)
     return Response(status_code=204)
@@ -110,7 +110,7 @@ async def download(
     reg = registry(request)
     held = contextlib.AsyncExitStack()
     try:
-        record, lease = reg.resolve(request.headers, port=ENVD_PORT)
+        record, lease = await reg.resolve(request.headers, port=ENVD_PORT)
         if not path:
             raise FileOperationError("the path query parameter is required")
         await held.enter_async_context(reg.tenancy.use(record.owner, lease.id))
@@ -151,7 +151,7 @@ async def upload(
     """Write one file (octet-stream body) or several (multipart); their paths back."""
     reg = registry(request)
     try:
-        record, lease = reg.resolve(request.headers, port=ENVD_PORT)
+        record, lease = await reg.resolve(request.headers, port=ENVD_PORT)
     except SandboxError as exc:
         return _error(exc)
     files = lease.sandbox.files

@@ -239,7 +239,7 @@ class FilesystemService(Filesystem):
         self, request: pb.StatRequest, ctx: RequestContext[pb.StatRequest, pb.StatResponse]
     ) -> pb.StatResponse:
         """One entry's information."""
-        _, lease = resolve(self.registry, ctx)
+        _, lease = await resolve(self.registry, ctx)
         path = _path(lease.sandbox, request.path)
         found = await helper(lease.sandbox, "stat", path, 1)
         return pb.StatResponse(entry=entry_info(found[0], lease.sandbox))
@@ -248,7 +248,7 @@ class FilesystemService(Filesystem):
         self, request: pb.MakeDirRequest, ctx: RequestContext[pb.MakeDirRequest, pb.MakeDirResponse]
     ) -> pb.MakeDirResponse:
         """Create a directory and its parents (``ALREADY_EXISTS`` if it is there)."""
-        _, lease = resolve(self.registry, ctx)
+        _, lease = await resolve(self.registry, ctx)
         path = _path(lease.sandbox, request.path)
         found = await helper(lease.sandbox, "mkdir", path, 1)
         lease.recorder.add_file_operation("mkdir", path)
@@ -258,7 +258,7 @@ class FilesystemService(Filesystem):
         self, request: pb.MoveRequest, ctx: RequestContext[pb.MoveRequest, pb.MoveResponse]
     ) -> pb.MoveResponse:
         """Rename an entry (the destination's folders are made)."""
-        _, lease = resolve(self.registry, ctx)
+        _, lease = await resolve(self.registry, ctx)
         source = _path(lease.sandbox, request.source)
         target = _path(lease.sandbox, request.destination)
         found = await helper(lease.sandbox, "move", source, 1, destination=target)
@@ -269,7 +269,7 @@ class FilesystemService(Filesystem):
         self, request: pb.ListDirRequest, ctx: RequestContext[pb.ListDirRequest, pb.ListDirResponse]
     ) -> pb.ListDirResponse:
         """A directory's entries, ``depth`` levels down (1: its own entries)."""
-        _, lease = resolve(self.registry, ctx)
+        _, lease = await resolve(self.registry, ctx)
         path = _path(lease.sandbox, request.path)
         depth = min(max(request.depth, 1), E2B_MAX_DEPTH)
         found = await helper(
@@ -290,7 +290,7 @@ class FilesystemService(Filesystem):
     ) -> pb.RemoveResponse:
         """Remove a file or a directory with everything in it (nothing there: done, as
         envd's remove-all answers)."""
-        _, lease = resolve(self.registry, ctx)
+        _, lease = await resolve(self.registry, ctx)
         try:
             await lease.sandbox.files.remove(_path(lease.sandbox, request.path))
         except SandboxFileNotFoundError:
@@ -331,7 +331,7 @@ class FilesystemService(Filesystem):
     ) -> AsyncIterator[pb.WatchDirResponse]:
         """A directory's events as they happen, until the client closes the stream or its
         timeout passes (``DEADLINE_EXCEEDED``, as envd's)."""
-        record, lease = resolve(self.registry, ctx)
+        record, lease = await resolve(self.registry, ctx)
         async with self.registry.tenancy.use(record.owner, lease.id):
             watcher = await self._watcher(record, lease.sandbox, request, 0)
             try:
@@ -364,7 +364,7 @@ class FilesystemService(Filesystem):
         ctx: RequestContext[pb.CreateWatcherRequest, pb.CreateWatcherResponse],
     ) -> pb.CreateWatcherResponse:
         """Start a watcher whose events ``GetWatcherEvents`` collects."""
-        record, lease = resolve(self.registry, ctx)
+        record, lease = await resolve(self.registry, ctx)
         watcher = await self._watcher(record, lease.sandbox, request, E2B_WATCHER_EVENTS)
         return pb.CreateWatcherResponse(watcher_id=watcher.id)
 
@@ -374,7 +374,7 @@ class FilesystemService(Filesystem):
         ctx: RequestContext[pb.GetWatcherEventsRequest, pb.GetWatcherEventsResponse],
     ) -> pb.GetWatcherEventsResponse:
         """The events a watcher saw since the last call."""
-        record, _ = resolve(self.registry, ctx)
+        record, _ = await resolve(self.registry, ctx)
         watcher = record.watchers.get(request.watcher_id)
         if watcher is None:
             raise ConnectError(Code.NOT_FOUND, f"watcher {request.watcher_id!r} not found")
@@ -386,7 +386,7 @@ class FilesystemService(Filesystem):
         ctx: RequestContext[pb.RemoveWatcherRequest, pb.RemoveWatcherResponse],
     ) -> pb.RemoveWatcherResponse:
         """Stop a watcher."""
-        record, _ = resolve(self.registry, ctx)
+        record, _ = await resolve(self.registry, ctx)
         watcher = record.watchers.pop(request.watcher_id, None)
         if watcher is None:
             raise ConnectError(Code.NOT_FOUND, f"watcher {request.watcher_id!r} not found")

@@ -132,7 +132,7 @@ async def _run(
 
     async def call() -> Execution:
         try:
-            async with registry(request).tenancy.use(record.owner, lease.id):
+            async with registry(request).tenancy.use(record.owner, lease.id, serial=True):
                 envs = body.env_vars or {}
                 language = _language(sandbox, body)
 
@@ -193,7 +193,7 @@ def _refused(exc: SandboxError) -> Response:
 async def execute(request: Request, body: ExecuteRequest, opts: Opts) -> Response:
     """Run code in a context (the sandbox's own kernel by default), streaming NDJSON."""
     try:
-        record, lease = registry(request).resolve(request.headers, port=JUPYTER_PORT)
+        record, lease = await registry(request).resolve(request.headers, port=JUPYTER_PORT)
         if body.context_id and body.language:
             return e2b_error(400, "Only one of context_id or language can be provided")
         if body.context_id:
@@ -212,15 +212,15 @@ async def execute(request: Request, body: ExecuteRequest, opts: Opts) -> Respons
     )
 
 
-def _resolved(request: Request) -> tuple[E2bSandbox, Lease]:
-    return registry(request).resolve(request.headers, port=JUPYTER_PORT, token_required=False)
+async def _resolved(request: Request) -> tuple[E2bSandbox, Lease]:
+    return await registry(request).resolve(request.headers, port=JUPYTER_PORT, token_required=False)
 
 
 @router.post("/contexts", response_model=None)
 async def create_context(request: Request, body: CreateContextRequest) -> Response:
     """A new context: a kernel of its own in the sandbox (its language, its cwd)."""
     try:
-        record, lease = _resolved(request)
+        record, lease = await _resolved(request)
         async with registry(request).tenancy.use(record.owner, lease.id):
             await _default_contexts(record, lease.sandbox)  # E2B's come first
             made = await lease.sandbox.create_context(body.language or "python", cwd=body.cwd)
@@ -234,7 +234,7 @@ async def list_contexts(request: Request) -> Response:
     """The sandbox's contexts, its own kernel first; as E2B's, a javascript one among
     them where the image has a kernel for it (made at the first listing)."""
     try:
-        record, lease = _resolved(request)
+        record, lease = await _resolved(request)
         if not record.default_contexts:
             async with registry(request).tenancy.use(record.owner, lease.id):
                 await _default_contexts(record, lease.sandbox)
@@ -259,7 +259,7 @@ async def _default_contexts(record: E2bSandbox, sandbox: AsyncSandbox) -> None:
 async def restart_context(request: Request, context_id: str) -> Response:
     """A fresh kernel for the context: its variables go, the files stay."""
     try:
-        record, lease = _resolved(request)
+        record, lease = await _resolved(request)
         async with registry(request).tenancy.use(record.owner, lease.id):
             await lease.sandbox.restart_context(context_id)
     except SandboxError as exc:
@@ -271,7 +271,7 @@ async def restart_context(request: Request, context_id: str) -> Response:
 async def remove_context(request: Request, context_id: str) -> Response:
     """End a context's kernel (the sandbox's own kernel stays with the sandbox)."""
     try:
-        record, lease = _resolved(request)
+        record, lease = await _resolved(request)
         async with registry(request).tenancy.use(record.owner, lease.id):
             await lease.sandbox.remove_context(context_id)
     except SandboxError as exc:

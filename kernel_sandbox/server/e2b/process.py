@@ -283,21 +283,21 @@ class ProcessService(Process):
     def __init__(self, registry: E2bRegistry) -> None:
         self.registry = registry
 
-    def _sandbox(self, ctx: RequestContext[Any, Any]) -> tuple[E2bSandbox, Lease]:
-        return resolve(self.registry, ctx)
+    async def _sandbox(self, ctx: RequestContext[Any, Any]) -> tuple[E2bSandbox, Lease]:
+        return await resolve(self.registry, ctx)
 
     async def list(
         self, request: pb.ListRequest, ctx: RequestContext[pb.ListRequest, pb.ListResponse]
     ) -> pb.ListResponse:
         """The commands running in the sandbox."""
-        record, _ = self._sandbox(ctx)
+        record, _ = await self._sandbox(ctx)
         return pb.ListResponse(processes=[c.info for c in record.commands.values() if c.pid])
 
     async def start(
         self, request: pb.StartRequest, ctx: RequestContext[pb.StartRequest, pb.StartResponse]
     ) -> AsyncIterator[pb.StartResponse]:
         """Start a command and stream its events: start (pid), data..., end."""
-        record, lease = self._sandbox(ctx)
+        record, lease = await self._sandbox(ctx)
         config = request.process
         if config is None or not config.cmd:
             raise ConnectError(Code.INVALID_ARGUMENT, "process.cmd is required")
@@ -338,7 +338,7 @@ class ProcessService(Process):
         ctx: RequestContext[pb.ConnectRequest, pb.ConnectResponse],
     ) -> AsyncIterator[pb.ConnectResponse]:
         """Follow a running command from now on: start (its pid), data..., end."""
-        record, lease = self._sandbox(ctx)
+        record, lease = await self._sandbox(ctx)
         command = _find(record, request.process)
         async with self.registry.tenancy.use(record.owner, lease.id):
             queue = command.subscribe()
@@ -353,7 +353,7 @@ class ProcessService(Process):
         self, request: pb.UpdateRequest, ctx: RequestContext[pb.UpdateRequest, pb.UpdateResponse]
     ) -> pb.UpdateResponse:
         """Resize a command's terminal."""
-        record, _ = self._sandbox(ctx)
+        record, _ = await self._sandbox(ctx)
         command = _find(record, request.process)
         if request.pty is not None and request.pty.size is not None:
             size = request.pty.size
@@ -366,7 +366,7 @@ class ProcessService(Process):
         ctx: RequestContext[pb.StreamInputRequest, pb.StreamInputResponse],
     ) -> pb.StreamInputResponse:
         """A stream of input for one command: a start naming it, then data."""
-        record, _ = self._sandbox(ctx)
+        record, _ = await self._sandbox(ctx)
         command: Command | None = None
         async for message in request:
             chosen = message.event
@@ -387,7 +387,7 @@ class ProcessService(Process):
         ctx: RequestContext[pb.SendInputRequest, pb.SendInputResponse],
     ) -> pb.SendInputResponse:
         """Write to a command's stdin (or terminal)."""
-        record, _ = self._sandbox(ctx)
+        record, _ = await self._sandbox(ctx)
         command = _find(record, request.process)
         data = _input_bytes(request.input)
         await command.control({"stdin": base64.b64encode(data).decode()})
@@ -399,7 +399,7 @@ class ProcessService(Process):
         ctx: RequestContext[pb.SendSignalRequest, pb.SendSignalResponse],
     ) -> pb.SendSignalResponse:
         """SIGTERM or SIGKILL to a command's whole process group."""
-        record, _ = self._sandbox(ctx)
+        record, _ = await self._sandbox(ctx)
         command = _find(record, request.process)
         number = int(request.signal)
         if number not in (9, 15):
@@ -413,7 +413,7 @@ class ProcessService(Process):
         ctx: RequestContext[pb.CloseStdinRequest, pb.CloseStdinResponse],
     ) -> pb.CloseStdinResponse:
         """End a command's stdin (EOF)."""
-        record, _ = self._sandbox(ctx)
+        record, _ = await self._sandbox(ctx)
         command = _find(record, request.process)
         if command.pty is not None:
             raise ConnectError(

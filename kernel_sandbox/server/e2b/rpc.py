@@ -94,10 +94,10 @@ def connect_error(exc: SandboxError) -> ConnectError:
     return ConnectError(Code.UNAVAILABLE, str(exc))
 
 
-def resolve(registry: E2bRegistry, ctx: RequestContext[Any, Any]) -> tuple[E2bSandbox, Lease]:
+async def resolve(registry: E2bRegistry, ctx: RequestContext[Any, Any]) -> tuple[E2bSandbox, Lease]:
     """The sandbox an envd call is for (its token checked), or a Connect error."""
     try:
-        record, lease = registry.resolve(ctx.request_headers, port=ENVD_PORT)
+        record, lease = await registry.resolve(ctx.request_headers, port=ENVD_PORT)
     except SandboxError as exc:
         raise connect_error(exc) from exc
     lease.sandbox.check_open()

@@ -69,7 +69,7 @@ async def create_snapshot(
 ) -> Response:
     """Snapshot a running sandbox (201 with the snapshot's id); the sandbox runs on."""
     try:
-        registry(request).get(key, sandbox_id)  # the caller's running E2B sandbox
+        await registry(request).get(key, sandbox_id)  # the caller's running E2B sandbox
         async with ten.use(key, sandbox_id) as lease:
             snap = await ten.durable.snapshot(lease, body.name, tmp=False)
     except SandboxError as exc:
@@ -123,7 +123,7 @@ async def fork(
     """``count`` new sandboxes with this one's state: one result each, as E2B answers."""
     reg = registry(request)
     try:
-        record, _ = reg.get(key, sandbox_id)
+        record, _ = await reg.get(key, sandbox_id)
         async with ten.use(key, sandbox_id) as lease:
             forks = await ten.durable.fork(lease, body.count)
     except SandboxError as exc:
@@ -136,5 +136,8 @@ async def fork(
             "envVars": record.envs,
         }
     )
-    made = [new_record(reg, f, record.template, opts, like) for f in forks]
+    try:
+        made = [await new_record(reg, f, record.template, opts, like) for f in forks]
+    except SandboxError as exc:  # that fork is removed; those before it stay listed
+        return _error(exc)
     return JSONResponse([{"sandbox": _created(r)} for r in made], status_code=201)

@@ -30,7 +30,9 @@ from typing import TYPE_CHECKING, Literal
 
 from ...errors import AccessDeniedError, SandboxError, SandboxNotFoundError
 from ...limits import E2B_METRICS_SAMPLES
+from .. import replicas
 from ..tenancy import Lease, Tenancy
+from .shared import SHARED_FIELDS, RecordStore, Stamp
 
 if TYPE_CHECKING:
     from starlette.types import Scope
@@ -89,13 +91,21 @@ class E2bSandbox:
 
 
 class E2bRegistry:
-    """The E2B sandboxes of every key, and their timeouts."""
+    """The E2B sandboxes of every key, and their timeouts.
+
+    With several workers or replicas (``tenancy.shared``) the records are kept on the
+    shared record directory too (:mod:`.shared`) and read again at every call, so any
+    process serves any E2B sandbox; one process at a time ends those past their timeout
+    (the reaper's turn)."""
 
     def __init__(self, tenancy: Tenancy, templates: Mapping[str, str]) -> None:
         self.tenancy = tenancy
         #: E2B template name -> image.
         self.templates = dict(templates)
         self._sandboxes: dict[str, E2bSandbox] = {}
+        self._store = RecordStore(tenancy.settings.record_dir) if tenancy.shared else None
+        #: The stamp of the shared file each record was last read from or written to.
+        self._stamps: dict[str, Stamp | None] = {}
         self._expiry: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -106,15 +116,16 @@ class E2bRegistry:
             self._expiry = asyncio.create_task(self._expire_forever())
 
     async def stop(self) -> None:
-        """Stop the expiry task and every command and watcher (the sandboxes go with the
-        tenancy)."""
+        """Stop the expiry task and every command and watcher of this process (the
+        sandboxes go with the tenancy; with several processes the others serve them
+        on)."""
         if self._expiry is not None:
             self._expiry.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._expiry
             self._expiry = None
-        for record in list(self._sandboxes.values()):
-            await self.forget(record.id)
+        while self._sandboxes:
+            await self._stop_streams(self._sandboxes.popitem()[1])
 
     async def _expire_forever(self) -> None:
         while True:
@@ -125,59 +136,144 @@ class E2bRegistry:
                 log.exception("ending E2B sandboxes past their timeout failed")
 
     async def expire(self, now: float | None = None) -> list[str]:
-        """End every sandbox past its timeout; returns their ids."""
+        """End every sandbox past its timeout; returns their ids.  With several
+        processes, the one whose turn it is to reap does it."""
         now = time.time() if now is None else now
-        done = [r for r in self._sandboxes.values() if r.end_at <= now and not r.paused]
-        for record in done:
-            log.info("E2B sandbox %s reached its timeout: %s", record.id, record.on_timeout)
-            if record.on_timeout == "pause":
-                try:
-                    await self.pause(record)
-                    continue
-                except SandboxError:
-                    log.exception("pausing E2B sandbox %s failed: killing it", record.id)
-            await self.kill(record)
+
+        def due() -> list[E2bSandbox]:
+            ids = list(self._sandboxes) if self._store is None else self._store.ids()
+            found = (self._find(sid) for sid in ids)
+            return [r for r in found if r is not None and r.end_at <= now and not r.paused]
+
+        if not due():
+            return []
+        async with self.tenancy.reaper_turn() as mine:
+            done = due() if mine else []  # read again: changed meanwhile, maybe
+            for record in done:
+                log.info("E2B sandbox %s reached its timeout: %s", record.id, record.on_timeout)
+                if record.on_timeout == "pause":
+                    try:
+                        await self.pause(record)
+                        continue
+                    except SandboxError:
+                        log.exception("pausing E2B sandbox %s failed: killing it", record.id)
+                await self.kill(record)
         return [r.id for r in done]
 
     # -- sandboxes ---------------------------------------------------------------------
 
-    def add(self, record: E2bSandbox) -> None:
-        """Keep a sandbox the control API just created."""
+    async def add(self, record: E2bSandbox) -> None:
+        """Keep a sandbox the control API just created (removed again if its record
+        cannot be kept)."""
         self._sandboxes[record.id] = record
+        try:
+            self.save(record)
+        except SandboxError:
+            self._sandboxes.pop(record.id, None)
+            with contextlib.suppress(SandboxError):
+                await self.tenancy.delete(record.owner, record.id)
+            raise
 
-    def record(self, owner: str, sandbox_id: str) -> E2bSandbox:
+    def save(self, record: E2bSandbox) -> None:
+        """Share what changed in a record (its timeout, say) with the other processes."""
+        if self._store is not None:
+            self._store.save({name: getattr(record, name) for name in SHARED_FIELDS})
+            self._stamps[record.id] = self._store.stamp(record.id)
+
+    def ends_at(self, record: E2bSandbox, end_at: float) -> None:
+        """A sandbox's new end (unix time), for every process."""
+        record.end_at = end_at
+        self.save(record)
+
+    def _find(self, sandbox_id: str) -> E2bSandbox | None:
+        """A record by id, as the shared store has it now when there is one."""
+        cached = self._sandboxes.get(sandbox_id)
+        if self._store is None:
+            return cached
+        stamp = self._store.stamp(sandbox_id)
+        if stamp is None:  # ended by another process
+            if cached is not None:
+                self._drop(cached)
+            return None
+        if cached is not None and self._stamps.get(sandbox_id) == stamp:
+            return cached
+        loaded = self._store.load(sandbox_id)
+        if loaded is None:
+            return cached
+        self._stamps[sandbox_id], fields = loaded
+        if cached is None:
+            cached = self._sandboxes[sandbox_id] = E2bSandbox(**fields)
+            return cached
+        if fields["paused"] and not cached.paused:  # paused by another process
+            asyncio.get_running_loop().create_task(self._stop_streams(cached))
+        for name in SHARED_FIELDS:  # in place: commands and watchers hold the record
+            setattr(cached, name, fields[name])
+        return cached
+
+    def _drop(self, record: E2bSandbox) -> None:
+        """This process stops serving a record (its streams end)."""
+        self._sandboxes.pop(record.id, None)
+        self._stamps.pop(record.id, None)
+        asyncio.get_running_loop().create_task(self._stop_streams(record))
+
+    async def record(self, owner: str, sandbox_id: str) -> E2bSandbox:
         """The caller's E2B sandbox, running or paused; another key's is as unknown as
         none."""
-        record = self._sandboxes.get(sandbox_id)
+        record = self._find(sandbox_id)
         if record is None or record.owner != owner:
             raise SandboxNotFoundError(f"sandbox {sandbox_id!r} not found")
         if not record.paused:
-            self._lease(record)  # gone another way: not found
+            await self._lease(record)  # gone another way: not found
         return record
 
-    def get(self, owner: str, sandbox_id: str) -> tuple[E2bSandbox, Lease]:
+    async def get(self, owner: str, sandbox_id: str) -> tuple[E2bSandbox, Lease]:
         """The caller's running E2B sandbox and its lease."""
-        record = self.record(owner, sandbox_id)
+        record = self._find(sandbox_id)
+        if record is None or record.owner != owner:
+            raise SandboxNotFoundError(f"sandbox {sandbox_id!r} not found")
         if record.paused:
             raise SandboxNotFoundError(f"The sandbox {sandbox_id} is paused: connect resumes it")
-        return record, self._lease(record)
+        return record, await self._lease(record)
 
     def owned(self, owner: str) -> list[E2bSandbox]:
-        """The caller's E2B sandboxes, running and paused."""
-        found = []
-        for record in list(self._sandboxes.values()):
-            if record.owner == owner:
-                with contextlib.suppress(SandboxNotFoundError):
-                    found.append(self.record(owner, record.id))
-        return found
+        """The caller's E2B sandboxes, running and paused (with several processes, the
+        running ones any process serves)."""
+        ids = list(self._sandboxes) if self._store is None else self._store.ids()
+        found = (self._find(sid) for sid in ids)
+        return [
+            r
+            for r in found
+            if r is not None and r.owner == owner and (r.paused or self._running(r))
+        ]
 
-    def _lease(self, record: E2bSandbox) -> Lease:
+    def _running(self, record: E2bSandbox) -> bool:
+        """Whether a record's sandbox runs (on any process; without adopting it here)."""
+        if self._store is not None:
+            state = replicas.state_path(self.tenancy.settings.record_dir, record.owner, record.id)
+            return state is not None and replicas.is_live(state)
+        try:
+            self._local_lease(record)
+        except SandboxNotFoundError:
+            return False
+        return True
+
+    async def _lease(self, record: E2bSandbox) -> Lease:
+        """The tenancy's lease of a running record (adopted here first, with several
+        processes: a record whose sandbox went another way stays until its timeout
+        ends it); SandboxNotFoundError when it is gone."""
+        if self._store is None:
+            return self._local_lease(record)
+        try:
+            return await self.tenancy.live(record.owner, record.id)
+        except SandboxNotFoundError:
+            raise SandboxNotFoundError(f"The sandbox {record.id} was not found") from None
+
+    def _local_lease(self, record: E2bSandbox) -> Lease:
         try:
             return self.tenancy.get(record.owner, record.id)
         except SandboxNotFoundError:
             # removed another way (idle reaper, /v1 delete): the E2B side goes too
-            self._sandboxes.pop(record.id, None)
-            asyncio.get_running_loop().create_task(self._stop_streams(record))
+            self._drop(record)
             raise SandboxNotFoundError(f"The sandbox {record.id} was not found") from None
 
     def owner_of(self, scope: Scope) -> str | None:
@@ -186,11 +282,11 @@ class E2bRegistry:
         :class:`~..limits.KeyConcurrency`); :meth:`resolve` still checks its token."""
         for name, value in scope.get("headers", []):
             if name.lower() == b"e2b-sandbox-id":
-                record = self._sandboxes.get(value.decode("latin-1"))
+                record = self._find(value.decode("latin-1"))
                 return None if record is None else record.owner
         return None
 
-    def resolve(
+    async def resolve(
         self, headers: Mapping[str, str], *, port: int, token_required: bool = True
     ) -> tuple[E2bSandbox, Lease]:
         """The sandbox a call into ``/e2b/sandbox`` is for, by E2B's routing headers.
@@ -200,7 +296,7 @@ class E2bRegistry:
         (404) or :class:`~kernel_sandbox.errors.AccessDeniedError` (401).
         """
         sandbox_id = headers.get("e2b-sandbox-id", "")
-        record = self._sandboxes.get(sandbox_id)
+        record = self._find(sandbox_id)
         if record is None:  # E2B's proxy's words, which its SDK recognises
             raise SandboxNotFoundError(f"The sandbox {sandbox_id} was not found")
         wanted = headers.get("e2b-sandbox-port", str(port))
@@ -214,7 +310,7 @@ class E2bRegistry:
         token = headers.get("x-access-token")
         if (token_required or token is not None) and not record.token_ok(token):
             raise AccessDeniedError("missing or wrong envd access token (X-Access-Token)")
-        return record, self._lease(record)
+        return record, await self._lease(record)
 
     async def kill(self, record: E2bSandbox) -> None:
         """Remove a sandbox (a paused one's saved state too); its notebook stays."""
@@ -226,21 +322,34 @@ class E2bRegistry:
             await self.tenancy.delete(record.owner, record.id)
 
     async def pause(self, record: E2bSandbox) -> None:
-        """Pause a running sandbox: commands and watchers end, its state is saved."""
+        """Pause a running sandbox: commands and watchers end, its state is saved (its
+        calls wait meanwhile, on any process)."""
         await self._stop_streams(record)
-        await self.tenancy.durable.pause(self.tenancy.get(record.owner, record.id))
-        record.paused = True
+        record.paused = True  # first: a call meanwhile, on any process, must not resume it
+        self.save(record)
+        try:
+            async with self.tenancy.use(record.owner, record.id, serial=True) as lease:
+                await self.tenancy.durable.pause(lease)
+        except BaseException:
+            record.paused = False
+            with contextlib.suppress(SandboxError):
+                self.save(record)
+            raise
 
     async def resume(self, record: E2bSandbox, timeout: float) -> Lease:
         """Bring a paused sandbox back, with ``timeout`` seconds to live."""
-        lease = await self.tenancy.durable.resume(record.owner, record.id)
+        lease = await self.tenancy.live(record.owner, record.id)
         record.paused = False
-        record.end_at = time.time() + timeout
+        self.ends_at(record, time.time() + timeout)
         return lease
 
     async def forget(self, sandbox_id: str) -> None:
-        """Drop the E2B side of a sandbox (its commands and watchers stop)."""
+        """Drop the E2B side of a sandbox (its commands and watchers stop), in every
+        process."""
         record = self._sandboxes.pop(sandbox_id, None)
+        self._stamps.pop(sandbox_id, None)
+        if self._store is not None:
+            self._store.remove(sandbox_id)
         if record is not None:
             await self._stop_streams(record)
 
