@@ -28,6 +28,20 @@ __all__ = ["AliveCheck", "KernelSession", "OutputCallback", "RawExecution"]
 
 log = logging.getLogger(__name__)
 
+
+def _idle_after(msg: dict[str, Any] | None, msg_id: str) -> bool:
+    """True if ``msg`` is the idle status that ends request ``msg_id``."""
+    if msg is None or msg.get("msg_type") != "status":
+        return False
+    parent, content = msg.get("parent_header"), msg.get("content")
+    return (
+        isinstance(parent, dict)
+        and isinstance(content, dict)
+        and parent.get("msg_id") == msg_id
+        and content.get("execution_state") == "idle"
+    )
+
+
 #: How often a starting kernel's container is asked about (an engine call) while waiting.
 STARTUP_ALIVE_INTERVAL = 0.2
 
@@ -83,7 +97,7 @@ class KernelSession:
         # One probe at a time; ZMQ queues it until the kernel's socket is bound.  The
         # reply proves shell works; a status message proves iopub is subscribed (the
         # status of the very first probe may be published before we subscribe).
-        iopub_ready = False
+        iopub_ready = idle = False
         while not iopub_ready:
             msg_id = self._request("kernel_info_request")
             while True:
@@ -97,12 +111,18 @@ class KernelSession:
                     self.kernel_info = content if isinstance(content, dict) else {}
                     break
             try:
-                iopub_ready = await self._get_msg("iopub", 0.1) is not None
+                msg = await self._get_msg("iopub", 0.1)
             except Empty:
                 await self._wait_or_fail(deadline, check_alive, 0)
-        while True:  # drop the remaining status messages of the probes
+            else:
+                iopub_ready, idle = msg is not None, _idle_after(msg, msg_id)
+        # Drop the remaining status messages of the probes: up to the last probe's idle,
+        # which ends them (the kernel answers shell requests in order), or else until
+        # iopub is quiet for 10 ms (that idle was published before the subscription took).
+        # Waiting for the quiet alone added its 10 ms to every start.
+        while not idle:
             try:
-                await self._get_msg("iopub", 0.01)
+                idle = _idle_after(await self._get_msg("iopub", 0.01), msg_id)
             except Empty:
                 break
 

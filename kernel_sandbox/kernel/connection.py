@@ -129,8 +129,13 @@ def launch_command(
     works on a remote engine where no directory can be shared.
     """
     command = ["sh", "-c", SUPERVISOR, "kernel-sandbox-supervisor", state_dir]
-    if info["transport"] == "ipc":
-        command = [python, "-c", BINDER, *command[1:]]
     program, env = kernel_command(python, kernel)
+    if info["transport"] == "ipc":
+        # isolated and without site: the binder needs no package and no user setting
+        command = [python, "-I", "-S", "-c", BINDER, *command[1:]]
+        env["KERNEL_SANDBOX_SOCKETS"] = ",".join(
+            f"{info['ip']}-{info[name]}"  # type: ignore[literal-required]
+            for name in PORT_NAMES
+        )
     info = {**info, "kernel_name": kernel}
     return [*command, *program], {**env, "KERNEL_SANDBOX_CONNECTION": json.dumps(info)}

@@ -270,6 +270,11 @@ class DockerHost(KernelHost):
             with contextlib.suppress(Exception):
                 self.resource_id = await starting
             raise
+        # The engine has just started it: the first check of the container while its
+        # kernel starts comes _ENGINE_POLL from now (a dead kernel is told by the
+        # supervisor meanwhile), not at once; a start that answers sooner makes none
+        # (an inspect per create, one engine call of six).
+        self._engine_checked = time.monotonic()
         if self._restore is not None:
             await self._restore[1](checkpoints.checkpoint_dir(engine_info, self.resource_id))
             await checkpoints.start_from_checkpoint(self.engine.api, self.resource_id)
