@@ -19,6 +19,8 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import hashlib
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -34,6 +36,8 @@ __all__ = ["KEY_SANDBOX", "NamedSandboxes", "SandboxSource", "SessionSandboxes",
 #: What stands for the MCP session of a call that has none (protocol 2026-07-28):
 #: such calls share their API key's MCP sandbox.
 KEY_SANDBOX = "(no MCP session: the key's sandbox)"
+#: Bytes of a session's sandbox id read back from its name file (ids are at most 64).
+_NAME_BYTES = 128
 
 
 class SandboxSource(Protocol):
@@ -144,6 +148,8 @@ class SessionSandboxes:
         session), made on its first call and again once it is gone."""
         session = str((ctx.headers or {}).get("mcp-session-id") or KEY_SANDBOX)
         async with self._locks[owner]:
+            if self.tenancy.shared:
+                return await self._shared_session_sandbox(owner, session)
             sandbox_id = self._by_session.get((owner, session))
             live = {lease.id for lease in self.tenancy.owned(owner)}
             if sandbox_id is None or sandbox_id not in live:
@@ -153,3 +159,27 @@ class SessionSandboxes:
                 sandbox_id = await self._new(owner, mcp_session=session)
                 self._by_session[(owner, session)] = sandbox_id
         return sandbox_id
+
+    async def _shared_session_sandbox(self, owner: str, session: str) -> str:
+        """Several workers or replicas (which serve MCP without sessions: any of them
+        answers any request): the session's sandbox is named in a file of the key's
+        record directory, ``.mcp-<digest of the session>``, so every process finds the
+        same one; one process at a time (that file's flock) looks and, when it is gone,
+        makes the next."""
+        from ..server import replicas
+
+        record_dir = self.tenancy.settings.record_dir
+        digest = hashlib.sha256(session.encode()).hexdigest()[:32]
+        folder = record_dir / owner
+        await asyncio.to_thread(folder.mkdir, mode=0o700, parents=True, exist_ok=True)
+        busy = "another server process is making this MCP session's sandbox"
+        wait = self.tenancy.settings.max_timeout
+        async with replicas.locked_file(folder / f".mcp-{digest}", wait, busy) as fd:
+            named = os.pread(fd, _NAME_BYTES, 0).decode(errors="replace").strip()
+            state = replicas.state_path(record_dir, owner, named)
+            if state is not None and replicas.is_live(state):
+                return named
+            made = await self._new(owner, mcp_session=session)
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, made.encode(), 0)
+            return made

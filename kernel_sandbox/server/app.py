@@ -82,6 +82,9 @@ def build_app(settings: ServerSettings, *, mcp: bool = True) -> ASGIApp:
         )
         mcp_routes = mcp_server.streamable_http_app(
             streamable_http_path="/mcp",
+            # several workers or replicas: any of them answers any request, so no MCP
+            # session lives in one process (a call names its sandbox, or gets the key's)
+            stateless_http=tenancy.shared,
             host=settings.host,
             max_request_body_size=settings.max_request_bytes,
             session_idle_timeout=settings.idle_timeout or None,

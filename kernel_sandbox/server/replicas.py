@@ -71,6 +71,7 @@ __all__ = [
     "idle_for",
     "is_live",
     "live_states",
+    "locked_file",
     "mark_live",
     "reaper_turn",
     "resume_turn",
@@ -266,15 +267,20 @@ async def _flock(fd: int, wait: float, busy: str) -> None:
 async def resume_turn(state: Path, wait: float) -> AsyncIterator[None]:
     """One process at a time brings a paused sandbox back (or finds it back already):
     an exclusive flock on ``<sandbox id>.resume`` beside its state file."""
-    fd = os.open(
-        state.with_suffix(RESUME_SUFFIX),
-        os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-        0o600,
-    )
-    try:
-        busy = f"sandbox {state.stem} is being resumed by another worker (for {wait:g}s)"
-        await _flock(fd, wait, busy)
+    busy = f"sandbox {state.stem} is being resumed by another worker (for {wait:g}s)"
+    async with locked_file(state.with_suffix(RESUME_SUFFIX), wait, busy):
         yield
+
+
+@contextlib.asynccontextmanager
+async def locked_file(path: Path, wait: float, busy: str) -> AsyncIterator[int]:
+    """One process at a time: an exclusive flock on ``path`` (made 0600 if missing, never
+    through a link) for the block, which gets its descriptor; CapacityError(``busy``)
+    after ``wait`` seconds."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        await _flock(fd, wait, busy)
+        yield fd
     finally:
         os.close(fd)
 

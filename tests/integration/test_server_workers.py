@@ -18,6 +18,8 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 
 from kernel_sandbox.backends.docker import DockerHost
 from kernel_sandbox.server import replicas
@@ -237,3 +239,44 @@ async def test_idle_sandbox_reaped_once_used_one_kept(tmp_path: Path) -> None:
         assert nb["metadata"]["kernel_sandbox"]["reason"] == "idle timeout"
     finally:
         server.stop()
+
+
+async def test_mcp_calls_through_both_workers_share_the_keys_sandbox(server: Server) -> None:
+    """MCP without sessions (several workers): any worker answers, one sandbox per key."""
+    workers: set[str] = set()
+
+    async def seen(response: httpx2.Response) -> None:
+        workers.add(response.headers[WORKER_HEADER])
+
+    async def session_of(key: str, codes: list[str]) -> list[str]:
+        """One MCP client (a connection of its own per request), the printed texts."""
+        headers = {"Authorization": f"Bearer {key}", "Connection": "close"}
+        hooks = {"response": [seen]}
+        async with (
+            httpx2.AsyncClient(headers=headers, timeout=120, event_hooks=hooks) as http,
+            streamable_http_client(f"{server.url}/mcp", http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            texts = []
+            for code in codes:
+                result = await session.call_tool("run_python", {"code": code})
+                assert not result.is_error, result.content
+                texts.append(result.content[0].text)  # type: ignore[union-attr]
+            return texts
+
+    sent, total = [], 0
+    for n in range(12):  # clients one after another, until both workers answered
+        codes = [f"total = globals().get('total', 0) + {n}; print(total)"]
+        total += n
+        assert await session_of(KEY_A, codes) == [str(total)]  # the same kernel every time
+        sent += codes
+        if len(workers) == 2 and n >= 3:
+            break
+    assert len(workers) == 2, f"one worker answered every call: {workers}"
+    listed = (await call(server, "GET", "/v1/sandboxes")).json()
+    assert len(listed) == 1  # one sandbox for the key, whichever worker took the call
+    nb = (await call(server, "GET", f"/v1/sandboxes/{listed[0]['id']}/notebook")).json()
+    assert code_cells(nb) == sent
+    # another key's calls get a sandbox of their own
+    assert await session_of(KEY_B, ["print(globals().get('total'))"]) == ["None"]
