@@ -19,6 +19,7 @@ from ..errors import (
     ContextNotFoundError,
     EngineUnavailableError,
     FileOperationError,
+    FileOperationTimeoutError,
     ImageError,
     SandboxClosedError,
     SandboxError,
@@ -77,6 +78,8 @@ def status_of(exc: SandboxError) -> int:
         return 409  # the sandbox's state cannot be saved or loaded as asked
     if isinstance(exc, CapacityError):
         return 429
+    if isinstance(exc, FileOperationTimeoutError):
+        return 504  # the sandbox did not answer in time: neither the client's fault nor ours
     if isinstance(exc, ConfigError | FileOperationError | ImageError | SandboxClosedError):
         return 400
     if isinstance(exc, EngineUnavailableError):

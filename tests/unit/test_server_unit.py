@@ -203,3 +203,11 @@ def test_remote_sandbox_has_the_local_api() -> None:
     for name, signature in files_local.items():
         assert signature is not None and files_remote[name] is not None
         assert list(signature.parameters) == list(files_remote[name].parameters), name  # type: ignore[union-attr]
+
+
+def test_a_file_operation_past_its_deadline_is_a_gateway_timeout() -> None:
+    from kernel_sandbox.errors import FileOperationError, FileOperationTimeoutError
+    from kernel_sandbox.server.deps import status_of
+
+    assert status_of(FileOperationTimeoutError("the sandbox's helper took 60 s")) == 504
+    assert status_of(FileOperationError("no such directory")) == 400  # still the caller's
