@@ -3,6 +3,8 @@
     KUBECONFIG=... python bench/replicas.py              # 30 clients, 20 s per configuration
     python bench/replicas.py --clients 50 --seconds 20 --parts kubernetes,docker
     python bench/replicas.py --parts docker --old /work/main --profile   # A/B, py-spy --gil
+    KUBECONFIG=... python bench/replicas.py --parts kubernetes --turns off,on   # A/B
+    KUBECONFIG=... python bench/replicas.py --parts kubernetes --turns off,on --spread sticky
 
 30 clients by default, not the issue's 50: each sandbox pod requests 50m CPU
 (backends/kubernetes/manifests.py CPU_REQUEST) and each server replica 100m, so a 2-core
@@ -138,10 +140,16 @@ class Cpu:
 
 
 async def load(
-    pools: list[httpx2.AsyncClient], sids: list[str], seconds: float, cpu: Cpu
+    pools: list[httpx2.AsyncClient],
+    sids: list[str],
+    seconds: float,
+    cpu: Cpu,
+    sticky: bool = False,
 ) -> dict[str, Any]:
     """Each sandbox's client calls ``print(1+1)`` for ``seconds``, each call on the next
-    replica (pool) in turn: calls/s, p50/p99, calls per replica, CPU used."""
+    replica (pool) in turn, or (``sticky``) every call on the client's own replica (as a
+    Service's ``sessionAffinity: ClientIP`` does): calls/s, p50/p99, calls per replica,
+    CPU used."""
     latencies: list[float] = []
     in_window: list[bool] = []  # answered before the deadline (a straggler stretches the wall)
     by_replica: dict[str, int] = {}
@@ -151,7 +159,7 @@ async def load(
         n = i
         while time.perf_counter() < deadline:
             pool = pools[n % len(pools)]
-            n += 1
+            n += 0 if sticky else 1
             t = time.perf_counter()
             r = await pool.post(f"/v1/sandboxes/{sid}/python", json=CODE)
             took = time.perf_counter() - t
@@ -271,16 +279,29 @@ def own_namespace(name: str) -> Iterator[str]:
 
 
 async def kubernetes(args: argparse.Namespace) -> dict[str, Any]:
+    """Every ``--turns`` value in turn, each a deployment of its own (A/B in one run)."""
+    parts = [await kubernetes_run(args, turns) for turns in args.turns.split(",")]
+    return {
+        "runs": [run for part in parts for run in part["runs"]],
+        "elsewhere": parts[0]["elsewhere"],
+        "create_s": [part["create_s"] for part in parts],
+    }
+
+
+async def kubernetes_run(args: argparse.Namespace, turns: str) -> dict[str, Any]:
+    """The same sandboxes through 1, 2, 3 replicas of one deployment; ``turns``: its
+    ``--keep-notebook-turns`` (on / off; empty: the manifests' own choice)."""
     _kubeconfig()
     from kernel_sandbox.backends.kubernetes.api import kube
     from tests.kubernetes.deployment import APP, deploy, scale
 
     core = kube().core
     figures: dict[str, Any] = {"runs": [], "elsewhere": {}}
-    server_args = (*LIMITS, "--idle-timeout", "900")
+    keep = {"on": ("--keep-notebook-turns",), "off": ("--no-keep-notebook-turns",), "": ()}
+    server_args = (*LIMITS, "--idle-timeout", "900", *keep[turns])
     # deploy() and scale() wait with asyncio.run of their own: in a thread here
     stack = contextlib.ExitStack()
-    ns = stack.enter_context(own_namespace(f"ks-bench-{os.getpid()}"))
+    ns = stack.enter_context(own_namespace(f"ks-bench-{os.getpid()}{turns and '-' + turns}"))
     try:
         deployed = await asyncio.to_thread(
             lambda: stack.enter_context(deploy(ns, 1, [KEY], args=server_args))
@@ -310,8 +331,10 @@ async def kubernetes(args: argparse.Namespace) -> dict[str, Any]:
                             seen = await on_new_replica(pools[creator_pod], pools[name], sids)
                             figures["elsewhere"][name] = seen
                 cpu = Cpu({"sandboxes": sandboxes_cpu, "servers": pods_cpu(APP)})
-                run = await load(list(pools.values())[:replicas], sids, args.seconds, cpu)
-                run["replicas"] = replicas
+                sticky = args.spread == "sticky"
+                run = await load(list(pools.values())[:replicas], sids, args.seconds, cpu, sticky)
+                run["replicas"], run["spread"] = replicas, args.spread
+                run["checkout"] = f"turns {turns}" if turns else ""
                 run["load_1min"] = os.getloadavg()[0]
                 figures["runs"].append(run)
             await delete_sandboxes(pools[creator_pod], sids)
@@ -415,8 +438,8 @@ async def docker_run(
 def table(figures: dict[str, Any]) -> str:
     rows = [
         "| through | calls/s | ratio | in the window | p50 ms | p99 ms "
-        "| cores: sandboxes / servers / client / other | wrong answers |",
-        "|---|---|---|---|---|---|---|---|",
+        "| cores: sandboxes / servers / client / other | server CPU ms/call | wrong answers |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for part, key, label in (
         ("kubernetes", "replicas", "replica"),
@@ -434,7 +457,9 @@ def table(figures: dict[str, Any]) -> str:
                 f"{run['calls_per_s']:.0f} | {run['calls_per_s'] / base['calls_per_s']:.2f}x | "
                 f"{run.get('calls_per_s_in_window', 0):.0f} | {run['p50_ms']:.0f} | "
                 f"{run['p99_ms']:.0f} | {c['sandboxes_cores']:.2f} / {c['servers_cores']:.2f} / "
-                f"{c['client_cores']:.2f} / {c['other_cores']:.2f} | {run['wrong']} |"
+                f"{c['client_cores']:.2f} / {c['other_cores']:.2f} | "
+                f"{1000 * c['servers_cores'] / max(run['calls_per_s'], 1e-9):.1f} | "
+                f"{run['wrong']} |"
             )
     out = ["\n".join(rows)]
     seen = figures.get("kubernetes", {}).get("elsewhere")
@@ -485,6 +510,19 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--probes", type=int, default=10)
     parser.add_argument("--parts", default="kubernetes,docker")
+    parser.add_argument(
+        "--spread",
+        choices=["round-robin", "sticky"],
+        default="round-robin",
+        help="Kubernetes part: each client's calls over the replicas in turn, or all on one "
+        "(the client's own, as sessionAffinity: ClientIP)",
+    )
+    parser.add_argument(
+        "--turns",
+        default="",
+        help="Kubernetes part: the replicas' --keep-notebook-turns, 'on', 'off' or 'off,on' "
+        "(A/B: a deployment each, one after the other); default: as the manifests say",
+    )
     parser.add_argument(
         "--old", help="Docker part: also serve from this checkout, turn about with this one"
     )

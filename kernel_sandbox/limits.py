@@ -144,6 +144,7 @@ __all__ = [
     "NOTEBOOK_LANGUAGE_INFO_CHARS",
     "NOTEBOOK_MAX_OUTPUT_BYTES",
     "NOTEBOOK_POINTER_CHARS",
+    "NOTEBOOK_TURN_WAIT_SECONDS",
     "POOL_PING_SECONDS",
     "PROCESS_THREADS",
     "PSEUDO_FILE_BYTES",
@@ -654,6 +655,13 @@ SMOLAGENTS_IMAGE_PIXELS = 40_000_000
 #: Characters of a notebook pointer file read (a pointer is a path, at most PATH_MAX =
 #: 4096 bytes); what is longer is not a pointer.
 NOTEBOOK_POINTER_CHARS = 4096
+#: Seconds a writer waits for a notebook's lock while a writer may keep its turn (a turn
+#: FIFO is there, :mod:`kernel_sandbox.notebook.shared`); then it gives up (NotebookError:
+#: its cells are written by a later write).  A poked keeper lets go after one write, so
+#: only a keeper that cannot hear the poke holds it this long: one on another host
+#: (``serve --keep-notebook-turns`` on a volume shared across nodes), which lets go
+#: only when its calls stop.
+NOTEBOOK_TURN_WAIT_SECONDS = 30.0
 #: Characters of the answer of the replay's kernel probe (one small JSON line); a longer
 #: answer is not one.
 REPLAY_PROBE_BYTES = 4096

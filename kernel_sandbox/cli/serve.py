@@ -230,6 +230,15 @@ def read_keys(api_keys: tuple[str, ...], key_file: Path | None) -> tuple[str, ..
     "none removes sandboxes when it starts or stops, one at a time reaps (on Kubernetes "
     "the holder of a Lease).",
 )
+@click.option(
+    "--keep-notebook-turns/--no-keep-notebook-turns",
+    default=None,
+    envvar="KERNEL_SANDBOX_KEEP_NOTEBOOK_TURNS",
+    help="With workers or replicas: a process keeps a notebook's writing turn between "
+    "its calls (written behind, coalesced; handed over through a FIFO, which only "
+    "processes on one host hear). Default: workers do, replicas do not; give it to "
+    "replicas whose shared volume is one node's (hostPath, local PersistentVolume).",
+)
 @click.option("--no-mcp", is_flag=True, help="Do not serve MCP at /mcp.")
 def serve(
     host: str,
@@ -269,6 +278,7 @@ def serve(
     e2b_templates: tuple[str, ...],
     workers: int,
     replica: bool,
+    keep_notebook_turns: bool | None,
     no_mcp: bool,
 ) -> None:
     """Serve sandboxes over HTTP: ms-enclave's REST API, /v1 (streaming) and MCP at /mcp."""
@@ -319,6 +329,7 @@ def serve(
         e2b_templates=_templates(e2b_templates),
         workers=workers,
         replica=replica,
+        keep_notebook_turns=keep_notebook_turns,
     )
     if snapshot_dir is not None:
         settings = settings.model_copy(update={"snapshot_dir": snapshot_dir})

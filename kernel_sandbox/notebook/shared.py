@@ -18,17 +18,21 @@ written yet is created under a ``flock`` on its directory.  So writes of differe
 notebooks never wait for each other, whichever directory they share.
 
 A server worker may *keep* the lock between its calls (the notebook's writing turn,
-:meth:`NotebookFile.keep_turn <kernel_sandbox.notebook.file.NotebookFile.keep_turn>`), so
-its cells are written behind and coalesced as with one process.  Whoever finds the lock
-taken pokes the keeper first: a byte on the notebook's turn FIFO, ``<stem>.turn`` beside
-it (:func:`poke`), which the keeper listens on while it keeps the turn; the keeper then
-writes what it holds and lets go.  The FIFO is a pipe of this host's kernel: a keeper on
-another host (replicas sharing a volume) would not hear it, so only workers on one host
-keep turns.  A keeper that dies lets go with its process (the ``flock`` and the FIFO's
-read end close).  A ``flock`` is not handed to the writer that waited longest, so
-where there is a FIFO every writer first waits in line on it (a ``flock`` on the FIFO,
-held until the notebook's lock is its own): a keeper's next call, taking the turn
-again just after handing it over, comes after the writer it was handed to.
+:meth:`NotebookFile.keep_turn <kernel_sandbox.notebook.file.NotebookFile.keep_turn>`),
+so its cells are written behind and coalesced as with one process. Whoever finds the
+lock taken pokes the keeper first: a byte on the notebook's turn FIFO, ``<stem>.turn``
+beside it (:func:`poke`), which the keeper listens on while it keeps the turn; the
+keeper then writes what it holds and lets go. The FIFO is a pipe of this host's kernel:
+a keeper on another host (replicas sharing a volume across nodes) would not hear it, so
+only processes on one host keep turns (workers; replicas on one node's volume, ``serve
+--keep-notebook-turns``). Misconfigured (keepers on several hosts), a writer gives up
+after :data:`~kernel_sandbox.limits.NOTEBOOK_TURN_WAIT_SECONDS` (NotebookError) instead
+of waiting for as long as the keeper's calls come. A keeper that dies lets go with its
+process (the ``flock`` and the FIFO's read end close). A ``flock`` is not handed to the
+writer that waited longest, so where there is a FIFO every writer first waits in line on
+it (a ``flock`` on the FIFO, held until the notebook's lock is its own): a keeper's next
+call, taking the turn again just after handing it over, comes after the writer it was
+handed to.
 
 How an attaching process finds the notebook: the recorder, once it records a sandbox,
 leaves a pointer in the user's private runtime directory (``<sandbox id>.notebook``,
@@ -41,6 +45,7 @@ import contextlib
 import fcntl
 import os
 import stat
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -51,9 +56,13 @@ from nbformat import NotebookNode
 from nbformat.v4.rwbase import rejoin_lines, strip_transient
 
 from ..errors import NotebookError
-from ..limits import NOTEBOOK_POINTER_CHARS
+from ..limits import NOTEBOOK_POINTER_CHARS, NOTEBOOK_TURN_WAIT_SECONDS
 from ..rundirs import runtime_root
 from .storage import read_notebook, validate_parts, write_notebook_atomic
+
+#: Longest pause between two tries of a lock a writer keeping its turn holds (the keeper
+#: lets go after a write of a few ms once poked; shorter pauses come first).
+TURN_RETRY_SECONDS = 0.004
 
 __all__ = [
     "acquire",
@@ -84,7 +93,8 @@ def acquire(path: Path) -> int:
     ``flock`` on the file it names, or on its directory while it has none.  Returns the
     descriptor that holds it; closing it lets go."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _in_line(path):
+    with _in_line(path) as keepers:
+        deadline = time.monotonic() + NOTEBOOK_TURN_WAIT_SECONDS
         while True:
             fd, is_file = _lockable(path)
             try:
@@ -92,7 +102,10 @@ def acquire(path: Path) -> int:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:  # taken: a writer that keeps its turn lets go at once
                     poke(path)
-                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    if keepers:
+                        _wait_kept(fd, path, deadline)
+                    else:  # writers only hold it for a write
+                        fcntl.flock(fd, fcntl.LOCK_EX)
                 if _still_current(fd, is_file, path):
                     return fd
             except BaseException:
@@ -101,19 +114,48 @@ def acquire(path: Path) -> int:
             os.close(fd)
 
 
+def _wait_kept(fd: int, path: Path, deadline: float) -> None:
+    """Wait for the ``flock`` on ``fd`` that a writer keeping its turn holds, until
+    ``deadline`` (:data:`~kernel_sandbox.limits.NOTEBOOK_TURN_WAIT_SECONDS`), then raise
+    NotebookError: a keeper that cannot hear :func:`poke` (on another host: the FIFO is a
+    pipe of one host's kernel) lets go only when its calls stop.  A ``flock`` has no
+    timeout, so it is tried again, at most every :data:`TURN_RETRY_SECONDS` (a poked
+    keeper lets go after one write), and the keeper poked again every second (one that
+    started listening since)."""
+    pause, poked = TURN_RETRY_SECONDS / 32, time.monotonic()
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            pass
+        now = time.monotonic()
+        if now >= deadline:
+            raise NotebookError(
+                f"the notebook {path} stayed locked {NOTEBOOK_TURN_WAIT_SECONDS:.0f} s by a "
+                "writer keeping its turn that does not answer its turn FIFO: is the volume "
+                "shared across hosts? serve --no-keep-notebook-turns there"
+            )
+        if now - poked >= 1.0:
+            poke(path)
+            poked = now
+        time.sleep(min(pause, deadline - now))
+        pause = min(pause * 2, TURN_RETRY_SECONDS)
+
+
 @contextlib.contextmanager
-def _in_line(path: Path) -> Iterator[None]:
+def _in_line(path: Path) -> Iterator[bool]:
     """Wait behind the writers already waiting for the notebook's lock, when a writer may
     keep its turn (:func:`turn_path` is a FIFO): an exclusive ``flock`` on the FIFO, held
-    for the block (see the module)."""
+    for the block (see the module).  Yields whether a writer may keep its turn."""
     fd = _open_fifo(turn_path(path), os.O_RDONLY)  # None: no writer keeps turns here
     if fd is None:
-        yield
+        yield False
         return
     try:
         with contextlib.suppress(OSError):  # no locks there: wait as without a FIFO
             fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
+        yield True
     finally:
         os.close(fd)
 

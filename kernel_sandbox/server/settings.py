@@ -203,6 +203,16 @@ class ServerSettings(BaseModel):
         "kernel_sandbox.server.replicas).",
     )
 
+    keep_notebook_turns: bool | None = Field(
+        default=None,
+        description="Whether a recorded call keeps its notebook's writing turn for the "
+        "calls after it in this process (written behind, coalesced; handed over when "
+        "another writer pokes the notebook's turn FIFO, a pipe of one host's kernel). "
+        "None: workers do (one host), replicas do not (their volume may be shared across "
+        "nodes, where a poke is not heard). True for replicas whose shared volume is one "
+        "node's (a hostPath or local PersistentVolume: deploy/kubernetes-local).",
+    )
+
     @model_validator(mode="after")
     def _check_workers(self) -> ServerSettings:
         if self.workers > 1 or self.replica:

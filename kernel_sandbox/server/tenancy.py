@@ -196,8 +196,12 @@ class Tenancy:
         """Workers on one host: a recorded call keeps the notebook's writing turn for the
         calls after it in this worker (written behind, coalescing), handed over at once
         when another worker wants it (a FIFO: one host's kernel).  Replicas, which may
-        share the volume across hosts, take and let go of it on every call."""
-        return self.settings.workers > 1 and not self.settings.replica
+        share the volume across hosts, take and let go of it on every call, unless told
+        their volume is one node's (``keep_notebook_turns``)."""
+        keep = self.settings.keep_notebook_turns
+        if keep is None:
+            return self.settings.workers > 1 and not self.settings.replica
+        return keep and self.shared
 
     async def stop(self) -> None:
         """Remove every sandbox (a graceful stop; a killed server leaves them labelled).

@@ -299,6 +299,10 @@ PROOFS: dict[str, list[str]] = {
     "NOTEBOOK_CALL_OUTPUT_BYTES": [
         "tests/unit/test_notebook_budget.py::test_one_call_keeps_its_ends_within_the_per_call_cap"
     ],
+    "NOTEBOOK_TURN_WAIT_SECONDS": [
+        "tests/unit/test_notebook_shared.py::"
+        "test_a_writer_gives_up_on_a_turn_kept_where_no_poke_is_heard"
+    ],
     "NOTEBOOK_MAX_OUTPUT_BYTES": [
         "tests/unit/test_notebook_budget.py::test_a_long_session_stops_recording_outputs_at_the_notebooks_cap"
     ],

@@ -17,6 +17,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell
 
+from kernel_sandbox.errors import NotebookError
 from kernel_sandbox.notebook import shared
 from kernel_sandbox.notebook.recorder import NotebookRecorder
 from kernel_sandbox.notebook.storage import read_notebook
@@ -462,3 +463,70 @@ def test_a_writer_waits_for_a_turn_kept_by_a_busy_worker_about_one_write(
     sources = _sources(path)
     assert [s for s in sources if s.startswith("call ")] == [f"call {i}" for i in range(made)]
     assert sources[0] == "# t" and len(sources) == 1 + made + (waiter != "settle")
+
+
+def _kept_elsewhere(path: Path) -> int:
+    """The notebook at ``path`` locked by a keeper that cannot hear a poke (one on another
+    host: the turn FIFO is there, no reader of it on this host); its descriptor."""
+    rec = NotebookRecorder(path, title="t", flush_delay=NEVER)
+    rec.flush()
+    os.mkfifo(shared.turn_path(path), 0o600)
+    fd = os.open(path, os.O_RDWR)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def test_a_writer_gives_up_on_a_turn_kept_where_no_poke_is_heard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Replicas told to keep turns on a volume shared across hosts: a writer waits
+    NOTEBOOK_TURN_WAIT_SECONDS for the keeper, then raises NotebookError saying why
+    (its cells come with a later write) instead of waiting while the keeper's calls go on."""
+    path = tmp_path / "s.ipynb"
+    keeper = _kept_elsewhere(path)
+    monkeypatch.setattr(shared, "NOTEBOOK_TURN_WAIT_SECONDS", 0.3)
+    failed: list[BaseException] = []
+
+    def settle() -> None:
+        try:
+            NotebookRecorder(path, flush_delay=NEVER).settle()
+        except BaseException as exc:
+            failed.append(exc)
+
+    try:
+        waiting = threading.Thread(target=settle, daemon=True)
+        waiting.start()
+        waiting.join(60)
+        assert not waiting.is_alive(), "the writer waited for a keeper nobody can tell"
+    finally:
+        os.close(keeper)
+    (exc,) = failed
+    assert isinstance(exc, NotebookError) and "--no-keep-notebook-turns" in str(exc)
+
+
+def test_a_writer_gets_a_turn_kept_where_no_poke_is_heard_once_let_go(tmp_path: Path) -> None:
+    """The same keeper letting go by itself (its calls stopped, its write behind found
+    nothing more): the waiting writer, which tries the lock again, gets it and writes."""
+    path = tmp_path / "s.ipynb"
+    keeper = _kept_elsewhere(path)
+    poked = os.open(shared.turn_path(path), os.O_RDONLY | os.O_NONBLOCK)
+    waiting = threading.Thread(
+        target=shared.append_cells, args=(path, [new_markdown_cell("person")]), daemon=True
+    )
+    try:
+        waiting.start()
+
+        def heard() -> bool:  # the waiter poked: it waits for the lock now
+            try:
+                return bool(os.read(poked, 4096))
+            except BlockingIOError:
+                return False
+
+        wait_for(heard, timeout=30)
+        assert waiting.is_alive()
+    finally:
+        os.close(keeper)
+        os.close(poked)
+    waiting.join(60)
+    assert not waiting.is_alive()
+    assert _sources(path) == ["# t", "person"]

@@ -217,7 +217,52 @@ def test_a_dropped_sandbox_leaves_no_turn_fifo(tmp_path: Path) -> None:
     assert sorted(p.name for p in path.parent.iterdir()) == [notebook.name]
 
 
-@pytest.mark.parametrize("several", [{"workers": 2}, {"replica": True}])
+@pytest.mark.parametrize(
+    ("settings", "keeps"),
+    [
+        ({"workers": 2}, True),
+        ({"replica": True}, False),  # its volume may be shared across hosts
+        ({"replica": True, "keep_notebook_turns": True}, True),  # one node's volume
+        ({"workers": 2, "keep_notebook_turns": False}, False),
+        ({"keep_notebook_turns": True}, False),  # one process: nobody to keep it from
+    ],
+)
+def test_who_keeps_notebook_turns(settings: dict[str, object], keeps: bool) -> None:
+    assert Tenancy(ServerSettings(**settings)).keeps_turns is keeps  # type: ignore[arg-type]
+
+
+def test_serve_keeps_notebook_turns_when_told_on_the_command_line_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--keep-notebook-turns`` or KERNEL_SANDBOX_KEEP_NOTEBOOK_TURNS (what
+    deploy/kubernetes-local sets); the command line wins; unset: the default (None)."""
+    from click.testing import CliRunner
+
+    from kernel_sandbox.cli import serve as serve_cli
+
+    seen: list[ServerSettings] = []
+
+    def made(settings: ServerSettings) -> None:  # the settings serve made: stop there
+        seen.append(settings)
+        raise SystemExit(0)
+
+    monkeypatch.setattr(ServerSettings, "check_bind", made)
+    for args, env, keep in (
+        ([], {}, None),
+        ([], {"KERNEL_SANDBOX_KEEP_NOTEBOOK_TURNS": "true"}, True),
+        (["--no-keep-notebook-turns"], {"KERNEL_SANDBOX_KEEP_NOTEBOOK_TURNS": "true"}, False),
+        (["--keep-notebook-turns"], {}, True),
+    ):
+        done = CliRunner().invoke(
+            serve_cli.serve, ["--replica", "--api-key", "k" * 32, *args], env=env
+        )
+        assert done.exit_code == 0, done.output
+        assert seen.pop().keep_notebook_turns is keep
+
+
+@pytest.mark.parametrize(
+    "several", [{"workers": 2}, {"replica": True}, {"replica": True, "keep_notebook_turns": True}]
+)
 async def test_a_call_cancelled_as_it_ends_has_its_cell_written_before_the_next_call(
     tmp_path: Path, new_sandbox: NewSandbox, several: dict[str, object]
 ) -> None:
