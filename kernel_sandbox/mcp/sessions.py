@@ -148,8 +148,8 @@ class SessionSandboxes:
         session), made on its first call and again once it is gone."""
         session = str((ctx.headers or {}).get("mcp-session-id") or KEY_SANDBOX)
         async with self._locks[owner]:
-            if self.tenancy.shared:
-                return await self._shared_session_sandbox(owner, session)
+            if self.tenancy.shared:  # no sessions there: a session header names nothing
+                return await self._shared_session_sandbox(owner, KEY_SANDBOX)
             sandbox_id = self._by_session.get((owner, session))
             live = {lease.id for lease in self.tenancy.owned(owner)}
             if sandbox_id is None or sandbox_id not in live:
@@ -162,10 +162,11 @@ class SessionSandboxes:
 
     async def _shared_session_sandbox(self, owner: str, session: str) -> str:
         """Several workers or replicas (which serve MCP without sessions: any of them
-        answers any request): the session's sandbox is named in a file of the key's
-        record directory, ``.mcp-<digest of the session>``, so every process finds the
-        same one; one process at a time (that file's flock) looks and, when it is gone,
-        makes the next."""
+        answers any request): the key's MCP sandbox is named in a file of the key's
+        record directory, ``.mcp-<digest of KEY_SANDBOX>`` (one per key, whatever
+        session header a client sends), so every process finds the same one; one
+        process at a time (that file's flock) looks and, when it is gone, makes the
+        next."""
         from ..server import replicas
 
         record_dir = self.tenancy.settings.record_dir

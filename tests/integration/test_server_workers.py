@@ -248,9 +248,9 @@ async def test_mcp_calls_through_both_workers_share_the_keys_sandbox(server: Ser
     async def seen(response: httpx2.Response) -> None:
         workers.add(response.headers[WORKER_HEADER])
 
-    async def session_of(key: str, codes: list[str]) -> list[str]:
+    async def session_of(key: str, codes: list[str], **extra: str) -> list[str]:
         """One MCP client (a connection of its own per request), the printed texts."""
-        headers = {"Authorization": f"Bearer {key}", "Connection": "close"}
+        headers = {"Authorization": f"Bearer {key}", "Connection": "close", **extra}
         hooks = {"response": [seen]}
         async with (
             httpx2.AsyncClient(headers=headers, timeout=120, event_hooks=hooks) as http,
@@ -278,5 +278,10 @@ async def test_mcp_calls_through_both_workers_share_the_keys_sandbox(server: Ser
     assert len(listed) == 1  # one sandbox for the key, whichever worker took the call
     nb = (await call(server, "GET", f"/v1/sandboxes/{listed[0]['id']}/notebook")).json()
     assert code_cells(nb) == sent
+    # a session header names nothing here: the key's sandbox, and no file more per value
+    for made_up in ("made-up-1", "made-up-2"):
+        said = await session_of(KEY_A, ["print(total)"], **{"mcp-session-id": made_up})
+        assert said == [str(total)]
+    assert len(list((server.record_dir / key_id(KEY_A)).glob(".mcp-*"))) == 1
     # another key's calls get a sandbox of their own
     assert await session_of(KEY_B, ["print(globals().get('total'))"]) == ["None"]

@@ -8,9 +8,14 @@ import pytest
 
 from kernel_sandbox.errors import ConfigError
 from kernel_sandbox.limits import E2B_RECORD_BYTES
-from kernel_sandbox.server.e2b.shared import RECORDS_DIR, RecordStore
+from kernel_sandbox.server.e2b.shared import RECORDS_DIR, SHARED_FIELDS, RecordStore
 
-FIELDS = {"id": "abc123", "owner": "k1", "envs": {"A": "1"}, "end_at": 5.0}
+FIELDS = {name: None for name in SHARED_FIELDS} | {
+    "id": "abc123",
+    "owner": "k1",
+    "envs": {"A": "1"},
+    "end_at": 5.0,
+}
 
 
 def test_a_record_is_written_whole_private_and_read_back(tmp_path: Path) -> None:
@@ -55,3 +60,8 @@ def test_a_record_over_the_cap_is_refused_and_a_file_over_it_ignored(tmp_path: P
     assert store.load("abc123") is None
     path.write_bytes(body.replace(b"abc123", b"zzz999"))  # another sandbox's record
     assert store.load("abc123") is None
+    store.save({k: v for k, v in FIELDS.items() if k != "end_at"})  # another version's
+    assert store.load("abc123") is None
+    store.save({**FIELDS, "later": 1})  # a field of a later version is left out
+    loaded = store.load("abc123")
+    assert loaded is not None and loaded[1] == FIELDS

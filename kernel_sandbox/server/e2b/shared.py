@@ -110,10 +110,13 @@ class RecordStore:
             fields = json.loads(data)
             if not isinstance(fields, dict) or fields.get("id") != sandbox_id:
                 raise ValueError("not this sandbox's record")
+            missing = [name for name in SHARED_FIELDS if name not in fields]
+            if missing:  # another version's record, say
+                raise ValueError(f"no {', '.join(missing)}")
         except ValueError as exc:
             log.warning("ignoring the E2B record %s: %s", path, exc)
             return None
-        return stamp, fields
+        return stamp, {name: fields[name] for name in SHARED_FIELDS}
 
     def stamp(self, sandbox_id: str) -> Stamp | None:
         """The stamp of a record's file as it is now (None: no file)."""
