@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import hashlib
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -149,7 +148,7 @@ class SessionSandboxes:
         session = str((ctx.headers or {}).get("mcp-session-id") or KEY_SANDBOX)
         async with self._locks[owner]:
             if self.tenancy.shared:  # no sessions there: a session header names nothing
-                return await self._shared_session_sandbox(owner, KEY_SANDBOX)
+                return await self._shared_key_sandbox(owner)
             sandbox_id = self._by_session.get((owner, session))
             live = {lease.id for lease in self.tenancy.owned(owner)}
             if sandbox_id is None or sandbox_id not in live:
@@ -160,27 +159,26 @@ class SessionSandboxes:
                 self._by_session[(owner, session)] = sandbox_id
         return sandbox_id
 
-    async def _shared_session_sandbox(self, owner: str, session: str) -> str:
+    async def _shared_key_sandbox(self, owner: str) -> str:
         """Several workers or replicas (which serve MCP without sessions: any of them
         answers any request): the key's MCP sandbox is named in a file of the key's
-        record directory, ``.mcp-<digest of KEY_SANDBOX>`` (one per key, whatever
-        session header a client sends), so every process finds the same one; one
+        record directory, ``.mcp-sandbox`` (one per key, whatever session header a
+        client sends), so every process finds the same one; one
         process at a time (that file's flock) looks and, when it is gone, makes the
         next."""
         from ..server import replicas
 
         record_dir = self.tenancy.settings.record_dir
-        digest = hashlib.sha256(session.encode()).hexdigest()[:32]
         folder = record_dir / owner
         await asyncio.to_thread(folder.mkdir, mode=0o700, parents=True, exist_ok=True)
-        busy = "another server process is making this MCP session's sandbox"
+        busy = "another server process is making this key's MCP sandbox"
         wait = self.tenancy.settings.max_timeout
-        async with replicas.locked_file(folder / f".mcp-{digest}", wait, busy) as fd:
+        async with replicas.locked_file(folder / ".mcp-sandbox", wait, busy) as fd:
             named = os.pread(fd, _NAME_BYTES, 0).decode(errors="replace").strip()
             state = replicas.state_path(record_dir, owner, named)
             if state is not None and replicas.is_live(state):
                 return named
-            made = await self._new(owner, mcp_session=session)
+            made = await self._new(owner, mcp_session=KEY_SANDBOX)
             os.ftruncate(fd, 0)
             os.pwrite(fd, made.encode(), 0)
             return made

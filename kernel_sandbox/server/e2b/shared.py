@@ -67,9 +67,9 @@ class RecordStore:
     def _path(self, sandbox_id: str) -> Path | None:
         return self.root / f"{sandbox_id}{_SUFFIX}" if _ID.fullmatch(sandbox_id) else None
 
-    def save(self, fields: dict[str, Any]) -> None:
-        """Write a record whole (its ``id`` names the file).  A record over
-        :data:`E2B_RECORD_BYTES` is refused with a :class:`ConfigError`."""
+    def save(self, fields: dict[str, Any]) -> Stamp:
+        """Write a record whole (its ``id`` names the file); the stamp of the file written.
+        A record over :data:`E2B_RECORD_BYTES` is refused with a :class:`ConfigError`."""
         path = self._path(str(fields["id"]))
         if path is None:
             raise ConfigError(f"sandbox id {fields['id']!r} cannot name an E2B record")
@@ -84,11 +84,14 @@ class RecordStore:
         try:
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
+                out.flush()
+                written = _stamp(os.fstat(out.fileno()))
             os.replace(temp, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
             raise
+        return written
 
     def load(self, sandbox_id: str) -> tuple[Stamp, dict[str, Any]] | None:
         """A record and the stamp of the file it came from; None when there is none
@@ -103,7 +106,7 @@ class RecordStore:
         with os.fdopen(fd, "rb") as file:
             info = os.fstat(file.fileno())
             data = file.read(E2B_RECORD_BYTES + 1)
-        stamp = (info.st_ino, info.st_size, info.st_mtime_ns)
+        stamp = _stamp(info)
         try:
             if len(data) > E2B_RECORD_BYTES:
                 raise ValueError(f"over {E2B_RECORD_BYTES} bytes")
@@ -125,7 +128,7 @@ class RecordStore:
             info = os.stat(path, follow_symlinks=False) if path is not None else None
         except OSError:
             return None
-        return None if info is None else (info.st_ino, info.st_size, info.st_mtime_ns)
+        return None if info is None else _stamp(info)
 
     def remove(self, sandbox_id: str) -> None:
         """Forget a record (gone already: nothing to do)."""
@@ -142,3 +145,7 @@ class RecordStore:
             return []
         found = (name.removesuffix(_SUFFIX) for name in names if name.endswith(_SUFFIX))
         return [sid for sid in found if _ID.fullmatch(sid)]
+
+
+def _stamp(info: os.stat_result) -> Stamp:
+    return (info.st_ino, info.st_size, info.st_mtime_ns)

@@ -177,8 +177,8 @@ class E2bRegistry:
     def save(self, record: E2bSandbox) -> None:
         """Share what changed in a record (its timeout, say) with the other processes."""
         if self._store is not None:
-            self._store.save({name: getattr(record, name) for name in SHARED_FIELDS})
-            self._stamps[record.id] = self._store.stamp(record.id)
+            fields = {name: getattr(record, name) for name in SHARED_FIELDS}
+            self._stamps[record.id] = self._store.save(fields)
 
     def ends_at(self, record: E2bSandbox, end_at: float) -> None:
         """A sandbox's new end (unix time), for every process."""
@@ -216,21 +216,24 @@ class E2bRegistry:
         self._stamps.pop(record.id, None)
         asyncio.get_running_loop().create_task(self._stop_streams(record))
 
-    async def record(self, owner: str, sandbox_id: str) -> E2bSandbox:
-        """The caller's E2B sandbox, running or paused; another key's is as unknown as
-        none."""
+    def _owned(self, owner: str, sandbox_id: str) -> E2bSandbox:
+        """The caller's record; another key's is as unknown as none."""
         record = self._find(sandbox_id)
         if record is None or record.owner != owner:
             raise SandboxNotFoundError(f"sandbox {sandbox_id!r} not found")
+        return record
+
+    async def record(self, owner: str, sandbox_id: str) -> E2bSandbox:
+        """The caller's E2B sandbox, running or paused; another key's is as unknown as
+        none."""
+        record = self._owned(owner, sandbox_id)
         if not record.paused:
             await self._lease(record)  # gone another way: not found
         return record
 
     async def get(self, owner: str, sandbox_id: str) -> tuple[E2bSandbox, Lease]:
         """The caller's running E2B sandbox and its lease."""
-        record = self._find(sandbox_id)
-        if record is None or record.owner != owner:
-            raise SandboxNotFoundError(f"sandbox {sandbox_id!r} not found")
+        record = self._owned(owner, sandbox_id)
         if record.paused:
             raise SandboxNotFoundError(f"The sandbox {sandbox_id} is paused: connect resumes it")
         return record, await self._lease(record)
