@@ -144,6 +144,7 @@ from types import FrameType  # noqa: E402
 from ipykernel.iostream import IOPubThread, OutStream  # noqa: E402
 from ipykernel.ipkernel import IPythonKernel  # noqa: E402
 from ipykernel.kernelapp import IPKernelApp  # noqa: E402 (after the debugpy stub)
+from jupyter_client.session import Session  # noqa: E402
 from zmq.eventloop.zmqstream import ZMQStream  # noqa: E402
 
 _DIRECT = os.environ.pop("KERNEL_SANDBOX_IOPUB", "direct") != "thread" and hasattr(
@@ -157,9 +158,15 @@ _handed = [0]
 _holding = [False]
 
 
+#: This process's id, kept: ipykernel asks os.getpid() (a system call each) whether it
+#: is in a forked child ~20 times a cell (each send and flush); updated in a child.
+_pid = [os.getpid()]
+
+
 def _after_fork() -> None:
     global _lock
     _lock = threading.RLock()  # a lock held by another thread at fork is never released
+    _pid[0] = os.getpid()
     _handed[0] = 0
     _holding[0] = False
 
@@ -278,6 +285,10 @@ def _flush_here(self: OutStream, _flush: Callable[[OutStream], Any] = OutStream.
     pub = self.pub_thread
     here = threading.current_thread()
     if _DIRECT and pub is not None and pub.thread.is_alive() and here is not pub.thread:
+        if not self._buffers and self.echo is None and not _handed[0]:
+            # nothing written since the last flush and nothing handed over to wait for:
+            # ipykernel flushes both streams twice a cell, three of the four empty
+            return None
         if not self._is_master_process():
             return _flush(self)
         with _lock:
@@ -299,6 +310,36 @@ def _locked_flush(self: OutStream, _flush: Callable[[OutStream], Any] = OutStrea
     """Takes a stream's text and sends it as one step: no other send gets between."""
     with _lock:
         return _flush(self)
+
+
+def _schedule_flush_once(
+    self: OutStream, _schedule: Callable[[OutStream], Any] = OutStream._schedule_flush
+) -> Any:
+    """A stream's 0.2 s flush timer, armed in the IOPub thread only when none is armed.
+
+    Stock ipykernel hands the IOPub thread a new timer at a cell's first write, and the
+    cell's end flushes the stream before it fires: a print(1+1) woke that thread twice
+    (to arm the timer, and 0.2 s later to flush nothing).  Here a timer stays armed until
+    it fires; a write while one is armed needs none of its own (the timer, due in at most
+    0.2 s, flushes it), so back-to-back cells arm one per 0.2 s instead of one each.
+    """
+    pub = self.pub_thread
+    if not _DIRECT or pub is None or not pub.thread.is_alive():
+        return _schedule(self)
+    if self._flush_pending:
+        return None
+    self._flush_pending = True
+    state = vars(self)
+    if state.get("_ks_timer"):  # cleared by the timer before it flushes: see _fire
+        return None
+    state["_ks_timer"] = True
+
+    def _fire() -> None:
+        state["_ks_timer"] = False
+        self._flush()
+
+    pub.schedule(lambda: self._io_loop.call_later(self.flush_interval, _fire))
+    return None
 
 
 # -- Shell: read and answered by the main thread -----------------------------------------
@@ -400,10 +441,30 @@ def _setup_pipe_out(self: IOPubThread) -> tuple[zmq.Context[Any], zmq.Socket[Any
 if os.environ.get("KERNEL_SANDBOX_BRIDGED") == "1":
     IOPubThread._setup_pipe_in = _setup_pipe_in  # type: ignore[method-assign]
     IOPubThread._setup_pipe_out = _setup_pipe_out  # type: ignore[method-assign]
+
+
+def _is_master_process(self: IOPubThread | OutStream) -> bool:
+    return _pid[0] == self._master_pid
+
+
+def _msg_id(self: Session) -> str:
+    number = self.message_count
+    self.message_count += 1
+    return f"{self.session}_{_pid[0]}_{number}"
+
+
 IOPubThread.send_multipart = _send_multipart  # type: ignore[method-assign]
+_stock_msg_id = getattr(getattr(vars(Session).get("msg_id"), "fget", None), "__code__", None)
+if _DIRECT:
+    IOPubThread._is_master_process = _is_master_process  # type: ignore[method-assign]
+    OutStream._is_master_process = _is_master_process  # type: ignore[method-assign]
+    # the same ids ("{session}_{pid}_{number}"), where jupyter_client makes them so
+    if {"getpid", "message_count"} <= set(getattr(_stock_msg_id, "co_names", ())):
+        Session.msg_id = property(_msg_id)  # type: ignore[method-assign,assignment]
 ZMQStream._handle_events = _locked_events  # type: ignore[method-assign]
 OutStream.flush = _flush_here  # type: ignore[method-assign]
 OutStream._flush = _locked_flush  # type: ignore[method-assign]
+OutStream._schedule_flush = _schedule_flush_once  # type: ignore[method-assign]
 
 
 app = IPKernelApp.instance()
@@ -504,6 +565,9 @@ _MADE = 32
 
 
 def _cheap_records(self: Any, *args: Any, **kwargs: Any) -> Any:
+    import inspect
+    import linecache
+
     import stack_data.core
     from pygments import highlight
     from pygments.formatters import terminal256
@@ -547,14 +611,33 @@ def _cheap_records(self: Any, *args: Any, **kwargs: Any) -> Any:
                 made[key] = found
         return found
 
+    stock_getmodule = inspect.getmodule
+
+    def getmodule(obj: Any, _filename: str | None = None) -> Any:
+        """inspect.getmodule, without its walk of sys.modules for a cell's own frame.
+
+        A frame's file that no module has makes getmodule look at every module in
+        sys.modules again (~1 ms with pandas imported) before it answers None; a cell's
+        code (IPython's entry in linecache: no mtime) is the file of no module.
+        """
+        code = getattr(obj, "f_code", None)
+        if code is not None and _filename is None:
+            entry = linecache.cache.get(code.co_filename)
+            cell = entry is not None and len(entry) == 4 and entry[1] is None
+            if cell and code.co_filename not in inspect.modulesbyfile:
+                return None
+        return stock_getmodule(obj, _filename)
+
     def records(self: Any, *args: Any, **kwargs: Any) -> Any:
         stack_data.style_with_executing_node = lambda *a: once(stock_style, *a)  # type: ignore[attr-defined]
         terminal256.Terminal256Formatter = lambda **o: once(stock_formatter, **o)
+        inspect.getmodule = getmodule  # type: ignore[assignment]
         try:
             return stock_records(self, *args, **kwargs)
         finally:
             stack_data.style_with_executing_node = stock_style  # type: ignore[attr-defined]
             terminal256.Terminal256Formatter = stock_formatter
+            inspect.getmodule = stock_getmodule
 
     stock_lines = getattr(stack_data.core, "_pygmented_with_ranges", None)
     names = getattr(getattr(stock_lines, "__code__", None), "co_varnames", ())
