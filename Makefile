@@ -8,6 +8,8 @@ PIP ?= $(PYTHON) -m pip
 RUNSC_TESTS ?= tests/integration/test_hostile*.py tests/integration/test_sandbox.py
 #: The slowest tests of a run, listed at its end (what CI's time goes to).
 DURATIONS ?= --durations=15
+#: pytest-xdist workers of make test's first pass and gVisor pass (1: one process).
+WORKERS ?= 3
 
 install:            ## install kernel_sandbox with its dev tools
 	$(PIP) install -q -e ".[dev]"
@@ -25,7 +27,7 @@ demo:
 	kernel-sandbox demo
 
 test:               ## every tier: sets up what they need (root), unit + integration, then Kubernetes beside the gVisor pass
-	PYTHON="$(PYTHON)" DURATIONS="$(DURATIONS)" RUNSC_TESTS="$(RUNSC_TESTS)" scripts/test.sh
+	PYTHON="$(PYTHON)" DURATIONS="$(DURATIONS)" WORKERS="$(WORKERS)" RUNSC_TESTS="$(RUNSC_TESTS)" scripts/test.sh
 
 tiers:              ## set up what every tier needs, no tests (root; without: what cannot run here)
 	PYTHON="$(PYTHON)" scripts/setup-tiers.sh

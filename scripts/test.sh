@@ -8,13 +8,19 @@
 #      enables each;
 #   2. the unit and integration tiers with pytest; then, side by side (the one waits on
 #      a cluster, the other on the engine), the Kubernetes tier and the hostile-code and
-#      core suites again under gVisor (KERNEL_SANDBOX_RUNTIME=runsc);
+#      core suites again under gVisor (KERNEL_SANDBOX_RUNTIME=runsc).  The first pass and
+#      the gVisor pass run on WORKERS pytest-xdist processes, a file's tests on one of
+#      them (--dist loadfile: its module fixtures are made once): their time goes to
+#      waiting on kernels and containers, not to the CPU.  Tests that must not overlap
+#      another process's take turns through a host lock (the `orphans` marker,
+#      tests/integration/conftest.py);
 #   3. at exit, a cluster started in 1 is taken down (never one KUBECONFIG named).
 #
 # A pass that collects no tests (pytest's exit status 5, or "no tests ran") fails.
-# PYTHON, DURATIONS (pytest's --durations), RUNSC_TESTS (the gVisor pass) and TEST_PATHS
-# (instead of every tier: one pass over these paths, then the gVisor pass) come from the
-# Makefile or the caller; SETUP_DRY_RUN=1 shows what set-up would do.
+# PYTHON, DURATIONS (pytest's --durations), WORKERS (pytest-xdist's -n; 1: one process),
+# RUNSC_TESTS (the gVisor pass) and TEST_PATHS (instead of every tier: one pass over these
+# paths, then the gVisor pass) come from the Makefile or the caller; SETUP_DRY_RUN=1 shows
+# what set-up would do.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -22,6 +28,7 @@ PYTHON="${PYTHON:-python3}"
 DURATIONS="${DURATIONS:---durations=15}"
 RUNSC_TESTS="${RUNSC_TESTS:-tests/integration/test_hostile*.py tests/integration/test_sandbox.py}"
 TEST_PATHS="${TEST_PATHS:-}"
+WORKERS="${WORKERS:-3}"
 TIERS_STATE=$(mktemp -d "${TMPDIR:-/tmp}/kernel-sandbox-tiers.XXXXXX")
 export TIERS_STATE
 
@@ -41,6 +48,14 @@ cleanup() {
     rm -rf "${TIERS_STATE}"
 }
 trap cleanup EXIT
+
+# Several workers need pytest-xdist (a dev tool: `make install`); one needs nothing more.
+XDIST=""
+if [ "${WORKERS}" != 1 ]; then
+    "${PYTHON}" -c 'import xdist' 2>/dev/null \
+        || die "WORKERS=${WORKERS} needs pytest-xdist: run \`make install\` (or WORKERS=1)"
+    XDIST="-n ${WORKERS} --dist loadfile"
+fi
 
 scripts/setup-tiers.sh engine runsc images \
     || die "setting up the tiers failed (scripts/setup-tiers.sh above says why)"
@@ -87,12 +102,12 @@ show_pass() {  # $1 the name, $2 the pid of start_pass: its output, then its sta
 
 failed=()
 runsc_pass="" kubernetes_pass=""
-# shellcheck disable=SC2086  # DURATIONS, TEST_PATHS and RUNSC_TESTS are lists of words
+# shellcheck disable=SC2086  # DURATIONS, XDIST, TEST_PATHS and RUNSC_TESTS are lists of words
 if [ -n "${TEST_PATHS}" ]; then
-    run_pass "${TEST_PATHS}" "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} ${TEST_PATHS} \
+    run_pass "${TEST_PATHS}" "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} ${XDIST} ${TEST_PATHS} \
         || failed+=("${TEST_PATHS}")
 else
-    run_pass "unit and integration tiers" "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} \
+    run_pass "unit and integration tiers" "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} ${XDIST} \
         --ignore=tests/kubernetes || failed+=("the unit and integration tiers")
 fi
 
@@ -110,7 +125,7 @@ fi
 
 # shellcheck disable=SC2086
 start_pass runsc_pass "the gVisor pass" env KERNEL_SANDBOX_RUNTIME=runsc \
-    "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} -m "not tcp_transport" ${RUNSC_TESTS}
+    "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} ${XDIST} -m "not tcp_transport" ${RUNSC_TESTS}
 if [ -z "${TEST_PATHS}" ]; then
     # shellcheck disable=SC2086
     start_pass kubernetes_pass "the Kubernetes tier" "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} \

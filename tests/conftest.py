@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -35,6 +39,23 @@ def require(condition: bool, reason: str) -> None:
     pytest.skip(reason)
 
 
+@contextlib.contextmanager
+def host_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` (made if missing) across processes.
+
+    pytest-xdist's workers, the gVisor pass beside the first one and other runs on the
+    same host each take it, so what it guards happens one at a time on the machine.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        yield
+
+
+#: Locks of the tests that must not overlap another process's (see ``host_lock``).
+LOCKS = Path(tempfile.gettempdir()) / "kernel-sandbox-test-locks"
+
+
 def pytest_report_header() -> str:
     """Which engine runtime the sandboxes of this run use (the runsc pass says so)."""
     runtime = os.environ.get("KERNEL_SANDBOX_RUNTIME") or "the engine's default"
@@ -48,6 +69,11 @@ def enclave_python() -> Path:
     ms-enclave's own ``HttpSandboxManager`` drives our server from there, unmodified and
     with its own dependencies (the Docker and the Kubernetes tiers both use it).
     """
+    with host_lock(ENCLAVE_VENV.with_name(f"{ENCLAVE_VENV.name}.lock")):  # workers start at once
+        return _made_enclave_python()
+
+
+def _made_enclave_python() -> Path:
     python = ENCLAVE_VENV / "bin" / "python"
     check = [str(python), "-c", "from ms_enclave.sandbox.manager import HttpSandboxManager"]
     if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:
@@ -70,6 +96,11 @@ def e2b_python() -> Path:
     ``e2b`` and ``e2b-code-interpreter`` drive our server from there, unmodified and
     with their own dependencies; they are never a dependency of the package.
     """
+    with host_lock(E2B_VENV.with_name(f"{E2B_VENV.name}.lock")):  # workers start at once
+        return _made_e2b_python()
+
+
+def _made_e2b_python() -> Path:
     python = E2B_VENV / "bin" / "python"
     check = [str(python), "-c", "import e2b_code_interpreter, pytest_asyncio, dotenv"]
     if python.exists() and subprocess.run(check, capture_output=True).returncode == 0:

@@ -17,7 +17,7 @@ import pytest
 
 from kernel_sandbox.config import RUNTIME_ENV
 from kernel_sandbox.sandbox import AsyncSandbox
-from tests.conftest import TEST_LABEL, require
+from tests.conftest import LOCKS, TEST_LABEL, host_lock, require
 
 PYTHON_IMAGE = "kernel-sandbox:python"
 DATASCIENCE_IMAGE = "kernel-sandbox:datascience"
@@ -101,6 +101,22 @@ def _no_leftover_containers() -> Iterator[None]:  # and volumes
         volume.remove(force=True)
     assert not left, f"tests left containers behind: {[c.name for c in left]}"
     assert not volumes, f"tests left volumes behind: {[v.name for v in volumes]}"
+
+
+@pytest.fixture(autouse=True)
+def _orphans_one_at_a_time(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test marked ``orphans`` holds the host's orphans lock while it runs.
+
+    ``kernel-sandbox gc`` removes every sandbox whose owner process is dead, whoever
+    made it; a test that SIGKILLs an owner and then adopts, restarts or collects what
+    it left would lose it to another test's ``gc`` in a process beside (an xdist
+    worker, the gVisor pass, another run).  Marked tests take turns; others go on.
+    """
+    if request.node.get_closest_marker("orphans") is None:
+        yield
+        return
+    with host_lock(LOCKS / "orphans.lock"):
+        yield
 
 
 @pytest.fixture

@@ -55,13 +55,19 @@ CACHE = Path(os.environ.get("KS_SUITES_CACHE", "/tmp/ks-suites"))
 def fetch_sdist(project: str, version: str, probe: str) -> Path:
     """``project`` ``version``'s source distribution (the package index's, by pip),
     unpacked in :data:`CACHE` once: the directory, in which ``probe`` must exist."""
-    from tests.conftest import require
+    from tests.conftest import host_lock
 
     stem = f"{project.replace('-', '_')}-{version}"
+    with host_lock(CACHE / f"{stem}.lock"):  # test workers may ask for it at once
+        return _fetched(project, version, probe, stem)
+
+
+def _fetched(project: str, version: str, probe: str, stem: str) -> Path:
+    from tests.conftest import require
+
     where = CACHE / stem
     if (where / probe).exists():
         return where
-    CACHE.mkdir(parents=True, exist_ok=True)
     sdist = CACHE / f"{stem}.tar.gz"
     if not sdist.exists():
         got = subprocess.run(
@@ -165,6 +171,8 @@ def _start(
     report = tmp / f"{name}-{shard}.xml"
     env = {**os.environ, "PYTHONPATH": str(ROOT), **extra}
     env.pop("PYTEST_ADDOPTS", None)
+    for name in [name for name in env if name.startswith("PYTEST_XDIST_")]:
+        del env[name]  # the suite's pytest is not one of our xdist workers
     if shards > 1:
         plugins = [p for p in env.get("PYTEST_PLUGINS", "").split(",") if p]
         env["PYTEST_PLUGINS"] = ",".join([*plugins, "kernel_sandbox_suite_shard"])

@@ -45,6 +45,7 @@ def _owner(transport: str) -> tuple[subprocess.Popen[str], str]:
     return proc, proc.stdout.readline().strip()
 
 
+@pytest.mark.orphans  # a killed owner, then adopted
 @pytest.mark.parametrize("transport", ["ipc", pytest.param("tcp", marks=pytest.mark.tcp_transport)])
 async def test_adopted_after_owner_sigkill_keeps_variables(transport: str) -> None:
     program = OWNER.replace("sys.argv[1]", repr(transport))
@@ -77,6 +78,7 @@ async def _gc_finds() -> list[str]:
     return [leftover.what for leftover in await DockerHost.gc()]
 
 
+@pytest.mark.orphans  # a killed owner, then adopted
 async def test_guest_beside_a_live_owner_touches_nothing() -> None:
     proc, sandbox_id = await asyncio.to_thread(_owner, "ipc")
     try:

@@ -229,6 +229,7 @@ def _container_ids(docker_engine, run_label: str) -> list:
     )
 
 
+@pytest.mark.orphans  # a killed owner, then gc
 def test_an_agent_killed_mid_session_leaves_a_valid_notebook(docker_engine, tmp_path):
     run_label = uuid.uuid4().hex[:12]
     notebook = tmp_path / "killed.ipynb"

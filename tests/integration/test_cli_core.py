@@ -31,6 +31,7 @@ def test_shell_exits_with_the_command_status(docker_engine) -> None:  # type: ig
     assert result.exit_code == 3 and "out" in result.output
 
 
+@pytest.mark.orphans  # gc
 def test_gc_removes_sandboxes_whose_owner_was_killed(docker_engine) -> None:  # type: ignore[no-untyped-def]
     sandbox_id = orphan_of_killed_owner()
     label = f"kernel-sandbox.id={sandbox_id}"
@@ -42,6 +43,7 @@ def test_gc_removes_sandboxes_whose_owner_was_killed(docker_engine) -> None:  # 
     assert not docker_engine.containers.list(all=True, filters={"label": label})
 
 
+@pytest.mark.orphans  # gc
 @pytest.mark.tcp_transport
 def test_gc_removes_the_network_of_a_killed_owners_tcp_sandbox(docker_engine: object) -> None:
     sandbox_id = orphan_of_killed_owner(ORPHAN_MAKER.replace("labels=", 'transport="tcp", labels='))

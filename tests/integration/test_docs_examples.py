@@ -24,7 +24,9 @@ import pytest
 
 from tests.openai_server import RecordedRequest, ScriptedOpenAIServer, call, text, tool_calls
 
-pytestmark = pytest.mark.integration
+# orphans: an example's leftovers are found as sandboxes whose owner ended meanwhile, so
+# other tests' deliberate orphans must not appear (nor their gc take ours) while one runs
+pytestmark = [pytest.mark.integration, pytest.mark.orphans]
 ROOT = Path(__file__).resolve().parents[2]
 OWNER = "kernel-sandbox.owner-pid"
 
@@ -40,11 +42,13 @@ def python_block(page: Path, needle: str) -> str:
 def _orphans(engine: docker.DockerClient, before: set[str]) -> list[Any]:
     """Our containers made since ``before`` whose owner process has ended."""
     out = []
-    for container in engine.containers.list(all=True, filters={"label": OWNER}):
+    # sparse: every process's sandboxes carry OWNER, and one removed between the listing
+    # and an inspect would fail the listing; the list's own labels suffice
+    for container in engine.containers.list(all=True, sparse=True, filters={"label": OWNER}):
         if container.id in before:
             continue
         try:
-            os.kill(int(container.labels.get(OWNER, "0")), 0)
+            os.kill(int((container.attrs.get("Labels") or {}).get(OWNER, "0")), 0)
         except (ProcessLookupError, ValueError):
             out.append(container)
         except PermissionError:
@@ -54,7 +58,7 @@ def _orphans(engine: docker.DockerClient, before: set[str]) -> list[Any]:
 
 def run_program(code: str, tmp_path: Path, engine: docker.DockerClient) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    before = {c.id for c in engine.containers.list(all=True, filters={"label": OWNER})}
+    before = {c.id for c in engine.containers.list(all=True, sparse=True, filters={"label": OWNER})}
     proc = subprocess.Popen(
         [sys.executable, "-c", code],
         cwd=tmp_path,

@@ -291,6 +291,7 @@ def private_runtime(tmp_path, monkeypatch) -> Iterator[dict[str, str]]:  # type:
     yield {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
+@pytest.mark.orphans  # gc
 async def test_gc_removes_exactly_the_orphans_of_a_killed_process(
     docker_engine, make_sandbox, private_runtime
 ) -> None:  # type: ignore[no-untyped-def]

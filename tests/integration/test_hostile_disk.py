@@ -246,6 +246,7 @@ async def test_volumes_carry_the_sandbox_labels_and_go_on_close(
     assert sandbox_volumes(docker_engine, sandbox.id) == []
 
 
+@pytest.mark.orphans  # gc
 def test_gc_removes_the_volumes_of_a_killed_owner(docker_engine: Any) -> None:
     sandbox_id = orphan_of_killed_owner()
     assert len(sandbox_volumes(docker_engine, sandbox_id)) == 3

@@ -16,7 +16,8 @@ from kernel_sandbox.server.restart import leftovers, remove_leftovers
 from tests.integration.serving import KEY_A, KEY_B, Server, client
 from tests.waiting import await_for
 
-pytestmark = pytest.mark.integration
+# each test SIGKILLs a server, leaving its sandboxes ownerless until it is started again
+pytestmark = [pytest.mark.integration, pytest.mark.orphans]
 
 
 async def _killed_mid_call(server: Server) -> tuple[str, str]:

@@ -66,6 +66,7 @@ async def test_auto_pause_frees_the_container_and_the_next_call_brings_it_back(
         server.stop()
 
 
+@pytest.mark.orphans  # a killed server
 async def test_a_paused_sandbox_survives_sigkill_and_forks_are_independent(
     docker_engine,  # type: ignore[no-untyped-def]
     tmp_path,

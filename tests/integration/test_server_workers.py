@@ -176,6 +176,7 @@ async def test_paused_on_one_worker_resumed_once_by_calls_on_both(server: Server
     assert (await run(server, sid, "print(v)")).status_code == 404
 
 
+@pytest.mark.orphans  # a killed worker, then gc
 async def test_worker_killed_mid_call(server: Server) -> None:
     made = await call(server, "POST", "/v1/sandboxes", json={})
     sid = made.json()["id"]

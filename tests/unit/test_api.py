@@ -294,7 +294,9 @@ def test_a_blocking_class_has_every_method_and_property_of_its_async_twin(
 
 
 @pytest.mark.parametrize(
-    ("where", "blocking", "asynchronous"), _function_pairs(), ids=lambda v: str(v)
+    ("where", "blocking", "asynchronous"),
+    _function_pairs(),
+    ids=lambda v: v if isinstance(v, str) else v.__qualname__,  # the same in every process
 )
 def test_a_blocking_function_has_the_signature_of_its_async_twin(
     where: str, blocking: Any, asynchronous: Any
