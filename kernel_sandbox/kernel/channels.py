@@ -215,6 +215,17 @@ class Channel:
             self.route.nothing_to_read()
         return False
 
+    def watch_idle(self) -> None:
+        """Watch the socket from the running loop now, not only from a reader's first
+        :meth:`wait`: what comes while nobody reads must be dropped as it comes
+        (:attr:`idle`).  A client whose reads all found a message queued (a connect's
+        probe) was never watched, so it dropped nothing; the kernel's ``XPUB_NODROP``
+        sends then stalled every client's calls after ~90 of them (the unread backlog
+        filled the socket's buffers) until one timed out."""
+        loop = _running_loop()
+        if loop is not None and self._loop is not loop and not self.closed:
+            self._watch(loop)
+
     def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Watch the socket's FD from ``loop`` until the channel closes.
 

@@ -238,6 +238,7 @@ class KernelSession:
             self._reading -= 1
             iopub = self.channels.open.get("iopub")
             if not self._reading and iopub is not None:
+                iopub.watch_idle()
                 iopub.drop_queued()
 
     def _dropped_idle(self, count: int) -> None:
