@@ -3,6 +3,7 @@
     KUBECONFIG=... python bench/replicas.py              # 30 clients, 20 s per configuration
     python bench/replicas.py --clients 50 --seconds 20 --parts kubernetes,docker
     python bench/replicas.py --parts docker --old /work/main --profile   # A/B, py-spy --gil
+    python bench/replicas.py --parts docker --old /work/main --spread sticky   # A/B
     KUBECONFIG=... python bench/replicas.py --parts kubernetes --turns off,on   # A/B
     KUBECONFIG=... python bench/replicas.py --parts kubernetes --turns off,on --spread sticky
 
@@ -24,8 +25,9 @@ Secret, the state file and notebook on the shared volume), a second (cached), an
 on the replica that created it.
 
 Docker: ``serve --workers 1`` then ``--workers 2`` (bench/workers.py's server), the same
-load on one URL (the kernel hands connections to the workers), and bench/workers.py's
-creator / first / later call elsewhere probes.
+load on one URL (the kernel hands connections to the workers; ``--spread sticky``: each
+client on a connection of its own to worker ``i % N``), and bench/workers.py's creator /
+first / later call elsewhere probes.
 
 While each load runs, the CPU used (cores) is read from the cgroups (cgroup v1
 cpuacct): the sandbox pods or containers, the server pods (on Docker: the server's
@@ -201,6 +203,24 @@ def pool(url: str) -> httpx2.AsyncClient:
         timeout=120,
         limits=httpx2.Limits(max_connections=200, max_keepalive_connections=200),
     )
+
+
+async def pinned(url: str, n: int, workers: list[str | None]) -> list[httpx2.AsyncClient]:
+    """``n`` clients of one kept-alive connection each, client i's on worker
+    ``workers[i % len(workers)]`` (new connections until the kernel hands one to it;
+    None: one server process, which names no worker)."""
+    clients: list[httpx2.AsyncClient] = []
+    while len(clients) < n:
+        c = httpx2.AsyncClient(
+            base_url=url, headers={"X-API-Key": KEY}, timeout=120,
+            limits=httpx2.Limits(max_connections=1, max_keepalive_connections=1),
+        )  # fmt: skip
+        want = workers[len(clients) % len(workers)]
+        if (await c.get("/health")).headers.get(WORKER_HEADER) == want:
+            clients.append(c)
+        else:
+            await c.aclose()
+    return clients
 
 
 async def create_sandboxes(c: httpx2.AsyncClient, n: int) -> list[str]:
@@ -416,9 +436,15 @@ async def docker_run(
                 }
             )
             raw = HERE / "results" / f"replicas-profile-{name}.txt"
+            pools, sticky = [c], args.spread == "sticky"
+            if sticky:  # each client on one worker's connection, as a Service's affinity
+                kids = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+                pools = await pinned(url, len(sids), [*kids] if kids else [None])
             spy = _profile(proc.pid, args.seconds, raw) if args.profile else None
-            run = await load([c], sids, args.seconds, cpu)
-            run["workers"], run["checkout"] = workers, label
+            run = await load(pools, sids, args.seconds, cpu, sticky=sticky)
+            for one in pools if sticky else []:
+                await one.aclose()
+            run["workers"], run["checkout"], run["spread"] = workers, label, args.spread
             run["load_1min"] = os.getloadavg()[0]
             if spy is not None and spy.wait(60) == 0:
                 run["profile"] = {"raw": str(raw.relative_to(ROOT)), "top": top_frames(raw)}
@@ -514,8 +540,9 @@ if __name__ == "__main__":
         "--spread",
         choices=["round-robin", "sticky"],
         default="round-robin",
-        help="Kubernetes part: each client's calls over the replicas in turn, or all on one "
-        "(the client's own, as sessionAffinity: ClientIP)",
+        help="each client's calls over the replicas in turn (Docker: over the connections "
+        "the kernel hands to any worker), or all on one replica or worker (the client's "
+        "own, as sessionAffinity: ClientIP)",
     )
     parser.add_argument(
         "--turns",

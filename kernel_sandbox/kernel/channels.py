@@ -137,7 +137,17 @@ class Channel:
     Used from one event loop's thread at a time; several tasks may wait on it at once.
     """
 
-    __slots__ = ("_fd", "_loop", "_waiters", "closed", "idle", "name", "route", "socket")
+    __slots__ = (
+        "_fd",
+        "_loop",
+        "_waiters",
+        "closed",
+        "dropped",
+        "idle",
+        "name",
+        "route",
+        "socket",
+    )
 
     def __init__(self, name: str, sock: zmq.Socket[bytes], route: Route | None) -> None:
         self.name = name
@@ -150,6 +160,8 @@ class Channel:
         #: Says nobody will read what this channel queues now (iopub between calls):
         #: what comes is dropped as it comes (:meth:`drop_queued`).  None: kept.
         self.idle: Callable[[], bool] | None = None
+        #: Told how many messages :meth:`drop_queued` dropped, after it dropped some.
+        self.dropped: Callable[[int], None] | None = None
 
     def readable(self) -> bool:
         """A message is queued (:meth:`receive` finds it); clears the socket's FD."""
@@ -203,6 +215,17 @@ class Channel:
             self.route.nothing_to_read()
         return False
 
+    def watch_idle(self) -> None:
+        """Watch the socket from the running loop now, not only from a reader's first
+        :meth:`wait`: what comes while nobody reads must be dropped as it comes
+        (:attr:`idle`).  A client whose reads all found a message queued (a connect's
+        probe) was never watched, so it dropped nothing; the kernel's ``XPUB_NODROP``
+        sends then stalled every client's calls after ~90 of them (the unread backlog
+        filled the socket's buffers) until one timed out."""
+        loop = _running_loop()
+        if loop is not None and self._loop is not loop and not self.closed:
+            self._watch(loop)
+
     def _watch(self, loop: asyncio.AbstractEventLoop) -> None:
         """Watch the socket's FD from ``loop`` until the channel closes.
 
@@ -250,14 +273,21 @@ class Channel:
         A kernel's iopub goes to every client connected to it, and the kernel waits for
         the slowest (``XPUB_NODROP``: back-pressure, nothing lost): a client that queued
         its share unread, such as another worker's copy of the sandbox between its calls,
-        stalled every other client's calls until they timed out.
+        stalled every other client's calls until they timed out.  :attr:`dropped` is
+        told how many were dropped (it may close the channel).
         """
-        for _ in range(most):
-            if self.closed or self.receive() is None:
-                return
-        loop = self._loop
-        if loop is not None and not loop.is_closed():
-            loop.call_soon(self._on_fd, loop)
+        count = 0
+        try:
+            for _ in range(most):
+                if self.closed or self.receive() is None:
+                    return
+                count += 1
+            loop = self._loop
+            if loop is not None and not loop.is_closed():
+                loop.call_soon(self._on_fd, loop)
+        finally:
+            if count and self.dropped is not None:
+                self.dropped(count)
 
     def send(self, frames: list[bytes]) -> None:
         """Send one message's frames (blocks only while ZMQ's send queue is full)."""
@@ -304,6 +334,8 @@ class KernelChannels:
         self.open: dict[str, Channel] = {}
         #: Given to every iopub channel as its :attr:`Channel.idle`.
         self.iopub_idle: Callable[[], bool] | None = None
+        #: Given to every iopub channel as its :attr:`Channel.dropped`.
+        self.iopub_dropped: Callable[[int], None] | None = None
         public, secret = info.get("curve_publickey"), info.get("curve_secretkey")
         self._curve = (_bytes(public), _bytes(secret)) if public and secret else None
 
@@ -357,7 +389,7 @@ class KernelChannels:
         sock.connect(url)
         channel = self.open[name] = Channel(name, sock, route)
         if name == "iopub":
-            channel.idle = self.iopub_idle
+            channel.idle, channel.dropped = self.iopub_idle, self.iopub_dropped
         return channel
 
     def request(self, name: str, msg_type: str, content: dict[str, Any] | None = None) -> str:

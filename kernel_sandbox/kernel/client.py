@@ -44,6 +44,9 @@ def _idle_after(msg: dict[str, Any] | None, msg_id: str) -> bool:
 
 #: How often a starting kernel's container is asked about (an engine call) while waiting.
 STARTUP_ALIVE_INTERVAL = 0.2
+#: iopub messages of other clients' calls (~4 each) that a client between its own calls
+#: drops before it unsubscribes until its next call (:meth:`KernelSession._park_iopub`).
+IOPUB_PARK_AFTER = 32
 
 
 class KernelSession:
@@ -64,6 +67,11 @@ class KernelSession:
         #: dropped as it comes (``Channel.drop_queued``: other clients' output).
         self._reading = 0
         self.channels.iopub_idle = lambda: self._reading == 0
+        self.channels.iopub_dropped = self._dropped_idle
+        #: iopub messages dropped since the last reader began (other clients' output).
+        self._dropped = 0
+        #: iopub is closed until the next call (:meth:`_park_iopub`).
+        self._parked = False
         self._alive_checked = 0.0
         self._fds: list[int] = []
         #: iopub was reopened since the last call began (ZMQ subscribes asynchronously).
@@ -196,6 +204,10 @@ class KernelSession:
         # What a route holds back now is from before this call (output of threads, a
         # message too big to finish): the channel starts afresh instead of behind it.
         self._relink(self.channels.held())
+        if self._parked:  # subscribe again (waited for below, as after a reconnect)
+            self._parked = False
+            self.channels.connect("iopub")
+            self._resubscribe_needed = True
         with self._reading_iopub():
             if self._resubscribe_needed:  # iopub was reopened: wait until it is subscribed
                 await self._resubscribe()
@@ -219,13 +231,36 @@ class KernelSession:
         until the next reader (``Channel.idle``): a kernel waits for its slowest
         client's iopub, so an idle one must not hold its share."""
         self._reading += 1
+        self._dropped = 0
         try:
             yield
         finally:
             self._reading -= 1
             iopub = self.channels.open.get("iopub")
             if not self._reading and iopub is not None:
+                iopub.watch_idle()
                 iopub.drop_queued()
+
+    def _dropped_idle(self, count: int) -> None:
+        """``count`` iopub messages were dropped (no call of ours reads them)."""
+        self._dropped += count
+        if not self._reading and self._dropped >= IOPUB_PARK_AFTER:
+            self._park_iopub()
+
+    def _park_iopub(self) -> None:
+        """Close iopub until this client's next call, which subscribes again.
+
+        The kernel publishes every client's output to every subscriber, so a client
+        that does not call (another server worker's or replica's cached copy of a
+        sandbox whose calls go elsewhere) received, relayed through the guard and
+        dropped the output of every other client's call: ~0.6 ms of the server's CPU
+        per call per idle copy (bench/replicas.py).  Closed, the kernel sends it
+        nothing.  Only after :data:`IOPUB_PARK_AFTER` messages of others' calls: a
+        lone client keeps its subscription, and one whose calls alternate with
+        another's rarely pays the next call's wait for the new subscription (one
+        ``kernel_info`` round trip, :meth:`_resubscribe`)."""
+        self._parked = True
+        self.channels.close_channel("iopub")
 
     @property
     def max_message_bytes(self) -> int:

@@ -76,10 +76,44 @@ async def test_an_idle_guest_does_not_hold_back_the_owners_calls(
     owner = await new_sandbox()
     guest = await AsyncSandbox.adopt(owner.id, owner.config, host="local", own=False)
     try:
-        assert (await guest.run_python("kept = 1")).status == "ok"
-        for n in range(300):
+        for n in range(300):  # the guest only connected (its probe's reads found messages)
             result = await owner.run_python(f"print({n})", timeout=20)
             assert (result.status, result.text) == ("ok", str(n)), n
-        assert (await guest.run_python("kept")).text == "1"  # the guest still works
+        assert (await guest.run_python("kept = 1")).status == "ok"  # the guest still works
+        for n in range(300):  # also once it has made a call
+            result = await owner.run_python(f"print({n})", timeout=20)
+            assert (result.status, result.text) == ("ok", str(n)), n
+        assert (await guest.run_python("kept")).text == "1"
+    finally:
+        await guest.close()
+
+
+async def test_an_idle_guest_stops_receiving_the_owners_output_until_its_next_call(
+    new_sandbox: NewSandbox,
+) -> None:
+    """A guest between its calls (another worker's or replica's copy of the sandbox)
+    received every message of every other client's call, only to drop it: it
+    unsubscribes after a few of those calls, and its next call subscribes again and
+    still gets all of its own output, first line included."""
+    owner = await new_sandbox()
+    guest = await AsyncSandbox.adopt(owner.id, owner.config, host="local", own=False)
+    try:
+        assert (await guest.run_python("kept = 1")).status == "ok"
+        session = guest._kernel.session
+        assert session is not None and "iopub" in session.channels.open
+        for n in range(40):
+            assert (await owner.run_python(f"print({n})", timeout=20)).text == str(n)
+        await await_for(
+            lambda: "iopub" not in session.channels.open, 10, 0.02, "the guest to unsubscribe"
+        )
+        again = await guest.run_python("print('first')\nkept + 1")
+        assert [o.get("text") or o.get("data", {}).get("text/plain") for o in again.outputs] == [
+            "first\n",
+            "2",
+        ]
+        alone = await new_sandbox()  # a client without others keeps its subscription
+        for _ in range(3):
+            assert (await alone.run_python("1")).text == "1"
+        assert "iopub" in alone._kernel.session.channels.open  # type: ignore[union-attr]
     finally:
         await guest.close()
