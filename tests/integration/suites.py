@@ -171,8 +171,8 @@ def _start(
     report = tmp / f"{name}-{shard}.xml"
     env = {**os.environ, "PYTHONPATH": str(ROOT), **extra}
     env.pop("PYTEST_ADDOPTS", None)
-    for name in [name for name in env if name.startswith("PYTEST_XDIST_")]:
-        del env[name]  # the suite's pytest is not one of our xdist workers
+    for variable in [v for v in env if v.startswith("PYTEST_XDIST_")]:
+        del env[variable]  # the suite's pytest is not one of our xdist workers
     if shards > 1:
         plugins = [p for p in env.get("PYTEST_PLUGINS", "").split(",") if p]
         env["PYTEST_PLUGINS"] = ",".join([*plugins, "kernel_sandbox_suite_shard"])
