@@ -26,6 +26,7 @@ from typing import Any
 import httpx2
 import pytest
 
+from kernel_sandbox.backends.kubernetes.host import POD_GONE_DEADLINE
 from kernel_sandbox.server import replicas
 from kernel_sandbox.server.auth import key_id
 from kernel_sandbox.server.election import lease_name
@@ -149,8 +150,11 @@ def test_twenty_clients_spreading_calls_keep_every_cell_once_in_order(three: Dep
         began = time.monotonic()
         await asyncio.gather(*(check(sid) for sid in sids))
         checked = time.monotonic()
+        # a removal waits until its pod is gone, up to the server's own bound: on a loaded
+        # node the kubelet took longer than the client's default 60 s (seen twice in CI)
+        bound = POD_GONE_DEADLINE + 30
         removed = await asyncio.gather(
-            *(call(urls[0], "DELETE", f"/v1/sandboxes/{sid}") for sid in sids)
+            *(call(urls[0], "DELETE", f"/v1/sandboxes/{sid}", timeout=bound) for sid in sids)
         )
         assert [r.status_code for r in removed] == [200] * len(sids)
         took = f"checked in {checked - began:.1f} s, removed in {time.monotonic() - checked:.1f} s"
