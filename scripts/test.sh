@@ -13,7 +13,7 @@
 #      them (--dist loadfile: its module fixtures are made once): their time goes to
 #      waiting on kernels and containers, not to the CPU.  Tests that must not overlap
 #      another process's take turns through a host lock (the `orphans` marker,
-#      tests/integration/conftest.py);
+#      tests/integration/conftest.py); those marked `alone` run after, in one process;
 #   3. at exit, a cluster started in 1 is taken down (never one KUBECONFIG named).
 #
 # A pass that collects no tests (pytest's exit status 5, or "no tests ran") fails.
@@ -108,7 +108,10 @@ if [ -n "${TEST_PATHS}" ]; then
         || failed+=("${TEST_PATHS}")
 else
     run_pass "unit and integration tiers" "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} ${XDIST} \
-        --ignore=tests/kubernetes || failed+=("the unit and integration tiers")
+        -m "not alone" --ignore=tests/kubernetes || failed+=("the unit and integration tiers")
+    # then, one process on a quiet host, the few that need one (the `alone` marker)
+    run_pass "the tests that need the host alone" "${PYTHON}" -m pytest -q -rfEs ${DURATIONS} \
+        -m alone --ignore=tests/kubernetes || failed+=("the tests that need the host alone")
 fi
 
 if [ -n "${cluster_setup}" ]; then

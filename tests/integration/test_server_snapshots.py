@@ -112,6 +112,7 @@ async def test_a_paused_sandbox_survives_sigkill_and_forks_are_independent(
         server.stop()
 
 
+@pytest.mark.alone  # a restore from a checkpoint (see test_snapshots_exact.py)
 async def test_auto_pause_of_an_exact_sandbox_keeps_its_threads_and_generators(
     docker_engine,  # type: ignore[no-untyped-def]
     tmp_path,
