@@ -158,13 +158,14 @@ async def test_a_changed_blob_is_refused_and_its_container_removed(  # type: ign
     data = bytearray(blob.read_bytes())
     data[len(data) // 2] ^= 0xFF  # one byte of the sandbox's memory, changed on disk
     blob.write_bytes(bytes(data))
-    run = f"kernel-sandbox.test-run={uuid.uuid4().hex[:12]}"  # what this restore makes
-    labels = {**TEST_LABEL, **dict([run.split("=")])}
+    run = uuid.uuid4().hex[:12]  # labels what this restore makes
+    labels = {**TEST_LABEL, "kernel-sandbox.test-run": run}
     with pytest.raises(SnapshotError, match="does not match its digest"):
         await AsyncSandbox.restore(snap, store=store, labels=labels)
     # the half-made sandbox was removed, nothing was started (by label: tests in other
     # processes make containers meanwhile)
-    assert not exact_engine.containers.list(all=True, filters={"label": run})  # type: ignore[attr-defined]
+    made = f"kernel-sandbox.test-run={run}"
+    assert not exact_engine.containers.list(all=True, filters={"label": made})  # type: ignore[attr-defined]
 
 
 async def test_a_checkpoint_past_the_cap_is_refused_and_the_sandbox_runs_on(  # type: ignore[no-untyped-def]
